@@ -1,0 +1,189 @@
+"""One attention function for every encoder: it applies whichever hooks the encoder has.
+
+There is no dispatch on encoder names. The encoder's hooks (see :mod:`posenc.encodings.base`)
+decide what enters the computation and, with the device and the lengths, which path runs:
+
+- ``"cudnn"``: ``jax.nn.dot_product_attention(implementation="cudnn")``, the fused (flash) kernel on
+  NVIDIA GPUs. Content-free biases and content logits enter through the kernel's bias input.
+- ``"xla"``: the same call with XLA's implementation (any device).
+- ``"einsum"``: the reference: explicit logits, float32 softmax, explicit probabilities. The only
+  path for encoders with a ``value_term`` (their output needs the probabilities).
+- ``"blocked"``: the reference computed one block of queries at a time (``lax.map``), so memory
+  grows as ``T x block`` instead of ``T x S``; used for long evaluation windows.
+- ``"auto"``: :func:`choose_implementation`.
+
+Every path masks causally by index (key ``j`` is visible to query ``i`` when
+``j <= i + S - T``), computes logits and softmax in float32, and returns ``q``'s dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+from posenc.encodings.base import Encoding, Params
+
+IMPLEMENTATIONS = ("auto", "einsum", "blocked", "xla", "cudnn")
+_FUSED = ("xla", "cudnn")
+
+
+def choose_implementation(
+    encoding: Encoding,
+    q_len: int,
+    dtype: jnp.dtype,
+    block_size: int,
+    platform: str | None = None,
+) -> str:
+    """The path ``"auto"`` picks for this encoder, query length, dtype and platform.
+
+    - Encoders with a value term need the probabilities: ``einsum``, or ``blocked`` past one block.
+    - On a GPU in bf16/fp16, encoders without content logits use ``cudnn``; with a bias only up to
+      one block, since a dense ``[H, T, S]`` bias would make long windows quadratic in memory.
+    - Otherwise ``xla`` for short windows and ``blocked`` for long ones.
+    """
+    platform = platform or jax.default_backend()
+    hooks = encoding.hooks
+    long = q_len > block_size
+    if "value_term" in hooks:
+        return "blocked" if long else "einsum"
+    half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+    if platform in ("gpu", "cuda") and half and "content_logits" not in hooks:
+        if "bias" not in hooks or not long:
+            return "cudnn"
+    if long and ("bias" in hooks or "content_logits" in hooks or platform not in ("gpu", "cuda")):
+        return "blocked"
+    return "xla"
+
+
+def attend(
+    q: jax.Array,
+    k: jax.Array,
+    v: jax.Array,
+    *,
+    encoding: Encoding,
+    params: Params,
+    q_pos: jax.Array,
+    k_pos: jax.Array,
+    causal: bool = True,
+    implementation: str = "auto",
+    block_size: int = 512,
+) -> jax.Array:
+    """Multi-head attention with a positional encoder's hooks applied.
+
+    Args:
+      q: ``[B, T, H, Dh]`` queries (already projected).
+      k: ``[B, S, H, Dh]`` keys.
+      v: ``[B, S, H, Dh]`` values.
+      encoding: a bound encoder; only its hooks are used.
+      params: the encoder's parameters for this layer (``{}`` if it has none).
+      q_pos: ``[B, T]``, ``[1, T]`` or ``[T]`` integer query positions.
+      k_pos: ``[B, S]``, ``[1, S]`` or ``[S]`` integer key positions.
+      causal: mask keys after the query (aligned so the last query sees the last key).
+      implementation: one of ``IMPLEMENTATIONS``.
+      block_size: queries per block for the ``blocked`` path (and the ``auto`` threshold).
+
+    Returns:
+      ``[B, T, H, Dh]`` in ``q.dtype``.
+    """
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"model.attention_impl must be one of {list(IMPLEMENTATIONS)}, got {implementation!r}"
+        )
+    if not isinstance(block_size, int) or block_size < 1:
+        raise ValueError(f"model.attention_block_size must be a positive integer, got {block_size}")
+    q_pos = jnp.atleast_2d(q_pos).astype(jnp.int32)  # [B|1, T]
+    k_pos = jnp.atleast_2d(k_pos).astype(jnp.int32)  # [B|1, S]
+    if "rotate" in encoding.hooks:
+        q, k = encoding.rotate(q, k, q_pos, k_pos)
+    if implementation == "auto":
+        implementation = choose_implementation(encoding, q.shape[1], q.dtype, block_size)
+    if implementation in _FUSED:
+        if "value_term" in encoding.hooks:
+            raise ValueError(
+                f"model.attention_impl={implementation!r} cannot run encoding {encoding.name!r}: "
+                "its value term needs the attention probabilities; use 'einsum', 'blocked' or "
+                "'auto'"
+            )
+        return _fused(q, k, v, encoding, params, q_pos, k_pos, causal, implementation)
+    if implementation == "blocked" and q.shape[1] > block_size:
+        return _blocked(q, k, v, encoding, params, q_pos, k_pos, causal, block_size)
+    return _reference(q, k, v, encoding, params, q_pos, k_pos, causal, q_start=0)
+
+
+def _causal_mask(t: int, s: int, total_t: int, q_start: jax.Array | int) -> jax.Array:
+    """``[T, S]`` bool: query ``q_start + i`` of ``total_t`` may see key ``j``."""
+    i = q_start + jnp.arange(t)[:, None]
+    j = jnp.arange(s)[None, :]
+    return j <= i + (s - total_t)
+
+
+def _reference(q, k, v, encoding, params, q_pos, k_pos, causal, q_start, total_t=None):
+    """Explicit logits and probabilities; the definition every other path is tested against."""
+    hooks = encoding.hooks
+    t, s, head_dim = q.shape[1], k.shape[1], q.shape[-1]
+    logits = jnp.einsum("BTHD,BSHD->BHTS", q, k, preferred_element_type=jnp.float32)
+    if "content_logits" in hooks:
+        logits = logits + encoding.content_logits(params, q, k, q_pos, k_pos).astype(jnp.float32)
+    logits = logits / math.sqrt(head_dim)
+    if "bias" in hooks:
+        logits = logits + encoding.bias(params, q_pos, k_pos).astype(jnp.float32)
+    if causal:
+        mask = _causal_mask(t, s, total_t or t, q_start)
+        logits = jnp.where(mask[None, None], logits, jnp.finfo(jnp.float32).min)
+    probs = jax.nn.softmax(logits, axis=-1)  # [B, H, T, S] float32
+    out = jnp.einsum("BHTS,BSHD->BTHD", probs.astype(v.dtype), v)
+    if "value_term" in hooks:
+        out = out + encoding.value_term(params, probs, q_pos, k_pos).astype(out.dtype)
+    return out.astype(q.dtype)
+
+
+def _blocked(q, k, v, encoding, params, q_pos, k_pos, causal, block_size):
+    """The reference path over blocks of ``block_size`` queries (peak memory ``~ block x S``)."""
+    b, t, h, d = q.shape
+    num_blocks = -(-t // block_size)
+    pad = num_blocks * block_size - t
+    if pad:
+        # Padded queries continue the positions contiguously; their outputs are dropped below.
+        q = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0)))
+        extra = q_pos[:, -1:] + jnp.arange(1, pad + 1, dtype=q_pos.dtype)[None, :]
+        q_pos = jnp.concatenate([q_pos, extra], axis=1)
+    q_blocks = q.reshape(b, num_blocks, block_size, h, d).swapaxes(0, 1)  # [N, B, blk, H, Dh]
+    pos_blocks = q_pos.reshape(q_pos.shape[0], num_blocks, block_size).swapaxes(0, 1)
+    starts = jnp.arange(num_blocks) * block_size
+
+    def one_block(xs):
+        q_blk, pos_blk, start = xs
+        return _reference(
+            q_blk, k, v, encoding, params, pos_blk, k_pos, causal, q_start=start, total_t=t
+        )
+
+    out = jax.lax.map(one_block, (q_blocks, pos_blocks, starts))  # [N, B, blk, H, Dh]
+    return out.swapaxes(0, 1).reshape(b, num_blocks * block_size, h, d)[:, :t]
+
+
+def _fused(q, k, v, encoding, params, q_pos, k_pos, causal, implementation):
+    """``jax.nn.dot_product_attention`` with the encoder's logits as its bias input."""
+    hooks = encoding.hooks
+    t, s, head_dim = q.shape[1], k.shape[1], q.shape[-1]
+    bias = None
+    if "content_logits" in hooks:
+        bias = encoding.content_logits(params, q, k, q_pos, k_pos) / math.sqrt(head_dim)
+    if "bias" in hooks:
+        extra = encoding.bias(params, q_pos, k_pos)
+        bias = extra if bias is None else bias + extra
+    if bias is not None:
+        bias = bias.astype(q.dtype)
+    mask = None
+    if causal and t != s:
+        mask = _causal_mask(t, s, t, 0)[None, None]  # [1, 1, T, S]
+    return jax.nn.dot_product_attention(
+        q,
+        k,
+        v,
+        bias=bias,
+        mask=mask,
+        is_causal=causal and t == s,
+        implementation=implementation,
+    )

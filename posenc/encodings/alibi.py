@@ -1,0 +1,60 @@
+"""ALiBi, attention with linear biases (Press, Smith, Lewis 2022, "Train Short, Test Long").
+
+Head ``h`` adds ``-m_h * (i - j)`` to the logit of query ``i`` and key ``j``; nothing is added to
+the embeddings. The slopes form a geometric sequence (Sec. 3): for ``n`` heads, a power of two,
+``m_h = 2^(-8h/n)``, ``h = 1..n`` (8 heads: 1/2, 1/4, ..., 1/256). For other head counts the
+paper's code takes the slopes of the closest power of two below, ``n' = 2^floor(log2 n)``, and
+adds every other slope of ``2n'`` heads until there are ``n``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from posenc.encodings.base import Encoding, Params
+from posenc.encodings.relative import pairwise_offsets
+
+
+def _geometric_slopes(n: int) -> list[float]:
+    ratio = 2.0 ** (-8.0 / n)
+    return [ratio**h for h in range(1, n + 1)]
+
+
+def alibi_slopes(num_heads: int) -> np.ndarray:
+    """The per-head slopes ``m_h`` of ALiBi.
+
+    Args:
+      num_heads: number of attention heads ``H >= 1``.
+
+    Returns:
+      ``[H]`` float32 numpy array, decreasing.
+    """
+    if not isinstance(num_heads, int) or num_heads < 1:
+        raise ValueError(f"model.num_heads must be a positive integer, got {num_heads!r}")
+    if num_heads & (num_heads - 1) == 0:
+        slopes = _geometric_slopes(num_heads)
+    else:
+        lower = 2 ** math.floor(math.log2(num_heads))
+        slopes = _geometric_slopes(lower) + _geometric_slopes(2 * lower)[0::2][: num_heads - lower]
+    return np.asarray(slopes, dtype=np.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class ALiBi(Encoding):
+    """Linear distance penalties with the paper's fixed per-head slopes; no parameters."""
+
+    name = "alibi"
+    paper = "Press, Smith, Lewis 2022, Train Short, Test Long (ALiBi)"
+
+    def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+        """``[B|1, T]``, ``[B|1, S]`` positions -> ``[B|1, H, T, S]`` float32 logits."""
+        del params
+        slopes = jnp.asarray(alibi_slopes(self.bound_dims.num_heads))  # [H]
+        # k - q = -(i - j): the penalty grows with how far back the key is.
+        offsets = pairwise_offsets(q_pos, k_pos).astype(jnp.float32)  # [B|1, T, S]
+        return slopes[None, :, None, None] * offsets[:, None, :, :]  # [B|1, H, T, S]

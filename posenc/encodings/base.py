@@ -1,0 +1,137 @@
+"""The contract every positional encoder follows.
+
+An encoder is a frozen dataclass of hyperparameters plus pure functions of explicit arrays. It
+provides only the hooks it needs, and attention calls whichever are present:
+
+=================================================  =============================================
+hook                                               returns
+=================================================  =============================================
+``embed(params, positions)``                       ``[B|1, T, D]`` term added to token embeddings
+``rotate(q, k, q_pos, k_pos)``                     rotated ``q`` and ``k`` (same shapes)
+``bias(params, q_pos, k_pos)``                     content-free logits ``[B|1, H, T, S]``
+``content_logits(params, q, k, q_pos, k_pos)``     content-dependent logits ``[B, H, T, S]``
+``value_term(params, probs, q_pos, k_pos)``        ``[B, T, H, Dh]`` added to attention output
+=================================================  =============================================
+
+Shapes: ``q: [B, T, H, Dh]``, ``k: [B, S, H, Dh]``, ``probs: [B, H, T, S]``; positions are integer
+arrays ``[B|1, T]`` (queries) and ``[B|1, S]`` (keys) — attention normalises ``[T]`` to ``[1, T]``
+before calling a hook.
+
+Logit units: ``content_logits`` are *unscaled* terms added to ``q . k`` (both are multiplied by
+``1/sqrt(Dh)`` together, as in Shaw et al. and Transformer-XL); ``bias`` terms are added after
+scaling (as in T5 and ALiBi).
+
+Learned parameters are created by ``init(rng, dims)`` as a flat ``dict`` of arrays and passed back
+into the hooks; nothing lives in hidden module state. ``param_scope`` says where the model keeps
+them: ``"layer"`` (one set per attention layer) or ``"shared"`` (one set for the whole model, e.g.
+T5's bias table, or a learned absolute table used once at the input).
+
+An encoder is created unbound (``posenc.encodings.get("rope", base=1e4)``); the model binds it to
+its shape with :meth:`Encoding.bind`, which validates the combination (e.g. RoPE needs an even
+number of rotated dimensions) and fills :attr:`Encoding.dims`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, ClassVar, Self
+
+import jax
+
+Params = dict[str, jax.Array]
+
+HOOKS = ("embed", "rotate", "bias", "content_logits", "value_term")
+
+
+@dataclasses.dataclass(frozen=True)
+class Dims:
+    """The attention shape an encoder is bound to.
+
+    Attributes:
+      num_heads: attention heads ``H``.
+      head_dim: per-head width ``Dh``.
+      model_dim: residual stream width ``D``.
+    """
+
+    num_heads: int
+    head_dim: int
+    model_dim: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Encoding:
+    """Base class: hyperparameters as dataclass fields, hooks as methods of subclasses.
+
+    Subclasses set ``name`` (the registry key), ``paper`` (a one-line citation) and, when their
+    parameters are shared by all layers, ``param_scope = "shared"``. They define only the hooks
+    they need (see the module docstring); the base class defines none of them.
+    """
+
+    name: ClassVar[str] = ""
+    paper: ClassVar[str] = ""
+    param_scope: ClassVar[str] = "layer"
+    # Set by `bind`; None while unbound.
+    dims: Dims | None = dataclasses.field(default=None, kw_only=True)
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def bind(self, dims: Dims) -> Self:
+        """Returns a copy bound to ``dims`` after validating that this encoder supports them."""
+        for field, value in dataclasses.asdict(dims).items():
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"model.{field} must be a positive integer, got {value!r}")
+        self.validate(dims)
+        return dataclasses.replace(self, dims=dims)
+
+    def validate(self, dims: Dims) -> None:
+        """Raises ``ValueError`` if this encoder cannot run with ``dims``. Default: accepts all."""
+        del dims
+
+    def init(self, rng: jax.Array, dims: Dims) -> Params:
+        """Creates the learned parameters (a flat dict of arrays). Default: none."""
+        del rng, dims
+        return {}
+
+    def check_length(self, length: int) -> None:
+        """Raises ``ValueError`` if positions ``0..length-1`` are outside what the encoder supports.
+
+        Only encoders with a finite position table (learned absolute) override this.
+        """
+        del length
+
+    # -- introspection ---------------------------------------------------------------------
+
+    @property
+    def hooks(self) -> tuple[str, ...]:
+        """The hooks this encoder provides, in the order attention applies them."""
+        return tuple(h for h in HOOKS if callable(getattr(self, h, None)))
+
+    @property
+    def bound_dims(self) -> Dims:
+        if self.dims is None:
+            raise RuntimeError(
+                f"encoding {self.name!r} is not bound to a model shape; call .bind(Dims(...)) "
+                "first (the model does this for you)"
+            )
+        return self.dims
+
+    def hparams(self) -> dict[str, Any]:
+        """The hyperparameters as a plain dict (without ``dims``), e.g. for reports."""
+        out = dataclasses.asdict(self)
+        out.pop("dims")
+        return out
+
+
+def check_choice(field: str, value: Any, allowed: tuple[Any, ...]) -> None:
+    """Raises a ``ValueError`` naming ``field`` and the allowed values if ``value`` is not one."""
+    if value not in allowed:
+        raise ValueError(f"{field} must be one of {list(allowed)}, got {value!r}")
+
+
+def check_positive(field: str, value: Any, *, allow_zero: bool = False) -> None:
+    """Raises a ``ValueError`` naming ``field`` unless ``value`` is a positive (or >= 0) number."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    ok = ok and (value >= 0 if allow_zero else value > 0)
+    if not ok:
+        bound = ">= 0" if allow_zero else "> 0"
+        raise ValueError(f"{field} must be a number {bound}, got {value!r}")

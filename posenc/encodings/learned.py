@@ -1,0 +1,51 @@
+"""Learned absolute position embeddings (as in GPT-2 / BERT; Vaswani et al. 2017 compare them)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from posenc.encodings.base import Dims, Encoding, Params
+
+
+@dataclasses.dataclass(frozen=True)
+class Learned(Encoding):
+    """A learned table of ``max_len`` position vectors added to the token embeddings.
+
+    The table has no row for positions ``>= max_len``: :meth:`check_length` refuses such lengths
+    before anything is compiled, and positions passed explicitly beyond the table embed as NaN
+    (so a silent wrong answer is impossible).
+
+    Attributes:
+      max_len: rows of the table, i.e. the longest sequence the model can read.
+      init_std: standard deviation of the normal initialiser.
+    """
+
+    name = "learned"
+    paper = "Learned absolute positions (Gehring et al. 2017; Vaswani et al. 2017, Table 3)"
+    param_scope = "shared"
+
+    max_len: int = 2048
+    init_std: float = 0.02
+
+    def __post_init__(self):
+        if not isinstance(self.max_len, int) or self.max_len < 1:
+            raise ValueError(f"encoding.max_len must be a positive integer, got {self.max_len!r}")
+
+    def init(self, rng: jax.Array, dims: Dims) -> Params:
+        table = self.init_std * jax.random.normal(rng, (self.max_len, dims.model_dim))
+        return {"table": table.astype(jnp.float32)}
+
+    def check_length(self, length: int) -> None:
+        if length > self.max_len:
+            raise ValueError(
+                f"the learned absolute encoding has a table of encoding.max_len={self.max_len} "
+                f"positions and cannot embed a sequence of {length} tokens; raise "
+                "encoding.max_len (and retrain) or evaluate at lengths <= max_len"
+            )
+
+    def embed(self, params: Params, positions: jax.Array) -> jax.Array:
+        """``[B|1, T]`` positions -> ``[B|1, T, D]`` rows of the table (NaN beyond it)."""
+        return jnp.take(params["table"], positions, axis=0, mode="fill", fill_value=jnp.nan)

@@ -1,0 +1,121 @@
+"""Relative position representations (Shaw, Uszkoreit, Vaswani 2018, "Self-Attention with
+Relative Position Representations").
+
+Each clipped relative distance ``clip(j - i, -k, k)`` has two learned vectors, ``a^K`` and
+``a^V`` (shared across heads, as in the paper, Sec. 3.3), entering attention as (Eqs. 3-4)::
+
+    e_ij = q_i . (k_j + a^K_{clip(j-i)}) / sqrt(Dh)
+    z_i  = sum_j alpha_ij (v_j + a^V_{clip(j-i)})
+
+The ``L x L x Dh`` tensor ``a_ij`` is never built. Keys: ``q_i . a^K_r`` is computed against the
+``2k + 1`` embeddings (``[B, H, T, 2k+1]``), spread to the ``T + S`` offsets of the relative
+table by a one-hot matmul, and skewed into ``[B, H, T, S]`` by :func:`rel_shift`. Values: the
+probabilities are un-skewed with the transpose of that shift, summed per clipped distance by the
+transposed one-hot matmul, and multiplied by ``a^V``. Neither direction gathers or scatters, so
+the backward pass stays dense (a gather here turns into a slow scatter on GPUs).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from posenc.encodings.base import Dims, Encoding, Params
+from posenc.encodings.relative import rel_shift, rel_unshift, relative_offsets
+
+
+def clipped_relative_index(q_pos: jax.Array, k_pos: jax.Array, max_distance: int) -> jax.Array:
+    """Row of the Shaw tables used by each (query, key) pair: ``clip(j - i, -k, k) + k``.
+
+    Args:
+      q_pos: ``[..., T]`` integer query positions ``i``.
+      k_pos: ``[..., S]`` integer key positions ``j``.
+      max_distance: the clip distance ``k >= 0``.
+
+    Returns:
+      ``[..., T, S]`` int32 indices into ``[2k + 1]`` tables.
+    """
+    if not isinstance(max_distance, int) or max_distance < 0:
+        raise ValueError(f"encoding.max_distance must be an integer >= 0, got {max_distance!r}")
+    offsets = k_pos[..., None, :].astype(jnp.int32) - q_pos[..., :, None].astype(jnp.int32)
+    return jnp.clip(offsets, -max_distance, max_distance) + max_distance
+
+
+def _offset_one_hot(q_pos: jax.Array, k_pos: jax.Array, max_distance: int, dtype) -> jax.Array:
+    """``[B|1, T + S, 2k + 1]``: which clipped distance each column of the relative table uses."""
+    offsets = relative_offsets(q_pos, k_pos)  # [B|1, T + S]
+    index = jnp.clip(offsets, -max_distance, max_distance) + max_distance
+    return jax.nn.one_hot(index, 2 * max_distance + 1, dtype=dtype)
+
+
+def _einsum_batch1(spec: str, x: jax.Array, one_hot: jax.Array) -> jax.Array:
+    """``jnp.einsum`` where ``one_hot``'s leading ``B`` may be 1 (positions shared by the batch)."""
+    if one_hot.shape[0] == 1:
+        lhs, out = spec.split("->")
+        x_spec, oh_spec = lhs.split(",")
+        return jnp.einsum(f"{x_spec},{oh_spec[1:]}->{out}", x, one_hot[0])
+    return jnp.einsum(spec, x, one_hot)
+
+
+@dataclasses.dataclass(frozen=True)
+class Shaw(Encoding):
+    """Clipped relative key and value embeddings, one pair of tables per layer.
+
+    Positions must be contiguous within each row (``q0 + arange(T)``, ``k0 + arange(S)``), as
+    they are for every window posenc builds.
+
+    Attributes:
+      max_distance: the clip distance ``k`` (the paper uses 16 for translation; any ``k >= 0``).
+      values: add the ``a^V`` value term (the paper's full method); False keeps only keys.
+      init_std: standard deviation of the normal initialiser of both tables.
+    """
+
+    name = "shaw"
+    paper = "Shaw, Uszkoreit, Vaswani 2018, Self-Attention with Relative Position Representations"
+
+    max_distance: int = 16
+    values: bool = True
+    init_std: float = 0.02
+
+    def __post_init__(self):
+        if not isinstance(self.max_distance, int) or self.max_distance < 0:
+            raise ValueError(
+                f"encoding.max_distance (Shaw's clip distance k) must be an integer >= 0, "
+                f"got {self.max_distance!r}"
+            )
+
+    def init(self, rng: jax.Array, dims: Dims) -> Params:
+        shape = (2 * self.max_distance + 1, dims.head_dim)
+        rk, rv = jax.random.split(rng)
+        params = {"key_table": self.init_std * jax.random.normal(rk, shape)}
+        if self.values:
+            params["value_table"] = self.init_std * jax.random.normal(rv, shape)
+        return params
+
+    def content_logits(
+        self, params: Params, q: jax.Array, k: jax.Array, q_pos: jax.Array, k_pos: jax.Array
+    ) -> jax.Array:
+        """``q . a^K_{clip(j-i)}`` for every pair: ``q: [B, T, H, Dh]`` -> ``[B, H, T, S]``."""
+        del k
+        table = params["key_table"].astype(q.dtype)
+        per_distance = jnp.einsum("BTHD,KD->BHTK", q, table)  # [B, H, T, 2k+1]
+        one_hot = _offset_one_hot(q_pos, k_pos, self.max_distance, q.dtype)  # [B|1, R, 2k+1]
+        per_offset = _einsum_batch1("BHTK,BRK->BHTR", per_distance, one_hot)  # [B, H, T, T+S]
+        return rel_shift(per_offset)  # [B, H, T, S]
+
+    def _value_term(
+        self, params: Params, probs: jax.Array, q_pos: jax.Array, k_pos: jax.Array
+    ) -> jax.Array:
+        """``sum_j p_ij a^V_{clip(j-i)}``: ``probs: [B, H, T, S]`` -> ``[B, T, H, Dh]``."""
+        per_offset = rel_unshift(probs)  # [B, H, T, T+S]
+        one_hot = _offset_one_hot(q_pos, k_pos, self.max_distance, probs.dtype)
+        per_distance = _einsum_batch1("BHTR,BRK->BHTK", per_offset, one_hot)  # [B, H, T, 2k+1]
+        table = params["value_table"].astype(probs.dtype)
+        return jnp.einsum("BHTK,KD->BTHD", per_distance, table)
+
+    @property
+    def value_term(self):
+        # Only the full method has the hook; attention checks for it to choose a path.
+        return self._value_term if self.values else None

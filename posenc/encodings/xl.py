@@ -1,0 +1,97 @@
+"""Transformer-XL relative attention (Dai et al. 2019, "Transformer-XL", Sec. 3.3).
+
+The logit of query ``i`` and key ``j`` is the sum of four terms (Eq. in Sec. 3.3)::
+
+    A_ij = q_i . k_j                 (a) content
+         + q_i . W_kR R_{i-j}        (b) content-dependent position
+         + u   . k_j                 (c) global content bias
+         + v   . W_kR R_{i-j}        (d) global position bias
+
+where ``R`` is the sinusoid table of Vaswani et al. evaluated at the distance ``i - j`` (optionally
+clamped to ``clamp_len``), ``W_kR`` a learned projection, and ``u``, ``v`` learned per head.
+Attention computes (a); this module returns (b) + (c) + (d). Terms (b) and (d) are computed as
+``(q_i + v) . W_kR R_d`` against the ``T + S`` distances of the relative table and moved to their
+(query, key) pairs with the rel-shift trick (:func:`posenc.encodings.relative.rel_shift`); no
+``L x L x D`` tensor is built.
+
+Parameters are kept per layer (the original code's ``untie_r=True`` setting).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from posenc.encodings.base import Dims, Encoding, Params
+from posenc.encodings.relative import rel_shift, relative_offsets
+from posenc.encodings.sinusoidal import sinusoidal_table
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerXL(Encoding):
+    """Relative sinusoids projected by ``W_kR`` plus global biases ``u`` and ``v``.
+
+    Positions must be contiguous within each row (``q0 + arange(T)``, ``k0 + arange(S)``), as
+    they are for every window posenc builds.
+
+    Attributes:
+      clamp_len: distances beyond this share the sinusoid of ``clamp_len`` (None: no clamping).
+      base: wavelength base of the relative sinusoids.
+      init_std: standard deviation of the normal initialisers.
+    """
+
+    name = "xl"
+    paper = "Dai et al. 2019, Transformer-XL: Attentive Language Models Beyond a Fixed-Length..."
+
+    clamp_len: int | None = None
+    base: float = 10000.0
+    init_std: float = 0.02
+
+    def __post_init__(self):
+        if self.clamp_len is not None and (
+            not isinstance(self.clamp_len, int) or self.clamp_len < 0
+        ):
+            raise ValueError(
+                f"encoding.clamp_len must be None or an integer >= 0, got {self.clamp_len!r}"
+            )
+
+    def validate(self, dims: Dims) -> None:
+        if dims.model_dim % 2:
+            raise ValueError(
+                f"Transformer-XL's relative sinusoids need an even model.model_dim, "
+                f"got {dims.model_dim}"
+            )
+
+    def init(self, rng: jax.Array, dims: Dims) -> Params:
+        ru, rv, rw = jax.random.split(rng, 3)
+        h, d, m = dims.num_heads, dims.head_dim, dims.model_dim
+        return {
+            "u": self.init_std * jax.random.normal(ru, (h, d)),
+            "v": self.init_std * jax.random.normal(rv, (h, d)),
+            # Scaled like a dense layer so that W_kR R has unit-ish variance per channel.
+            "w_r": jax.random.normal(rw, (m, h, d)) / jnp.sqrt(m),
+        }
+
+    def relative_keys(self, params: Params, distances: jax.Array, dtype) -> jax.Array:
+        """``W_kR R_d``: ``[..., N]`` integer distances ``i - j`` -> ``[..., N, H, Dh]``."""
+        if self.clamp_len is not None:
+            distances = jnp.minimum(distances, self.clamp_len)
+        r = sinusoidal_table(distances, self.bound_dims.model_dim, self.base)  # [..., N, D]
+        return jnp.einsum("...NM,MHD->...NHD", r.astype(dtype), params["w_r"].astype(dtype))
+
+    def content_logits(
+        self, params: Params, q: jax.Array, k: jax.Array, q_pos: jax.Array, k_pos: jax.Array
+    ) -> jax.Array:
+        """Terms (b) + (c) + (d): ``q: [B, T, H, Dh]``, ``k: [B, S, H, Dh]`` -> ``[B, H, T, S]``."""
+        distances = -relative_offsets(q_pos, k_pos)  # [B|1, T + S], i - j per table column
+        rel_keys = self.relative_keys(params, distances, q.dtype)  # [B|1, R, H, Dh]
+        query = q + params["v"].astype(q.dtype)  # [B, T, H, Dh]
+        if rel_keys.shape[0] == 1:
+            per_offset = jnp.einsum("BTHD,RHD->BHTR", query, rel_keys[0])
+        else:
+            per_offset = jnp.einsum("BTHD,BRHD->BHTR", query, rel_keys)  # [B, H, T, T+S]
+        position_terms = rel_shift(per_offset)  # (b) + (d): [B, H, T, S]
+        content_bias = jnp.einsum("HD,BSHD->BHS", params["u"].astype(k.dtype), k)  # (c)
+        return position_terms + content_bias[:, :, None, :]

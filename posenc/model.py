@@ -1,0 +1,258 @@
+"""The shared decoder-only transformer (Flax NNX) that every positional encoder plugs into.
+
+Pre-norm blocks (norm -> attention -> residual, norm -> MLP -> residual), a final norm and a
+tied output projection by default. The encoder is a constructor argument and the model never
+names one: it adds ``embed`` terms at the input when the encoder has that hook, keeps the
+encoder's parameters where its ``param_scope`` says, and hands everything else to
+:func:`posenc.attention.attend`.
+
+Precision: parameters in float32; matmuls in ``ModelConfig.dtype`` (bfloat16 by default);
+norms, softmax and the output logits in float32.
+
+Dropout takes an explicit RNG key (``model(tokens, rng=key)``); without one the model is
+deterministic. Dropout is applied to the embeddings and to each residual branch.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from posenc.attention import IMPLEMENTATIONS, attend
+from posenc.encodings.base import Dims, Encoding, Params
+
+NORMS = ("layernorm", "rmsnorm")
+DTYPES = ("bfloat16", "float32", "float16")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Shape and numerics of the transformer.
+
+    Attributes:
+      vocab_size: token ids are in ``[0, vocab_size)`` (257 for bytes plus a separator).
+      num_layers: transformer blocks.
+      model_dim: residual stream width ``D``.
+      num_heads: attention heads ``H``; ``head_dim = model_dim // num_heads`` unless given.
+      mlp_dim: hidden width of the MLP.
+      head_dim: per-head width; None derives it from ``model_dim // num_heads``.
+      dropout: dropout rate on the embeddings and residual branches.
+      norm: ``"layernorm"`` or ``"rmsnorm"``.
+      dtype: compute dtype of the matmuls.
+      tie_embeddings: reuse the token embedding as the output projection.
+      attention_impl: an attention path, see :mod:`posenc.attention`.
+      attention_block_size: query block of the ``blocked`` path and the ``auto`` threshold.
+    """
+
+    vocab_size: int = 257
+    num_layers: int = 2
+    model_dim: int = 64
+    num_heads: int = 4
+    mlp_dim: int = 256
+    head_dim: int | None = None
+    dropout: float = 0.0
+    norm: str = "layernorm"
+    dtype: str = "bfloat16"
+    tie_embeddings: bool = True
+    attention_impl: str = "auto"
+    attention_block_size: int = 512
+
+    def __post_init__(self):
+        for field in ("vocab_size", "num_layers", "model_dim", "num_heads", "mlp_dim"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or value < 1:
+                raise ValueError(f"model.{field} must be a positive integer, got {value!r}")
+        if self.head_dim is None and self.model_dim % self.num_heads:
+            raise ValueError(
+                f"model.model_dim={self.model_dim} is not divisible by model.num_heads="
+                f"{self.num_heads}; change one of them or set model.head_dim"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
+        for field, allowed in (
+            ("norm", NORMS),
+            ("dtype", DTYPES),
+            ("attention_impl", IMPLEMENTATIONS),
+        ):
+            if getattr(self, field) not in allowed:
+                raise ValueError(
+                    f"model.{field} must be one of {list(allowed)}, got {getattr(self, field)!r}"
+                )
+
+    @property
+    def dims(self) -> Dims:
+        head_dim = self.head_dim or self.model_dim // self.num_heads
+        return Dims(num_heads=self.num_heads, head_dim=head_dim, model_dim=self.model_dim)
+
+
+def _dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
+    if rng is None or rate == 0.0:
+        return x
+    keep = jax.random.bernoulli(rng, 1.0 - rate, x.shape)
+    return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
+
+
+def _norm(config: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
+    cls = nnx.LayerNorm if config.norm == "layernorm" else nnx.RMSNorm
+    return cls(config.model_dim, dtype=jnp.float32, param_dtype=jnp.float32, rngs=rngs)
+
+
+def _encoder_params(encoding: Encoding, rngs: nnx.Rngs) -> nnx.Dict:
+    params = encoding.init(rngs.params(), encoding.bound_dims)
+    return nnx.Dict({name: nnx.Param(value) for name, value in params.items()})
+
+
+def _values(params: nnx.Dict | None) -> Params:
+    return {} if params is None else {name: p[...] for name, p in params.items()}
+
+
+class Block(nnx.Module):
+    """Pre-norm transformer block; owns the encoder's parameters when they are per layer."""
+
+    def __init__(self, config: ModelConfig, encoding: Encoding, *, rngs: nnx.Rngs):
+        dims = config.dims
+        dtype = jnp.dtype(config.dtype)
+        dense = dict(dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
+        inner = dims.num_heads * dims.head_dim
+        self.config = config
+        self.encoding = encoding
+        self.attn_norm = _norm(config, rngs)
+        self.qkv = nnx.Linear(config.model_dim, 3 * inner, use_bias=False, **dense)
+        self.out = nnx.Linear(inner, config.model_dim, use_bias=False, **dense)
+        self.mlp_norm = _norm(config, rngs)
+        self.mlp_in = nnx.Linear(config.model_dim, config.mlp_dim, **dense)
+        self.mlp_out = nnx.Linear(config.mlp_dim, config.model_dim, **dense)
+        self.pos_params = (
+            _encoder_params(encoding, rngs) if encoding.param_scope == "layer" else None
+        )
+
+    def __call__(
+        self,
+        x: jax.Array,
+        positions: jax.Array,
+        shared_params: Params,
+        rng: jax.Array | None,
+    ) -> jax.Array:
+        """``x: [B, T, D]`` float32 residual stream -> same shape."""
+        config, dims = self.config, self.config.dims
+        b, t, _ = x.shape
+        attn_rng, mlp_rng = jax.random.split(rng) if rng is not None else (None, None)
+        params = shared_params if self.pos_params is None else _values(self.pos_params)
+
+        h = self.attn_norm(x).astype(config.dtype)
+        qkv = self.qkv(h).reshape(b, t, 3, dims.num_heads, dims.head_dim)  # [B, T, 3, H, Dh]
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [B, T, H, Dh] each
+        attn = attend(
+            q,
+            k,
+            v,
+            encoding=self.encoding,
+            params=params,
+            q_pos=positions,
+            k_pos=positions,
+            implementation=config.attention_impl,
+            block_size=config.attention_block_size,
+        )
+        attn = self.out(attn.reshape(b, t, dims.num_heads * dims.head_dim))  # [B, T, D]
+        x = x + _dropout(attn, config.dropout, attn_rng).astype(jnp.float32)
+
+        h = self.mlp_norm(x).astype(config.dtype)
+        h = self.mlp_out(jax.nn.gelu(self.mlp_in(h)))
+        return x + _dropout(h, config.dropout, mlp_rng).astype(jnp.float32)
+
+
+class Transformer(nnx.Module):
+    """Decoder-only language model around one positional encoder.
+
+    Args:
+      config: shape and numerics.
+      encoding: an unbound encoder (``posenc.encodings.get(...)``); the model binds it to its
+        dimensions, which validates the combination (e.g. RoPE and odd head dimensions).
+      rngs: parameter initialisation RNG streams.
+    """
+
+    def __init__(self, config: ModelConfig, encoding: Encoding, *, rngs: nnx.Rngs):
+        encoding = encoding.bind(config.dims)
+        if "embed" in encoding.hooks and encoding.param_scope != "shared":
+            raise ValueError(
+                f"encoding {encoding.name!r} adds an input embedding, so its parameters must be "
+                "shared (param_scope='shared')"
+            )
+        self.config = config
+        self.encoding = encoding
+        std = 1.0 / math.sqrt(config.model_dim)
+        self.embed = nnx.Embed(
+            config.vocab_size,
+            config.model_dim,
+            dtype=jnp.float32,
+            param_dtype=jnp.float32,
+            embedding_init=nnx.initializers.normal(std),
+            rngs=rngs,
+        )
+        self.shared_pos_params = (
+            _encoder_params(encoding, rngs) if encoding.param_scope == "shared" else None
+        )
+        self.blocks = nnx.List(
+            [Block(config, encoding, rngs=rngs) for _ in range(config.num_layers)]
+        )
+        self.final_norm = _norm(config, rngs)
+        self.unembed = (
+            None
+            if config.tie_embeddings
+            else nnx.Linear(
+                config.model_dim,
+                config.vocab_size,
+                use_bias=False,
+                dtype=jnp.dtype(config.dtype),
+                param_dtype=jnp.float32,
+                rngs=rngs,
+            )
+        )
+
+    def __call__(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array | None = None,
+        *,
+        rng: jax.Array | None = None,
+    ) -> jax.Array:
+        """Next-token logits.
+
+        Args:
+          tokens: ``[B, T]`` integer token ids.
+          positions: ``[B, T]`` or ``[T]`` integer positions; default ``arange(T)``.
+          rng: dropout key; None for a deterministic pass.
+
+        Returns:
+          ``[B, T, vocab_size]`` float32 logits.
+        """
+        config = self.config
+        t = tokens.shape[1]
+        if positions is None:
+            self.encoding.check_length(t)
+            positions = jnp.arange(t, dtype=jnp.int32)
+        positions = jnp.atleast_2d(positions).astype(jnp.int32)  # [B|1, T]
+        shared = _values(self.shared_pos_params)
+
+        # Token embeddings scaled by sqrt(D) as in Vaswani et al., so they and the sinusoids
+        # (entries in [-1, 1]) start on the same scale.
+        x = self.embed(tokens) * math.sqrt(config.model_dim)  # [B, T, D] float32
+        if "embed" in self.encoding.hooks:
+            x = x + self.encoding.embed(shared, positions).astype(jnp.float32)
+        rngs = jax.random.split(rng, config.num_layers + 1) if rng is not None else None
+        x = _dropout(x, config.dropout, None if rngs is None else rngs[-1])
+        for i, block in enumerate(self.blocks):
+            x = block(x, positions, shared, None if rngs is None else rngs[i])
+        x = self.final_norm(x)
+        if self.unembed is None:
+            return x @ self.embed.embedding[...].T  # [B, T, V] float32
+        return self.unembed(x.astype(config.dtype)).astype(jnp.float32)
+
+    def num_params(self) -> int:
+        """Number of learned parameters (encoder parameters included)."""
+        state = nnx.state(self, nnx.Param)
+        return sum(int(x.size) for x in jax.tree.leaves(state))
