@@ -1,0 +1,33 @@
+"""Data for posenc: sources addressed by spec strings, a byte tokenizer, and batching.
+
+Typical use::
+
+    source = posenc.data.get_source("pystdlib")           # or "textdir:<path>", "tfds:pg19"
+    train = TrainWindows(source.split_stream("train"), seq_len=512, global_batch=32, seed=0)
+    batch = train.batch(step)                             # {"inputs", "targets"} int32
+    windows = eval_windows(source.split_stream("validation"), length=2048)
+    for b in windows.iter_batches(8): ...                 # {"inputs", "targets", "mask"}
+
+Nothing downloads at run time; `prepare(spec)` is the explicit preparation step.
+"""
+
+from posenc.data.base import DataNotFoundError, Source, default_data_dir
+from posenc.data.batching import EvalWindows, TrainWindows, eval_windows
+from posenc.data.sources import SPEC_FORMS, get_source, prepare
+from posenc.data.tokenizer import SEP_ID, SEP_TEXT, VOCAB_SIZE, ByteTokenizer
+
+__all__ = [
+    "SEP_ID",
+    "SEP_TEXT",
+    "SPEC_FORMS",
+    "VOCAB_SIZE",
+    "ByteTokenizer",
+    "DataNotFoundError",
+    "EvalWindows",
+    "Source",
+    "TrainWindows",
+    "default_data_dir",
+    "eval_windows",
+    "get_source",
+    "prepare",
+]
