@@ -5,10 +5,18 @@ Importing this module registers the builder with TFDS under the name `posenc_tex
 TFDS falls back to a read-only builder made from the prepared files.
 
 Works without TensorFlow in TFDS 4.9: `download_and_prepare(file_format="array_record")` writes
-through the `array_record` package. Two things differ from the TFDS template, both checked by
-experiment: `_info` builds `tfds.core.DatasetInfo` directly (`dataset_info_from_configs` expects
-metadata files next to the builder's module, which a library module does not have), and shuffling
-is disabled in `DatasetInfo` so records keep the sorted file order.
+through the `array_record` package. Three things differ from the TFDS template, all found by
+experiment with TFDS 4.9.10:
+
+- `_info` builds `tfds.core.DatasetInfo` directly: `dataset_info_from_configs` expects metadata
+  files next to the builder's module, which a library module does not have.
+- Shuffling is disabled in `DatasetInfo` (a class attribute is ignored), so records keep the
+  sorted file order.
+- `code_path` is overridden to None. TFDS uses it only to find a `checksums.tsv` of download URLs
+  (we download nothing), and its default implementation touches `importlib_resources`, which TFDS
+  4.9.10 declares as a dependency only for Python < 3.9 (tensorflow/datasets#11212): without that
+  package, `download_and_prepare` of any builder defined inside a package fails with
+  "No module named 'importlib_resources'".
 """
 
 from __future__ import annotations
@@ -35,6 +43,12 @@ class PosencTextdir(tfds.core.GeneratorBasedBuilder):
 
     VERSION = tfds.core.Version("1.0.0")
     RELEASE_NOTES = {"1.0.0": "One record per UTF-8 text file."}
+
+    @tfds.core.utils.classproperty
+    @classmethod
+    def code_path(cls) -> None:
+        """No code folder: there are no download checksums to look up (see module docstring)."""
+        return None
 
     def __init__(
         self,
