@@ -121,7 +121,9 @@ def test_concurrent_builds_agree_and_leave_no_temp_files(tmp_path):
 
     def build():
         try:
-            results.append(np.array(PyStdlibSource(data, root=tmp_path / "lib").split_stream("train")))
+            results.append(
+                np.array(PyStdlibSource(data, root=tmp_path / "lib").split_stream("train"))
+            )
         except Exception as err:  # pragma: no cover - reported below
             errors.append(err)
 
