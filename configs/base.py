@@ -1,0 +1,131 @@
+"""Base configuration: one encoder, trained at one length, evaluated at several.
+
+Variants (select with ``--config configs/base.py:VARIANT``):
+
+- ``base`` (default): 6 layers, width 512, 8 heads, train length 512, batch 64, 20k steps; a
+  real run for one GPU (about 20 minutes per encoder on an H100 with RoPE or ALiBi).
+- ``tiny``: 2 layers, width 64, train length 64, 300 steps; a CPU smoke run of about a minute.
+
+Example::
+
+    posenc train --config configs/base.py:tiny --config.encoding.name=alibi --workdir runs/alibi
+    posenc eval --workdir runs/alibi --lengths 64,256,1024
+
+Every field is commented; ``posenc.config.validate`` checks them before anything compiles.
+"""
+
+import ml_collections
+
+
+def get_config(variant: str = "base") -> ml_collections.ConfigDict:
+    config = ml_collections.ConfigDict()
+    # Seed of parameter initialisation, training-window sampling and dropout.
+    config.seed = 0
+
+    config.model = ml_collections.ConfigDict()
+    # Number of token ids; 257 = 256 bytes + the document separator of the byte tokenizer.
+    config.model.vocab_size = 257
+    # Transformer blocks.
+    config.model.num_layers = 6
+    # Residual stream width D.
+    config.model.model_dim = 512
+    # Attention heads; head_dim = model_dim // num_heads unless model.head_dim is set.
+    config.model.num_heads = 8
+    # Hidden width of each MLP.
+    config.model.mlp_dim = 2048
+    # Per-head width; None derives it from model_dim // num_heads.
+    config.model.head_dim = ml_collections.config_dict.placeholder(int)
+    # Dropout on embeddings and residual branches (0 for the short runs posenc targets).
+    config.model.dropout = 0.0
+    # "layernorm" or "rmsnorm".
+    config.model.norm = "layernorm"
+    # Matmul dtype: "bfloat16" (GPU/TPU), "float32" (exact CPU runs) or "float16".
+    config.model.dtype = "bfloat16"
+    # Reuse the token embedding as the output projection.
+    config.model.tie_embeddings = True
+    # Attention path: "auto", "einsum", "blocked", "xla" or "cudnn" (see posenc/attention.py).
+    config.model.attention_impl = "auto"
+    # Queries per block of the "blocked" path; longer windows are evaluated block by block.
+    config.model.attention_block_size = 512
+
+    config.encoding = ml_collections.ConfigDict()
+    # Registered encoder name: alibi, learned, nope, rope, shaw, sinusoidal, t5, xl.
+    config.encoding.name = "rope"
+    # Encoder hyperparameters, passed to posenc.encodings.get(name, **hparams); e.g.
+    # --config.encoding.hparams.base=500000 for RoPE. Unknown names are rejected.
+    config.encoding.hparams = ml_collections.ConfigDict()
+
+    config.data = ml_collections.ConfigDict()
+    # "pystdlib" (embedded default), "textdir:<path>" or "tfds:<name>[/<config>]".
+    config.data.source = "pystdlib"
+    # Where prepared data sets and caches live; None: $POSENC_DATA_DIR or ~/.cache/posenc/data.
+    config.data.data_dir = ml_collections.config_dict.placeholder(str)
+    # Feature holding the text in tfds: data sets; None: "text", or the only text feature.
+    config.data.text_field = ml_collections.config_dict.placeholder(str)
+
+    config.optim = ml_collections.ConfigDict()
+    # Peak learning rate of AdamW.
+    config.optim.learning_rate = 1e-3
+    # Linear warmup steps from 0 to the peak.
+    config.optim.warmup_steps = 1000
+    # Cosine decay ends at learning_rate * final_lr_ratio.
+    config.optim.final_lr_ratio = 0.1
+    # Decoupled weight decay, applied to matrices only (not norms, biases or position tables).
+    config.optim.weight_decay = 0.1
+    # Adam moments.
+    config.optim.b1 = 0.9
+    config.optim.b2 = 0.95
+    config.optim.eps = 1e-8
+    # Clip the global gradient norm to this (0 disables clipping).
+    config.optim.grad_clip = 1.0
+
+    config.train = ml_collections.ConfigDict()
+    # Training window length in tokens: the "train short" length.
+    config.train.seq_len = 512
+    # Global batch size in windows (divided over devices and processes).
+    config.train.batch_size = 64
+    # Optimizer steps.
+    config.train.steps = 20_000
+    # Write a metrics line (JSONL, TensorBoard) and check for non-finite loss every N steps.
+    config.train.log_every = 100
+    # Save a checkpoint every N steps (and at the end).
+    config.train.checkpoint_every = 2000
+    # Checkpoints to keep.
+    config.train.keep_checkpoints = 2
+    # Show a progress bar (step, loss, tokens/s, ETA).
+    config.train.progress = True
+
+    config.eval = ml_collections.ConfigDict()
+    # Evaluation window lengths in tokens; empty: eval.multiples x train.seq_len.
+    config.eval.lengths = ()
+    # Multiples of train.seq_len evaluated when eval.lengths is empty.
+    config.eval.multiples = (1, 2, 4, 8, 16)
+    # Split scored: "validation" or "test".
+    config.eval.split = "validation"
+    # "nonoverlapping" (every token scored once, as in ALiBi's tables) or "sliding".
+    config.eval.mode = "nonoverlapping"
+    # Sliding mode: tokens scored per window (the window advances by this much).
+    config.eval.stride = ml_collections.config_dict.placeholder(int)
+    # Tokens per evaluation batch (windows per batch = max(1, batch_tokens // length)).
+    config.eval.batch_tokens = 65_536
+    # Score at most this many tokens per length (0: the whole split); the count is reported.
+    config.eval.max_tokens = 0
+
+    config.distributed = ml_collections.ConfigDict()
+    # Call jax.distributed.initialize() before training (several hosts / processes).
+    config.distributed.initialize = False
+    # Coordinator "host:port"; None reads the environment (cluster auto-detection).
+    config.distributed.coordinator_address = ml_collections.config_dict.placeholder(str)
+    # Total processes and this process's id; None reads the environment.
+    config.distributed.num_processes = ml_collections.config_dict.placeholder(int)
+    config.distributed.process_id = ml_collections.config_dict.placeholder(int)
+
+    if variant == "tiny":
+        config.model.update(num_layers=2, model_dim=64, num_heads=4, mlp_dim=256, dtype="float32")
+        config.optim.update(learning_rate=3e-3, warmup_steps=30)
+        config.train.update(seq_len=64, batch_size=16, steps=300, log_every=25)
+        config.train.checkpoint_every = 100
+        config.eval.update(multiples=(1, 2, 4), batch_tokens=16_384, max_tokens=65_536)
+    elif variant != "base":
+        raise ValueError(f"configs/base.py has variants 'base' and 'tiny', got {variant!r}")
+    return config

@@ -1,0 +1,199 @@
+"""Loading, overriding and validating ``ml_collections`` configs.
+
+A config is named by a file and an optional variant, big_vision style:
+``configs/base.py:tiny`` calls ``get_config("tiny")`` in ``configs/base.py``. Overrides are dotted
+assignments, ``encoding.name=alibi`` or ``eval.lengths=64,128,512``; values are read as Python
+literals when they parse as one and as strings otherwise.
+
+:func:`validate` checks every field a run depends on *before* anything is compiled and raises a
+``ValueError`` that names the field and the allowed values.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import os
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import ml_collections
+
+from posenc import encodings
+from posenc.attention import IMPLEMENTATIONS
+from posenc.model import DTYPES, NORMS, ModelConfig
+
+EVAL_MODES = ("nonoverlapping", "sliding")
+EVAL_SPLITS = ("validation", "test")
+# Sub-dicts whose keys are free-form (checked by the consumer, not by ConfigDict's schema).
+_OPEN_FIELDS = ("encoding.hparams",)
+
+
+def load_config(spec: str) -> ml_collections.ConfigDict:
+    """Loads ``path/to/config.py[:variant]`` by calling its ``get_config([variant])``."""
+    path, _, variant = spec.partition(":")
+    if not os.path.isfile(path):
+        raise FileNotFoundError(f"--config: no config file {path!r}")
+    module_spec = importlib.util.spec_from_file_location(f"_posenc_config_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    if not hasattr(module, "get_config"):
+        raise ValueError(f"--config: {path} has no get_config() function")
+    config = module.get_config(variant) if variant else module.get_config()
+    config.lock()
+    return config
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value as a Python literal where it parses as one, else the string."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def apply_overrides(
+    config: ml_collections.ConfigDict, overrides: Iterable[str]
+) -> ml_collections.ConfigDict:
+    """Applies ``"a.b.c=value"`` overrides in order (to a copy) and returns it.
+
+    Raises:
+      ValueError: for a malformed override or a field the config does not have (listing the
+        fields that exist at that level).
+    """
+    config = ml_collections.ConfigDict(config.to_dict(), type_safe=True)
+    config.lock()
+    for item in overrides:
+        key, sep, text = item.partition("=")
+        key = key.strip().removeprefix("--config.").removeprefix("config.")
+        if not sep or not key:
+            raise ValueError(f"override {item!r} is not of the form field.path=value")
+        set_field(config, key, parse_value(text))
+    return config
+
+
+def set_field(config: ml_collections.ConfigDict, key: str, value: Any) -> None:
+    """Sets the dotted field ``key``; a scalar given for a tuple field becomes a 1-tuple."""
+    *parents, leaf = key.split(".")
+    node = config
+    for i, name in enumerate(parents):
+        if name not in node:
+            raise ValueError(_unknown_field(".".join(parents[: i + 1]), node))
+        node = node[name]
+    prefix = ".".join(parents)
+    if prefix in _OPEN_FIELDS:
+        with node.unlocked():
+            node[leaf] = value
+        return
+    if leaf not in node:
+        raise ValueError(_unknown_field(key, node))
+    current = node[leaf]
+    if isinstance(current, tuple):
+        value = tuple(value) if isinstance(value, list | tuple) else (value,)
+    try:
+        node[leaf] = value
+    except TypeError as e:
+        raise ValueError(f"config field {key}: {e}") from None
+
+
+def _unknown_field(key: str, node: ml_collections.ConfigDict) -> str:
+    return f"unknown config field {key!r}; fields here: {', '.join(sorted(node.keys()))}"
+
+
+def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
+    """The :class:`~posenc.model.ModelConfig` of a run config."""
+    return ModelConfig(**config.model.to_dict())
+
+
+def make_encoding(config: ml_collections.ConfigDict) -> encodings.Encoding:
+    """The (unbound) encoder named by ``config.encoding``."""
+    return encodings.get(config.encoding.name, **config.encoding.hparams.to_dict())
+
+
+def eval_lengths(config: ml_collections.ConfigDict) -> tuple[int, ...]:
+    """``eval.lengths``, or ``eval.multiples`` times ``train.seq_len`` when that is empty."""
+    if config.eval.lengths:
+        return tuple(int(x) for x in config.eval.lengths)
+    return tuple(int(m * config.train.seq_len) for m in config.eval.multiples)
+
+
+def _require_int(field: str, value: Any, minimum: int = 1) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
+        raise ValueError(f"{field} must be an integer >= {minimum}, got {value!r}")
+
+
+def _require_choice(field: str, value: Any, allowed: Sequence[Any]) -> None:
+    if value not in allowed:
+        raise ValueError(f"{field} must be one of {list(allowed)}, got {value!r}")
+
+
+def validate(
+    config: ml_collections.ConfigDict,
+    *,
+    num_devices: int | None = None,
+    process_count: int = 1,
+) -> None:
+    """Checks a run config; raises ``ValueError`` naming the first bad field.
+
+    Args:
+      config: the run config.
+      num_devices: devices the batch is split over (None: skip the divisibility check).
+      process_count: processes the batch is split over.
+    """
+    m = config.model
+    _require_choice("model.norm", m.norm, NORMS)
+    _require_choice("model.dtype", m.dtype, DTYPES)
+    _require_choice("model.attention_impl", m.attention_impl, IMPLEMENTATIONS)
+    encoding = make_encoding(config)  # unknown names and hyperparameters raise here
+    model_cfg = model_config(config)  # shapes and rates are checked by ModelConfig
+    encoding.bind(model_cfg.dims)  # encoder/shape combinations (e.g. RoPE, odd head dim)
+
+    t = config.train
+    _require_int("train.seq_len", t.seq_len, 2)
+    _require_int("train.batch_size", t.batch_size)
+    _require_int("train.steps", t.steps, 0)
+    _require_int("train.log_every", t.log_every)
+    _require_int("train.checkpoint_every", t.checkpoint_every)
+    _require_int("train.keep_checkpoints", t.keep_checkpoints)
+    encoding.check_length(t.seq_len)
+    if num_devices is not None and t.batch_size % num_devices:
+        raise ValueError(
+            f"train.batch_size={t.batch_size} must be divisible by the number of devices "
+            f"({num_devices}); use a multiple of {num_devices}"
+        )
+    if t.batch_size % process_count:
+        raise ValueError(
+            f"train.batch_size={t.batch_size} must be divisible by the number of processes "
+            f"({process_count})"
+        )
+
+    o = config.optim
+    if not o.learning_rate > 0:
+        raise ValueError(f"optim.learning_rate must be > 0, got {o.learning_rate!r}")
+    _require_int("optim.warmup_steps", o.warmup_steps, 0)
+    for field in ("final_lr_ratio", "weight_decay", "grad_clip"):
+        if getattr(o, field) < 0:
+            raise ValueError(f"optim.{field} must be >= 0, got {getattr(o, field)!r}")
+    for field in ("b1", "b2"):
+        if not 0 <= getattr(o, field) < 1:
+            raise ValueError(f"optim.{field} must be in [0, 1), got {getattr(o, field)!r}")
+
+    e = config.eval
+    _require_choice("eval.mode", e.mode, EVAL_MODES)
+    _require_choice("eval.split", e.split, EVAL_SPLITS)
+    lengths = eval_lengths(config)
+    if not lengths:
+        raise ValueError("eval.lengths and eval.multiples are both empty; give at least one")
+    for length in lengths:
+        if length < 1:
+            raise ValueError(f"eval.lengths must all be >= 1, got {length} in {list(lengths)}")
+    if e.mode == "sliding":
+        _require_int("eval.stride", e.stride)
+        if any(e.stride > length for length in lengths):
+            raise ValueError(
+                f"eval.stride={e.stride} must not exceed any of eval.lengths {list(lengths)}"
+            )
+    _require_int("eval.batch_tokens", e.batch_tokens)
+    _require_int("eval.max_tokens", e.max_tokens, 0)
+    if not isinstance(config.data.source, str) or not config.data.source:
+        raise ValueError("data.source must be 'pystdlib', 'textdir:<path>' or 'tfds:<name>'")
