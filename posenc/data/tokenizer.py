@@ -14,8 +14,8 @@ import numpy as np
 SEP_ID: int = 256
 # 256 byte values plus the separator.
 VOCAB_SIZE: int = 257
-# How `decode` renders a separator: visible in printed samples, impossible to confuse with
-# ordinary text only by convention (encode never produces SEP_ID from text).
+# How `decode` renders a separator, so document boundaries stay visible in printed samples.
+# Decoding is therefore lossy for text that itself contains "<|sep|>"; `decode_documents` is not.
 SEP_TEXT: str = "<|sep|>"
 
 

@@ -91,3 +91,14 @@ def test_unknown_and_namespaced_names(tmp_path, no_network):
         get_source("tfds:no_such_corpus_xyz", tmp_path)
     with pytest.raises(ValueError, match="namespaced"):
         get_source("tfds:huggingface:wikitext", tmp_path)
+
+
+def test_tfrecord_preparation_is_reported_as_unreadable(tmp_path, no_network):
+    src = prepare("tfds:posenc_test_corpus", tmp_path)
+    assert (tmp_path / "posenc" / "tfds" / "posenc_test_corpus" / "0.1.0" / "dev.body.npy").exists()
+    # Pretend the data set had been prepared with TFDS's default format (needs TensorFlow).
+    info_path = next((tmp_path / "posenc_test_corpus").rglob("dataset_info.json"))
+    info_path.write_text(info_path.read_text().replace('"array_record"', '"tfrecord"'))
+    with pytest.raises(DataNotFoundError, match="tfrecord.*array_record"):
+        get_source("tfds:posenc_test_corpus", tmp_path)
+    assert src.splits == ("train", "validation")
