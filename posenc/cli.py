@@ -1,0 +1,243 @@
+"""The ``posenc`` command line: a thin layer over the library.
+
+    posenc train --config configs/base.py:tiny --config.encoding.name=alibi --workdir runs/alibi
+    posenc eval --workdir runs/alibi --lengths 64,256,1024
+    posenc data prepare textdir:/path/to/texts
+    posenc sweep --config configs/sweeps/alibi_table2.py:tiny --workdir runs/table2
+    posenc report runs/table2
+
+Config overrides are given as ``--config.<field>=<value>`` (any number, applied in order).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+_OVERRIDE_PREFIX = "--config."
+
+
+def _split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
+    """Separates ``--config.a.b=v`` (or ``--config.a.b v``) overrides from the other arguments."""
+    rest, overrides = [], []
+    argv = list(argv)
+    i = 0
+    while i < len(argv):
+        arg = argv[i]
+        if arg.startswith(_OVERRIDE_PREFIX):
+            body = arg[len(_OVERRIDE_PREFIX) :]
+            if "=" not in body:
+                if i + 1 >= len(argv):
+                    raise SystemExit(f"posenc: {arg} needs a value ({arg}=VALUE)")
+                body = f"{body}={argv[i + 1]}"
+                i += 1
+            overrides.append(body)
+        else:
+            rest.append(arg)
+        i += 1
+    return rest, overrides
+
+
+def _int_list(text: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated integers, got {text!r}"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one integer")
+    return values
+
+
+def _load(spec: str, overrides: Sequence[str]):
+    from posenc.config import apply_overrides, load_config
+
+    return apply_overrides(load_config(spec), overrides)
+
+
+def _cmd_train(args, overrides) -> int:
+    from posenc.evaluate import evaluate_workdir
+    from posenc.train import train
+
+    config = _load(args.config, overrides)
+    result = train(config, args.workdir, stop_at=args.stop_at)
+    if result.resumed_from is not None:
+        print(f"resumed from step {result.resumed_from}")
+    if result.history:
+        print(f"step {result.step}: train loss {result.history[-1]['loss']:.4f}")
+    if not args.no_eval and result.step == config.train.steps:
+        print(f"evaluating {args.workdir} at {_lengths_text(config)}")
+        evaluate_workdir(args.workdir, overrides=config, model=result.model)
+    return 0
+
+
+def _lengths_text(config) -> str:
+    from posenc.config import eval_lengths
+
+    return ", ".join(str(x) for x in eval_lengths(config))
+
+
+def _cmd_eval(args, overrides) -> int:
+    from posenc.config import apply_overrides
+    from posenc.evaluate import evaluate_workdir
+    from posenc.train import read_config
+
+    config = read_config(args.workdir)
+    extra = list(overrides)
+    if args.lengths:
+        extra.append(f"eval.lengths={args.lengths!r}")
+    for flag, field in (
+        ("split", "split"),
+        ("mode", "mode"),
+        ("stride", "stride"),
+        ("max_tokens", "max_tokens"),
+    ):
+        value = getattr(args, flag)
+        if value is not None:
+            extra.append(f"eval.{field}={value!r}")
+    config = apply_overrides(config, extra)
+    print(f"evaluating {args.workdir} at {_lengths_text(config)} ({config.eval.mode})")
+    evaluate_workdir(args.workdir, overrides=config, output=args.output)
+    print(f"wrote {args.workdir}/{args.output}")
+    return 0
+
+
+def _cmd_data_prepare(args, overrides) -> int:
+    from posenc import data
+
+    source = data.prepare(args.spec, data_dir=args.data_dir, text_field=args.text_field)
+    print(json.dumps(_brief(source.info()), indent=2))
+    return 0
+
+
+def _cmd_data_info(args, overrides) -> int:
+    from posenc import data
+
+    source = data.get_source(args.spec, data_dir=args.data_dir, text_field=args.text_field)
+    print(json.dumps(_brief(source.info()), indent=2))
+    return 0
+
+
+def _brief(info: dict) -> dict:
+    return {k: v for k, v in info.items() if not isinstance(v, list) or len(v) <= 16}
+
+
+def _cmd_sweep(args, overrides) -> int:
+    from posenc.sweep import run_sweep
+
+    summary = run_sweep(args.config, args.workdir, overrides=overrides, jobs=args.jobs)
+    return 0 if all(p["status"] != "failed" for p in summary) else 1
+
+
+def _cmd_report(args, overrides) -> int:
+    from posenc.report import write_report
+
+    paths = write_report(args.sweep_dir, metric=args.metric)
+    for path in paths:
+        print(f"wrote {path}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="posenc",
+        description="Compare positional encodings for transformers: train short, test long.",
+        epilog="Config fields are overridden with --config.<field>=<value>, e.g. "
+        "--config.encoding.name=alibi --config.train.steps=1000. "
+        "See configs/base.py for every field.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser(
+        "train",
+        help="train one encoder (resuming from the work directory), then evaluate it",
+        description="Train the run a config describes in --workdir, resuming from its last "
+        "checkpoint if there is one; then evaluate at eval.lengths and write eval.json.",
+    )
+    p.add_argument(
+        "--config", required=True, help="config file[:variant], e.g. configs/base.py:tiny"
+    )
+    p.add_argument(
+        "--workdir", required=True, help="run directory (checkpoints, metrics, eval.json)"
+    )
+    p.add_argument("--no-eval", action="store_true", help="train only")
+    p.add_argument("--stop-at", type=int, default=None, help="stop after this step (resume later)")
+    p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser(
+        "eval",
+        help="evaluate a trained work directory at any lengths, without retraining",
+        description="Evaluate the latest checkpoint of --workdir. Defaults come from the run's "
+        "config; flags and --config.eval.* overrides change them.",
+    )
+    p.add_argument("--workdir", required=True, help="a trained run directory")
+    p.add_argument("--lengths", type=_int_list, help="window lengths, e.g. 512,1024,4096")
+    p.add_argument("--split", choices=("validation", "test"), help="split to score")
+    p.add_argument("--mode", choices=("nonoverlapping", "sliding"), help="window mode")
+    p.add_argument("--stride", type=int, help="sliding mode: tokens scored per window")
+    p.add_argument("--max-tokens", type=int, help="score at most this many tokens per length")
+    p.add_argument("--output", default="eval.json", help="file written in the work directory")
+    p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser("data", help="prepare or inspect data sources")
+    data_sub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    for name, func, text in (
+        ("prepare", _cmd_data_prepare, "prepare a data source once (textdir:, tfds:, pystdlib)"),
+        ("info", _cmd_data_info, "print a prepared source's splits, sizes and content hash"),
+    ):
+        q = data_sub.add_parser(name, help=text, description=text)
+        q.add_argument("spec", help="pystdlib | textdir:<path> | tfds:<name>[/<config>]")
+        q.add_argument(
+            "--data-dir", default=None, help="default $POSENC_DATA_DIR or ~/.cache/posenc/data"
+        )
+        q.add_argument("--text-field", default=None, help="tfds: the text feature (default text)")
+        q.set_defaults(func=func)
+
+    p = sub.add_parser(
+        "sweep",
+        help="run every point of a sweep config (skips finished points, resumes others)",
+        description="Run each point of a sweep config's get_sweep() in its own work directory "
+        "under --workdir. Finished points are skipped, interrupted ones resumed, failures "
+        "recorded without stopping the rest.",
+    )
+    p.add_argument("--config", required=True, help="sweep config file[:variant]")
+    p.add_argument("--workdir", required=True, help="directory holding one folder per point")
+    p.add_argument("--jobs", type=int, default=1, help="points run at a time (processes)")
+    p.set_defaults(func=_cmd_sweep)
+
+    p = sub.add_parser(
+        "report",
+        help="tables (markdown, CSV) and plots from a sweep directory",
+        description="Gather the eval.json files under a sweep directory into tables laid out "
+        "like ALiBi's Tables 2-3 and plots of perplexity against evaluation length.",
+    )
+    p.add_argument("sweep_dir", help="a directory written by posenc sweep")
+    p.add_argument(
+        "--metric", choices=("perplexity", "bits_per_byte", "loss"), default="perplexity"
+    )
+    p.set_defaults(func=_cmd_report)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    rest, overrides = _split_overrides(argv)
+    parser = build_parser()
+    args = parser.parse_args(rest)
+    if overrides and args.command not in ("train", "eval", "sweep"):
+        parser.error(f"--config.* overrides do not apply to `posenc {args.command}`")
+    try:
+        return args.func(args, overrides)
+    except (ValueError, FileNotFoundError) as e:
+        if os.environ.get("POSENC_TRACEBACK"):
+            raise
+        print(f"posenc {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
