@@ -1,0 +1,196 @@
+"""Shaw et al. (2018) relative position representations against the paper's explicit L x L x D
+formulas (Eqs. 3-4): a_ij = table[clip(j - i, -k, k) + k],
+e_ij = q_i . (k_j + a^K_ij) / sqrt(d), z_i = sum_j alpha_ij (v_j + a^V_ij)."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from posenc import encodings
+from posenc.attention import attend
+from posenc.encodings import Dims, clipped_relative_index
+
+H, DH, D = 2, 8, 16
+
+# One compiled program per (encoder, path, shapes): much faster than op-by-op dispatch.
+_attend = jax.jit(attend, static_argnames=("encoding", "causal", "implementation", "block_size"))
+
+
+def _bound(**hparams):
+    return encodings.get("shaw", **hparams).bind(Dims(num_heads=H, head_dim=DH, model_dim=D))
+
+
+def _naive_a(table: np.ndarray, q_pos: np.ndarray, k_pos: np.ndarray, k: int) -> np.ndarray:
+    """The explicit [B, T, S, Dh] tensor a_ij = table[clip(j - i, -k, k) + k]."""
+    b, t, s = q_pos.shape[0], q_pos.shape[1], k_pos.shape[1]
+    out = np.zeros((b, t, s, table.shape[1]), np.float64)
+    for bb in range(b):
+        for i in range(t):
+            for j in range(s):
+                rel = int(k_pos[bb, j]) - int(q_pos[bb, i])
+                out[bb, i, j] = table[min(max(rel, -k), k) + k]
+    return out
+
+
+def _naive_attention(q, k, v, key_table, value_table, q_pos, k_pos, clip):
+    """Shaw attention with the L x L x D tensors built explicitly, causal, float64."""
+    q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
+    t, s = q.shape[1], k.shape[1]
+    a_k = _naive_a(key_table, q_pos, k_pos, clip)  # [B, T, S, Dh]
+    logits = np.einsum("bthd,bshd->bhts", q, k) + np.einsum("bthd,btsd->bhts", q, a_k)
+    logits /= np.sqrt(q.shape[-1])
+    mask = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)
+    logits = np.where(mask, logits, -np.inf)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    out = np.einsum("bhts,bshd->bthd", p, v)
+    if value_table is not None:
+        a_v = _naive_a(value_table, q_pos, k_pos, clip)
+        out += np.einsum("bhts,btsd->bthd", p, a_v)
+    return out
+
+
+def _positions(b, t, s, offsets):
+    """Contiguous rows: keys k0 + arange(S), queries the last T of them."""
+    k_pos = np.stack([o + np.arange(s) for o in offsets])
+    return k_pos[:, s - t :], k_pos
+
+
+def _inputs(seed, b, t, s):
+    r = np.random.default_rng(seed)
+    q = r.standard_normal((b, t, H, DH)).astype(np.float32)
+    k = r.standard_normal((b, s, H, DH)).astype(np.float32)
+    v = r.standard_normal((b, s, H, DH)).astype(np.float32)
+    return q, k, v
+
+
+def _params(enc, seed, scale=1.0):
+    # Larger-than-init tables so the relative terms are not negligible next to q . k.
+    p = enc.init(jax.random.key(seed), enc.bound_dims)
+    return {name: scale * np.asarray(x) / enc.init_std for name, x in p.items()}
+
+
+def test_clipped_relative_index_formula():
+    q_pos = np.array([[0, 1, 2, 3, 4, 5]]) + 100
+    k_pos = np.array([[0, 1, 2, 3, 4, 5, 6, 7, 8]]) + 97
+    got = np.asarray(clipped_relative_index(jnp.asarray(q_pos), jnp.asarray(k_pos), 2))
+    for i in range(6):
+        for j in range(9):
+            rel = k_pos[0, j] - q_pos[0, i]
+            assert got[0, i, j] == min(max(rel, -2), 2) + 2
+    assert got.min() == 0 and got.max() == 4
+
+
+def test_tables_are_shared_across_heads():
+    enc = _bound(max_distance=3)
+    params = enc.init(jax.random.key(0), enc.bound_dims)
+    assert set(params) == {"key_table", "value_table"}
+    assert params["key_table"].shape == (2 * 3 + 1, DH)
+    assert params["value_table"].shape == (2 * 3 + 1, DH)
+    keys_only = _bound(max_distance=3, values=False)
+    assert set(keys_only.init(jax.random.key(0), keys_only.bound_dims)) == {"key_table"}
+    assert "value_term" not in keys_only.hooks and "value_term" in enc.hooks
+
+
+@pytest.mark.parametrize(
+    "t,s,offsets,clip",
+    [
+        (7, 7, [0, 0], 3),  # default positions
+        (7, 7, [13, 200], 2),  # non-zero, per-batch-row offsets
+        (4, 9, [5, 31], 3),  # queries are the last T of S keys
+        (9, 9, [3, 3], 0),  # k = 0: one relative vector for all pairs
+        (6, 6, [1, 50], 20),  # k larger than any distance in the window
+    ],
+)
+def test_content_logits_equal_q_dot_a_k(t, s, offsets, clip):
+    enc = _bound(max_distance=clip)
+    params = _params(enc, 1)
+    q, k, _ = _inputs(2, len(offsets), t, s)
+    q_pos, k_pos = _positions(len(offsets), t, s, offsets)
+    got = jax.jit(enc.content_logits)(
+        {n: jnp.asarray(x) for n, x in params.items()},
+        jnp.asarray(q),
+        jnp.asarray(k),
+        jnp.asarray(q_pos),
+        jnp.asarray(k_pos),
+    )
+    a_k = _naive_a(params["key_table"], q_pos, k_pos, clip)
+    expected = np.einsum("bthd,btsd->bhts", q.astype(np.float64), a_k)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("t,s,offsets,clip", [(6, 6, [0, 0], 2), (5, 8, [7, 40], 3)])
+def test_value_term_equals_sum_p_a_v(t, s, offsets, clip):
+    enc = _bound(max_distance=clip)
+    params = _params(enc, 3)
+    b = len(offsets)
+    probs = np.random.default_rng(4).random((b, H, t, s)).astype(np.float32)  # any weights
+    q_pos, k_pos = _positions(b, t, s, offsets)
+    got = jax.jit(enc.value_term)(
+        {n: jnp.asarray(x) for n, x in params.items()},
+        jnp.asarray(probs),
+        jnp.asarray(q_pos),
+        jnp.asarray(k_pos),
+    )
+    a_v = _naive_a(params["value_table"], q_pos, k_pos, clip)
+    expected = np.einsum("bhts,btsd->bthd", probs.astype(np.float64), a_v)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "values,impl,block",
+    [
+        (True, "einsum", 512),
+        (True, "blocked", 3),  # 3 divides neither T = 8 nor T = 5
+        (True, "blocked", 4),  # 4 divides T = 8
+        (False, "einsum", 512),
+    ],
+)
+@pytest.mark.parametrize("t,s,offsets", [(8, 8, [0, 0]), (8, 8, [17, 3]), (5, 11, [2, 60])])
+def test_attention_equals_explicit_formula(values, impl, block, t, s, offsets):
+    clip = 3
+    enc = _bound(max_distance=clip, values=values)
+    params = _params(enc, 5, scale=0.5)
+    q, k, v = _inputs(6, len(offsets), t, s)
+    q_pos, k_pos = _positions(len(offsets), t, s, offsets)
+    got = _attend(
+        *(jnp.asarray(a) for a in (q, k, v)),
+        encoding=enc,
+        params={n: jnp.asarray(x) for n, x in params.items()},
+        q_pos=jnp.asarray(q_pos),
+        k_pos=jnp.asarray(k_pos),
+        implementation=impl,
+        block_size=block,
+    )
+    expected = _naive_attention(
+        q, k, v, params["key_table"], params.get("value_table"), q_pos, k_pos, clip
+    )
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_keys_only_shaw_runs_on_the_fused_xla_path():
+    enc = _bound(max_distance=2, values=False)
+    params = _params(enc, 8, scale=0.5)
+    q, k, v = _inputs(9, 2, 6, 6)
+    q_pos, k_pos = _positions(2, 6, 6, [4, 9])
+    got = _attend(
+        *(jnp.asarray(a) for a in (q, k, v)),
+        encoding=enc,
+        params={n: jnp.asarray(x) for n, x in params.items()},
+        q_pos=jnp.asarray(q_pos),
+        k_pos=jnp.asarray(k_pos),
+        implementation="xla",
+    )
+    expected = _naive_attention(q, k, v, params["key_table"], None, q_pos, k_pos, 2)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("bad", [-1, -16, 2.5, "4"])
+def test_bad_clip_distance_is_rejected(bad):
+    with pytest.raises(ValueError, match="max_distance"):
+        encodings.get("shaw", max_distance=bad)
+    with pytest.raises(ValueError, match="max_distance"):
+        clipped_relative_index(jnp.arange(3), jnp.arange(3), bad)

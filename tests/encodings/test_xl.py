@@ -1,0 +1,163 @@
+"""Transformer-XL relative attention (Dai et al. 2019, Sec. 3.3) against its four terms built for
+every (query, key) pair:
+
+    A_ij = q_i . k_j + q_i . W_kR R_{i-j} + u . k_j + v . W_kR R_{i-j}
+
+with R the sinusoids of Vaswani et al. (R[2m] = sin(d / base^(2m/D)), R[2m+1] = cos(...)) at the
+distance d = i - j, clamped to clamp_len when set."""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from posenc import encodings
+from posenc.attention import attend
+from posenc.encodings import Dims
+
+H, DH, D = 2, 8, 16
+
+_attend = jax.jit(attend, static_argnames=("encoding", "causal", "implementation", "block_size"))
+
+
+def _bound(**hparams):
+    return encodings.get("xl", **hparams).bind(Dims(num_heads=H, head_dim=DH, model_dim=D))
+
+
+def _sinusoid(distance: float, dim: int, base: float) -> np.ndarray:
+    out = np.zeros(dim)
+    for m in range(dim // 2):
+        out[2 * m] = np.sin(distance / base ** (2 * m / dim))
+        out[2 * m + 1] = np.cos(distance / base ** (2 * m / dim))
+    return out
+
+
+def _naive_terms(params, q, k, q_pos, k_pos, clamp_len, base=10000.0):
+    """Terms (b) + (c) + (d) for every pair, float64, [B, H, T, S]."""
+    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    u, v, w_r = (np.asarray(params[n], np.float64) for n in ("u", "v", "w_r"))
+    b, t, s = q.shape[0], q.shape[1], k.shape[1]
+    out = np.zeros((b, H, t, s))
+    for bb in range(b):
+        for i in range(t):
+            for j in range(s):
+                dist = int(q_pos[bb, i]) - int(k_pos[bb, j])
+                if clamp_len is not None:
+                    dist = min(dist, clamp_len)
+                rel_key = np.einsum("m,mhd->hd", _sinusoid(dist, D, base), w_r)  # W_kR R_{i-j}
+                for h in range(H):
+                    out[bb, h, i, j] = (
+                        q[bb, i, h] @ rel_key[h]  # (b)
+                        + u[h] @ k[bb, j, h]  # (c)
+                        + v[h] @ rel_key[h]  # (d)
+                    )
+    return out
+
+
+def _naive_attention(params, q, k, v, q_pos, k_pos, clamp_len):
+    logits = np.einsum("bthd,bshd->bhts", np.float64(q), np.float64(k))  # (a)
+    logits = logits + _naive_terms(params, q, k, q_pos, k_pos, clamp_len)
+    logits /= np.sqrt(DH)
+    t, s = q.shape[1], k.shape[1]
+    mask = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)
+    logits = np.where(mask, logits, -np.inf)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("bhts,bshd->bthd", p, np.float64(v))
+
+
+def _setup(seed, t, s, offsets, clamp_len):
+    enc = _bound(clamp_len=clamp_len)
+    p = enc.init(jax.random.key(seed), enc.bound_dims)
+    # u and v at unit scale (init is 0.02) so terms (c) and (d) are visible in the comparison.
+    params = {n: np.asarray(x) * (50.0 if n in ("u", "v") else 1.0) for n, x in p.items()}
+    r = np.random.default_rng(seed)
+    q = r.standard_normal((len(offsets), t, H, DH)).astype(np.float32)
+    k = r.standard_normal((len(offsets), s, H, DH)).astype(np.float32)
+    v = r.standard_normal((len(offsets), s, H, DH)).astype(np.float32)
+    k_pos = np.stack([o + np.arange(s) for o in offsets])
+    return enc, params, q, k, v, k_pos[:, s - t :], k_pos
+
+
+def _j(params):
+    return {n: jnp.asarray(x) for n, x in params.items()}
+
+
+def test_parameters_are_u_v_and_w_r():
+    enc = _bound()
+    params = enc.init(jax.random.key(0), enc.bound_dims)
+    assert {n: x.shape for n, x in params.items()} == {
+        "u": (H, DH),
+        "v": (H, DH),
+        "w_r": (D, H, DH),
+    }
+    assert enc.param_scope == "layer"
+
+
+@pytest.mark.parametrize(
+    "clamp_len,t,s,offsets",
+    [
+        (None, 6, 6, [0, 0]),
+        (None, 6, 6, [9, 40]),  # per-batch-row offsets
+        (None, 3, 7, [5, 0]),  # queries are the last T of S keys
+        (3, 6, 6, [1000, 3]),
+        (0, 3, 7, [2, 8]),
+    ],
+)
+def test_content_logits_equal_terms_b_c_d(clamp_len, t, s, offsets):
+    enc, params, q, k, _, q_pos, k_pos = _setup(1, t, s, offsets, clamp_len)
+    got = jax.jit(enc.content_logits)(
+        _j(params), jnp.asarray(q), jnp.asarray(k), jnp.asarray(q_pos), jnp.asarray(k_pos)
+    )
+    expected = _naive_terms(params, q, k, q_pos, k_pos, clamp_len)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_clamp_len_changes_only_distances_beyond_it():
+    enc, params, q, k, _, q_pos, k_pos = _setup(2, 8, 8, [0], None)
+    args = (_j(params), jnp.asarray(q), jnp.asarray(k), jnp.asarray(q_pos), jnp.asarray(k_pos))
+    free = np.asarray(enc.content_logits(*args))
+    clamped = np.asarray(_bound(clamp_len=3).content_logits(*args))
+    dist = q_pos[0][:, None] - k_pos[0][None, :]  # i - j, [T, S]
+    np.testing.assert_allclose(clamped[..., dist <= 3], free[..., dist <= 3], rtol=1e-5, atol=1e-5)
+    assert np.abs(clamped[..., dist > 3] - free[..., dist > 3]).min() > 1e-4
+    # Beyond the clamp every distance sees R_3: columns at distance 4 and 5 differ only by (c).
+    i = 7
+    c_term = np.einsum("hd,shd->hs", params["u"], k[0])
+    row = clamped[0, :, i] - c_term  # (b) + (d), [H, S]
+    np.testing.assert_allclose(row[:, i - 4], row[:, i - 5], rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize(
+    "clamp_len,impl,block",
+    [(None, "einsum", 512), (2, "einsum", 512), (2, "blocked", 3), (None, "xla", 512)],
+)
+@pytest.mark.parametrize("t,s,offsets", [(7, 7, [0, 0]), (7, 7, [11, 2]), (4, 9, [3, 70])])
+def test_attention_equals_four_term_formula(clamp_len, impl, block, t, s, offsets):
+    enc, params, q, k, v, q_pos, k_pos = _setup(3, t, s, offsets, clamp_len)
+    got = _attend(
+        jnp.asarray(q),
+        jnp.asarray(k),
+        jnp.asarray(v),
+        encoding=enc,
+        params=_j(params),
+        q_pos=jnp.asarray(q_pos),
+        k_pos=jnp.asarray(k_pos),
+        implementation=impl,
+        block_size=block,
+    )
+    expected = _naive_attention(params, q, k, v, q_pos, k_pos, clamp_len)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("bad", [-1, 2.5])
+def test_bad_clamp_len_is_rejected(bad):
+    with pytest.raises(ValueError, match="clamp_len"):
+        encodings.get("xl", clamp_len=bad)
+
+
+def test_odd_model_dim_is_rejected():
+    with pytest.raises(ValueError, match="model_dim"):
+        encodings.get("xl").bind(Dims(num_heads=1, head_dim=8, model_dim=15))
