@@ -29,32 +29,45 @@ IMPLEMENTATIONS = ("auto", "einsum", "blocked", "xla", "cudnn")
 _FUSED = ("xla", "cudnn")
 
 
+def cudnn_supports(head_dim: int, dtype: jnp.dtype, q_len: int, k_len: int, bias: bool) -> bool:
+    """Whether cuDNN's fused attention takes these shapes (see ``check_is_flash_attention`` in
+    ``jax._src.cudnn``): bf16/fp16, a head dimension that is a multiple of 8 and at most 128
+    (256 on Hopper; 128 is the portable bound), and even lengths when a bias is trained."""
+    half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
+    even = q_len % 2 == 0 and k_len % 2 == 0
+    return half and head_dim % 8 == 0 and head_dim <= 128 and (even or not bias)
+
+
 def choose_implementation(
     encoding: Encoding,
     q_len: int,
     dtype: jnp.dtype,
     block_size: int,
     platform: str | None = None,
+    head_dim: int | None = None,
+    k_len: int | None = None,
 ) -> str:
     """The path ``"auto"`` picks for this encoder, query length, dtype and platform.
 
     - Encoders with a value term need the probabilities: ``einsum``, or ``blocked`` past one block.
-    - On a GPU in bf16/fp16, encoders without content logits use ``cudnn``; with a bias only up to
-      one block, since a dense ``[H, T, S]`` bias would make long windows quadratic in memory.
-    - Otherwise ``xla`` for short windows and ``blocked`` for long ones.
+    - On an NVIDIA GPU, where cuDNN takes the shapes, encoders without content logits use
+      ``cudnn``; with a bias only up to one block of queries, since a dense ``[H, T, S]`` bias
+      would make long windows quadratic in memory.
+    - Otherwise ``xla`` for windows of up to one block and ``blocked`` for longer ones (XLA's
+      attention materialises ``[B, H, T, S]`` logits).
     """
     platform = platform or jax.default_backend()
     hooks = encoding.hooks
     long = q_len > block_size
+    has_bias = "bias" in hooks
     if "value_term" in hooks:
         return "blocked" if long else "einsum"
-    half = jnp.dtype(dtype) in (jnp.dtype(jnp.bfloat16), jnp.dtype(jnp.float16))
-    if platform in ("gpu", "cuda") and half and "content_logits" not in hooks:
-        if "bias" not in hooks or not long:
+    gpu = platform in ("gpu", "cuda")
+    if gpu and "content_logits" not in hooks and (not has_bias or not long):
+        head_dim = head_dim or (encoding.dims.head_dim if encoding.dims else 0)
+        if cudnn_supports(head_dim, dtype, q_len, k_len or q_len, has_bias):
             return "cudnn"
-    if long and ("bias" in hooks or "content_logits" in hooks or platform not in ("gpu", "cuda")):
-        return "blocked"
-    return "xla"
+    return "blocked" if long else "xla"
 
 
 def attend(
@@ -98,7 +111,9 @@ def attend(
     if "rotate" in encoding.hooks:
         q, k = encoding.rotate(q, k, q_pos, k_pos)
     if implementation == "auto":
-        implementation = choose_implementation(encoding, q.shape[1], q.dtype, block_size)
+        implementation = choose_implementation(
+            encoding, q.shape[1], q.dtype, block_size, head_dim=q.shape[-1], k_len=k.shape[1]
+        )
     if implementation in _FUSED:
         if "value_term" in encoding.hooks:
             raise ValueError(
