@@ -1,0 +1,316 @@
+"""posenc.attention.attend: every path (einsum, blocked, xla) against naive numpy attention and
+against each other, for every encoder; causality by Jacobian; path choice; clear errors.
+
+(The cudnn path needs an NVIDIA GPU and is not exercised on CPU. Shaw and Transformer-XL are
+checked against their explicit L x L x D formulas in tests/encodings/.)"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from posenc import encodings
+from posenc.attention import IMPLEMENTATIONS, attend, choose_implementation
+from posenc.encodings import Dims
+
+H, DH = 4, 8
+DIMS = Dims(num_heads=H, head_dim=DH, model_dim=H * DH)
+# Encoders whose attention differs; sinusoidal and learned only add input embeddings, so attend
+# treats them exactly like nope (checked separately below).
+ATTENTION_ENCODERS = ["nope", "rope", "alibi", "t5", "shaw", "xl"]
+HPARAMS = {"t5": {"num_buckets": 8, "max_distance": 16}, "shaw": {"max_distance": 3}}
+
+_attend = jax.jit(attend, static_argnames=("encoding", "causal", "implementation", "block_size"))
+
+
+@functools.cache
+def _encoder(name):
+    enc = encodings.get(name, **HPARAMS.get(name, {})).bind(DIMS)
+    params = enc.init(jax.random.key(1), DIMS)
+    # Learned tables start near zero (std 0.02); scale them to O(1) so they matter here.
+    std = getattr(enc, "init_std", None)
+    params = {n: (x / std * 0.5 if std and n != "w_r" else x) for n, x in params.items()}
+    return enc, params
+
+
+def _qkv(seed, b, t, s, dtype=np.float32):
+    r = np.random.default_rng(seed)
+    q = r.standard_normal((b, t, H, DH))
+    k = r.standard_normal((b, s, H, DH))
+    v = r.standard_normal((b, s, H, DH))
+    return tuple(jnp.asarray(x, dtype) for x in (q, k, v))
+
+
+def _positions(b, t, s, offsets):
+    k_pos = np.stack([o + np.arange(s) for o in offsets[:b]])
+    return jnp.asarray(k_pos[:, s - t :]), jnp.asarray(k_pos)
+
+
+def _run(name, impl, q, k, v, q_pos, k_pos, block_size=512, causal=True):
+    enc, params = _encoder(name)
+    return _attend(
+        q,
+        k,
+        v,
+        encoding=enc,
+        params=params,
+        q_pos=q_pos,
+        k_pos=k_pos,
+        causal=causal,
+        implementation=impl,
+        block_size=block_size,
+    )
+
+
+# -- naive numpy attention ------------------------------------------------------------------
+
+
+def _naive(q, k, v, q_pos, k_pos, causal=True, bias=None, rotate=False):
+    """softmax(q.k / sqrt(d) + bias) v in float64, causal aligned so the last query sees all."""
+    q, k, v = (np.asarray(x, np.float64) for x in (q, k, v))
+    q_pos, k_pos = np.asarray(q_pos), np.asarray(k_pos)
+    if rotate:  # RoPE, "half" layout: pair (c, c + d/2) turns by pos * 10000^(-2c/d)
+        q, k = _naive_rope(q, q_pos), _naive_rope(k, k_pos)
+    logits = np.einsum("bthd,bshd->bhts", q, k) / np.sqrt(DH)
+    if bias is not None:
+        logits = logits + bias(q_pos, k_pos)
+    t, s = q.shape[1], k.shape[1]
+    if causal:
+        visible = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)
+        logits = np.where(visible, logits, -np.inf)
+    p = np.exp(logits - logits.max(-1, keepdims=True))
+    p /= p.sum(-1, keepdims=True)
+    return np.einsum("bhts,bshd->bthd", p, v)
+
+
+def _naive_rope(x, pos):
+    half = DH // 2
+    out = x.copy()
+    for c in range(half):
+        angle = pos[:, :, None] * 10000.0 ** (-2.0 * c / DH)  # [B, T, 1]
+        a, b = x[..., c], x[..., c + half]
+        out[..., c] = np.cos(angle) * a - np.sin(angle) * b
+        out[..., c + half] = np.sin(angle) * a + np.cos(angle) * b
+    return out
+
+
+def _alibi_bias(q_pos, k_pos):
+    slopes = np.array([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8])  # 4 heads: 2^(-8h/4)
+    dist = q_pos[:, :, None] - k_pos[:, None, :]  # i - j, [B, T, S]
+    return -slopes[None, :, None, None] * dist[:, None]
+
+
+# T5, causal, 8 buckets, max distance 16: the docstring's table (checked in test_t5.py).
+_T5_BUCKET = [0, 1, 2, 3, 4, 4, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7]
+
+
+def _t5_bias(table):
+    def bias(q_pos, k_pos):
+        back = q_pos[:, :, None] - k_pos[:, None, :]  # n = i - j
+        bucket = np.vectorize(lambda n: 0 if n < 0 else _T5_BUCKET[n] if n < 16 else 7)(back)
+        return np.moveaxis(np.asarray(table)[bucket], -1, 1)  # [B, H, T, S]
+
+    return bias
+
+
+@pytest.mark.parametrize(
+    "name,causal",
+    [
+        ("nope", True),
+        ("rope", True),
+        ("alibi", True),
+        ("t5", True),
+        ("nope", False),
+        ("alibi", False),
+    ],
+)
+@pytest.mark.parametrize("impl,block", [("einsum", 512), ("blocked", 3), ("xla", 512)])
+def test_paths_equal_naive_attention(name, impl, block, causal):
+    # B = 2 rows with their own offsets, and T < S (the queries are the last T of S keys).
+    q, k, v = _qkv(0, 2, 6, 10)
+    q_pos, k_pos = _positions(2, 6, 10, [0, 37])
+    got = _run(name, impl, q, k, v, q_pos, k_pos, block_size=block, causal=causal)
+    bias = {"alibi": _alibi_bias, "t5": _t5_bias(_encoder("t5")[1].get("table"))}.get(name)
+    expected = _naive(q, k, v, q_pos, k_pos, causal=causal, bias=bias, rotate=name == "rope")
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+
+
+# -- paths against each other -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ATTENTION_ENCODERS)
+@pytest.mark.parametrize(
+    "t,s,block",
+    [
+        (8, 8, 4),  # block divides T
+        (8, 8, 3),  # block does not divide T: the last block is padded
+        (6, 10, 4),  # T < S, block does not divide T
+    ],
+)
+def test_blocked_equals_einsum(name, t, s, block):
+    q, k, v = _qkv(1, 2, t, s)
+    q_pos, k_pos = _positions(2, t, s, [5, 100])
+    ref = _run(name, "einsum", q, k, v, q_pos, k_pos)
+    got = _run(name, "blocked", q, k, v, q_pos, k_pos, block_size=block)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", [n for n in ATTENTION_ENCODERS if n != "shaw"] + ["shaw-keys"])
+@pytest.mark.parametrize("t,s", [(8, 8), (6, 10)])
+def test_fused_xla_equals_einsum(name, t, s):
+    if name == "shaw-keys":
+        HPARAMS["shaw-keys"] = {}
+        name = "shaw"
+    q, k, v = _qkv(2, 2, t, s)
+    q_pos, k_pos = _positions(2, t, s, [3, 44])
+    if name == "shaw":  # keys only: no value term, so the fused path is allowed
+        enc = encodings.get("shaw", max_distance=3, values=False).bind(DIMS)
+        params = {"key_table": jax.random.normal(jax.random.key(3), (7, DH))}
+        kw = dict(encoding=enc, params=params, q_pos=q_pos, k_pos=k_pos)
+        ref = _attend(q, k, v, implementation="einsum", **kw)
+        got = _attend(q, k, v, implementation="xla", **kw)
+    else:
+        ref = _run(name, "einsum", q, k, v, q_pos, k_pos)
+        got = _run(name, "xla", q, k, v, q_pos, k_pos)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-5, atol=1e-5)
+
+
+def test_embed_only_encoders_leave_attention_alone():
+    q, k, v = _qkv(4, 1, 5, 5)
+    pos = jnp.arange(5)[None]
+    ref = np.asarray(_run("nope", "einsum", q, k, v, pos, pos))
+    for name in ("sinusoidal", "learned"):
+        np.testing.assert_array_equal(np.asarray(_run(name, "einsum", q, k, v, pos, pos)), ref)
+
+
+def test_bf16_inputs_give_bf16_outputs_close_to_float32():
+    q, k, v = _qkv(1, 2, 8, 8)
+    q_pos, k_pos = _positions(2, 8, 8, [5, 100])
+    for name, impl in [("shaw", "blocked"), ("rope", "xla")]:
+        ref = _run(name, impl, q, k, v, q_pos, k_pos, block_size=3)
+        low = [x.astype(jnp.bfloat16) for x in (q, k, v)]
+        got = _run(name, impl, *low, q_pos, k_pos, block_size=3)
+        assert got.dtype == jnp.bfloat16
+        np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(ref), atol=6e-2)
+
+
+# -- causality -----------------------------------------------------------------------------
+
+
+def _dependence(name, impl, block_size):
+    """|d out[t] / d q[t']|, |d out[t] / d k[s]|, |d out[t] / d v[s]|, other axes summed."""
+    t = 7
+    q, k, v = _qkv(6, 1, t, t)
+    pos = jnp.arange(t)[None] + 3
+
+    def f(q, k, v):
+        return _run(name, impl, q, k, v, pos, pos, block_size=block_size)
+
+    jac = jax.jit(jax.jacrev(f, argnums=(0, 1, 2)))(q, k, v)  # each [1,T,H,D, 1,T,H,D]
+    return [np.abs(np.asarray(j)).sum(axis=(0, 2, 3, 4, 6, 7)) for j in jac]  # [T_out, T_in]
+
+
+@pytest.mark.parametrize(
+    "name,impl,block",
+    [(n, "einsum", 512) for n in ATTENTION_ENCODERS]
+    + [(n, "blocked", 3) for n in ATTENTION_ENCODERS]
+    # Shaw's value term cannot run on the fused path (an error, tested below).
+    + [(n, "xla", 512) for n in ATTENTION_ENCODERS if n != "shaw"],
+)
+def test_no_position_sees_the_future(name, impl, block):
+    dq, dk, dv = _dependence(name, impl, block)
+    later = np.triu(np.ones_like(dk, dtype=bool), k=1)  # [t, s] with s > t
+    assert (dk[later] == 0).all() and (dv[later] == 0).all()
+    assert (dv[~later] > 0).all()
+    # Keys up to t matter, except for query 0, whose single visible key gets probability 1.
+    assert (dk[1:][~later[1:]] > 0).all()
+    off_diagonal = ~np.eye(dq.shape[0], dtype=bool)
+    assert (dq[off_diagonal] == 0).all() and (np.diag(dq)[1:] > 0).all()
+
+
+# -- path choice and errors -----------------------------------------------------------------
+
+
+def test_choose_implementation():
+    def choose(name, t, dtype, platform):
+        enc = encodings.get(name, **HPARAMS.get(name, {}))
+        return choose_implementation(enc, t, dtype, block_size=64, platform=platform)
+
+    bf16, f32 = jnp.bfloat16, jnp.float32
+    for name in ("nope", "rope", "sinusoidal", "learned"):
+        assert choose(name, 32, bf16, "gpu") == "cudnn"
+        assert choose(name, 1024, bf16, "gpu") == "cudnn"
+        assert choose(name, 32, f32, "gpu") == "xla"
+        assert choose(name, 32, bf16, "cpu") == "xla"
+        assert choose(name, 1024, bf16, "cpu") == "blocked"
+    for name in ("alibi", "t5"):
+        assert choose(name, 32, bf16, "gpu") == "cudnn"
+        assert choose(name, 1024, bf16, "gpu") == "blocked"  # no dense [H, T, S] bias when long
+        assert choose(name, 32, f32, "cpu") == "xla"
+    assert choose("xl", 32, bf16, "gpu") == "xla"
+    assert choose("xl", 1024, bf16, "gpu") == "blocked"
+    assert choose("shaw", 32, bf16, "gpu") == "einsum"
+    assert choose("shaw", 1024, bf16, "cpu") == "blocked"
+    keys_only = encodings.get("shaw", values=False)
+    assert choose_implementation(keys_only, 32, bf16, 64, platform="cpu") == "xla"
+
+
+def test_auto_runs_the_chosen_path():
+    # On CPU with block_size 3 < T = 8, auto picks "blocked" for Shaw and T5 and "xla" for RoPE.
+    q, k, v = _qkv(1, 2, 8, 8)
+    q_pos, k_pos = _positions(2, 8, 8, [5, 100])
+    for name in ("shaw", "t5", "rope"):
+        ref = _run(name, "einsum", q, k, v, q_pos, k_pos)
+        got = _run(name, "auto", q, k, v, q_pos, k_pos, block_size=3)
+        np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-5, atol=1e-5)
+
+
+def test_unknown_implementation_is_rejected():
+    q, k, v = _qkv(8, 1, 4, 4)
+    enc, params = _encoder("rope")
+    with pytest.raises(ValueError, match="attention_impl") as info:
+        attend(
+            q,
+            k,
+            v,
+            encoding=enc,
+            params=params,
+            q_pos=jnp.arange(4),
+            k_pos=jnp.arange(4),
+            implementation="flash",
+        )
+    for impl in IMPLEMENTATIONS:
+        assert impl in str(info.value)
+    with pytest.raises(ValueError, match="attention_block_size"):
+        attend(
+            q,
+            k,
+            v,
+            encoding=enc,
+            params=params,
+            q_pos=jnp.arange(4),
+            k_pos=jnp.arange(4),
+            implementation="blocked",
+            block_size=0,
+        )
+
+
+@pytest.mark.parametrize("impl", ["xla", "cudnn"])
+def test_value_term_encoder_on_the_fused_path_is_rejected(impl):
+    q, k, v = _qkv(9, 1, 4, 4)
+    enc, params = _encoder("shaw")
+    with pytest.raises(ValueError, match=f"attention_impl='{impl}'.*'shaw'.*value term"):
+        attend(
+            q,
+            k,
+            v,
+            encoding=enc,
+            params=params,
+            q_pos=jnp.arange(4),
+            k_pos=jnp.arange(4),
+            implementation=impl,
+        )

@@ -1,0 +1,302 @@
+"""posenc.model.Transformer with every encoder: parameter placement, causality, training and
+length extrapolation, precision, dropout, explicit positions, and configuration errors."""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+from flax import nnx
+
+from posenc import encodings
+from posenc.model import ModelConfig, Transformer
+
+ALL = ("alibi", "learned", "nope", "rope", "shaw", "sinusoidal", "t5", "xl")
+RELATIVE = ("alibi", "nope", "rope", "shaw", "t5", "xl")
+HPARAMS = {"learned": {"max_len": 16}, "shaw": {"max_distance": 4}}
+VOCAB, T = 64, 16
+
+
+def _config(**overrides) -> ModelConfig:
+    base = dict(
+        vocab_size=VOCAB, num_layers=1, model_dim=32, num_heads=2, mlp_dim=64, dtype="float32"
+    )
+    return ModelConfig(**{**base, **overrides})
+
+
+def _model(name, seed=0, hparams=None, **overrides) -> Transformer:
+    enc = encodings.get(name, **(HPARAMS.get(name, {}) if hparams is None else hparams))
+    return Transformer(_config(**overrides), enc, rngs=nnx.Rngs(seed))
+
+
+def _param_shapes(model) -> dict[str, tuple[int, ...]]:
+    """'blocks/0/pos_params/key_table' -> shape, for every nnx.Param of the model."""
+    leaves = jax.tree_util.tree_flatten_with_path(nnx.state(model, nnx.Param))[0]
+    out = {}
+    for path, leaf in leaves:
+        keys = [str(getattr(p, "key", getattr(p, "name", p))) for p in path]
+        out["/".join(k for k in keys if k != "value")] = tuple(leaf.shape)
+    return out
+
+
+def _tokens(seed, b, t):
+    return jnp.asarray(np.random.default_rng(seed).integers(0, VOCAB, (b, t)), jnp.int32)
+
+
+@functools.cache
+def _forward(graphdef):
+    """A jitted forward for one model structure: (state, tokens, positions) -> logits."""
+
+    @jax.jit
+    def run(state, tokens, positions):
+        return nnx.merge(graphdef, state)(tokens, positions)
+
+    return run
+
+
+def _logits(model, tokens, positions=None):
+    """Logits from a jitted forward; positions default to arange(T) for every row, passed
+    explicitly so that calls with and without offsets share one compiled program."""
+    if positions is None:
+        positions = jnp.broadcast_to(jnp.arange(tokens.shape[1]), tokens.shape)
+    graphdef, state = nnx.split(model)
+    return np.asarray(_forward(graphdef)(state, tokens, positions))
+
+
+# -- where the encoder's parameters live ----------------------------------------------------
+
+
+def test_t5_has_one_table_shared_by_all_layers():
+    model = _model("t5", num_layers=2)
+    shapes = _param_shapes(model)
+    tables = [p for p in shapes if p.endswith("table")]
+    assert tables == ["shared_pos_params/table"]
+    assert shapes["shared_pos_params/table"] == (32, 2)  # [num_buckets, H]
+    assert not any("pos_params" in p for p in shapes if p.startswith("blocks"))
+
+
+@pytest.mark.parametrize(
+    "name,per_layer",
+    [
+        ("shaw", {"key_table": (9, 16), "value_table": (9, 16)}),  # [2k+1, Dh]: shared by heads
+        ("xl", {"u": (2, 16), "v": (2, 16), "w_r": (32, 2, 16)}),
+    ],
+)
+def test_shaw_and_xl_have_parameters_per_layer(name, per_layer):
+    model = _model(name, num_layers=2)
+    shapes = _param_shapes(model)
+    encoder_params = {p: s for p, s in shapes.items() if "pos_params" in p}
+    expected = {f"blocks/{i}/pos_params/{n}": s for i in range(2) for n, s in per_layer.items()}
+    assert encoder_params == expected
+    state = nnx.state(model, nnx.Param)
+    first = state["blocks"][0]["pos_params"]
+    second = state["blocks"][1]["pos_params"]
+    for n in per_layer:  # separately initialised, not one array referenced twice
+        assert not np.array_equal(np.asarray(first[n][...]), np.asarray(second[n][...]))
+
+
+def test_absolute_encoders_keep_one_table_at_the_input():
+    shapes = _param_shapes(_model("learned", num_layers=2))
+    assert {p: s for p, s in shapes.items() if "pos_params" in p} == {
+        "shared_pos_params/table": (16, 32)
+    }
+    shapes = _param_shapes(_model("sinusoidal", num_layers=2))
+    assert not any("pos_params" in p for p in shapes)
+    model = _model("learned", num_layers=2)
+    assert model.num_params() == sum(int(np.prod(s)) for s in _param_shapes(model).values())
+
+
+# -- causality through the whole model ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name,impl",
+    # auto is xla or einsum here; every path is checked for every encoder in test_attention.py.
+    [(name, "auto") for name in ALL] + [("shaw", "blocked"), ("xl", "blocked"), ("t5", "xla")],
+)
+def test_no_token_sees_the_future(name, impl):
+    # Distinct tokens and an untied output layer: row tokens[s] of the embedding table is used
+    # only at input position s, so d logits[t] / d row is d logits[t] / d input s.
+    model = _model(name, tie_embeddings=False, attention_impl=impl, attention_block_size=5)
+    tokens = jnp.asarray(np.random.default_rng(0).permutation(VOCAB)[:T][None], jnp.int32)
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def per_position(embedding):
+        p = jax.tree.map(lambda x: x, params)
+        p["embed"]["embedding"] = nnx.Param(embedding)
+        return nnx.merge(graphdef, p, rest)(tokens)[0].sum(-1)  # [T]
+
+    jac = jax.jit(jax.jacrev(per_position))(params["embed"]["embedding"][...])  # [T, V, D]
+    dep = np.abs(np.asarray(jac)).sum(-1)[:, np.asarray(tokens[0])]  # [t_out, s_in]
+    later = np.triu(np.ones((T, T), bool), k=1)
+    assert (dep[later] == 0).all(), np.argwhere(dep * later)
+    assert (dep[~later] > 0).all()
+
+
+# -- training short, evaluating long --------------------------------------------------------
+
+
+def _train(model, tokens, steps=8, lr=1e-2):
+    """A functional loop like posenc.train: split once, jitted step returning the new state."""
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+    tx = optax.adam(lr)
+
+    @jax.jit
+    def step(params, opt_state):
+        def loss_fn(params):
+            logits = nnx.merge(graphdef, params, rest)(tokens[:, :-1])
+            return optax.softmax_cross_entropy_with_integer_labels(logits, tokens[:, 1:]).mean()
+
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    opt_state = tx.init(params)
+    losses = []
+    for _ in range(steps):
+        params, opt_state, loss = step(params, opt_state)
+        losses.append(float(loss))
+    return nnx.merge(graphdef, params, rest), losses
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_train_at_16_then_evaluate_at_16_and_128(name):
+    model = _model(name)
+    batch = _tokens(1, 4, T + 1)  # inputs are the first 16 tokens
+    model, losses = _train(model, batch)
+    assert all(np.isfinite(losses))
+    assert losses[-1] < 0.9 * losses[0], losses
+    short = _logits(model, batch[:2, :T])
+    assert short.shape == (2, T, VOCAB) and np.isfinite(short).all()
+    long_tokens = _tokens(2, 2, 128)
+    if name == "learned":
+        with pytest.raises(ValueError, match="max_len=16"):
+            model(long_tokens)
+        return
+    long = _logits(model, long_tokens)
+    assert long.shape == (2, 128, VOCAB) and np.isfinite(long).all()
+
+
+def test_learned_positions_past_the_table_give_nan_not_a_silent_answer():
+    model = _model("learned")
+    tokens = _tokens(3, 1, T)
+    assert np.isfinite(_logits(model, tokens, jnp.arange(T))).all()
+    # Positions 8..23: rows 16..23 do not exist. (The NaN keys also reach earlier queries, since
+    # masked probabilities are 0 and 0 * NaN = NaN; either way nothing silently wrong comes out.)
+    out = _logits(model, tokens, jnp.arange(T) + 8)
+    assert np.isnan(out[0, 8:]).all()
+
+
+# -- numerics, dropout, positions -----------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["rope", "shaw"])
+def test_bf16_compute_is_close_to_float32(name):
+    tokens = _tokens(4, 2, T)
+    f32 = _model(name, num_layers=2, dtype="float32")
+    bf16 = _model(name, num_layers=2, dtype="bfloat16")
+    # Same seed -> identical float32 parameters; only the compute dtype differs.
+    for a, b in zip(
+        jax.tree.leaves(nnx.state(f32, nnx.Param)),
+        jax.tree.leaves(nnx.state(bf16, nnx.Param)),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
+    ref, low = _logits(f32, tokens), _logits(bf16, tokens)
+    assert low.dtype == np.float32  # logits stay float32
+    # bf16 keeps 8 significant bits (relative error 2^-8 per rounding); after two blocks the
+    # logits agree to a few percent of their scale, and the predictions almost always agree.
+    scale = np.abs(ref).max()
+    assert np.abs(low - ref).max() < 0.05 * scale
+    assert np.abs(low - ref).max() > 0  # bf16 was really used
+    assert (low.argmax(-1) == ref.argmax(-1)).mean() > 0.9
+
+
+def test_dropout_needs_an_rng_and_changes_outputs():
+    tokens = _tokens(5, 2, T)
+
+    def compiled(model):
+        graphdef, state = nnx.split(model)
+        run = jax.jit(lambda state, rng: nnx.merge(graphdef, state)(tokens, rng=rng))
+        run_det = jax.jit(lambda state: nnx.merge(graphdef, state)(tokens))
+        return (lambda rng: np.asarray(run(state, rng))), (lambda: np.asarray(run_det(state)))
+
+    with_rng, without = compiled(_model("rope", dropout=0.2))
+    det = without()
+    np.testing.assert_array_equal(without(), det)
+    drop_1, drop_2 = with_rng(jax.random.key(1)), with_rng(jax.random.key(2))
+    np.testing.assert_array_equal(with_rng(jax.random.key(1)), drop_1)  # same key, same mask
+    assert np.abs(drop_1 - det).max() > 1e-3
+    assert np.abs(drop_1 - drop_2).max() > 1e-3
+    # At rate 0 an rng changes nothing.
+    with_rng, without = compiled(_model("rope", dropout=0.0))
+    np.testing.assert_array_equal(with_rng(jax.random.key(1)), without())
+
+
+@pytest.mark.parametrize("name", ALL)
+def test_offset_positions(name):
+    # Per-row offsets: relative encoders are translation invariant, absolute ones are not.
+    model = _model(name, hparams={"max_len": 32} if name == "learned" else None)
+    tokens = _tokens(6, 2, T)
+    default = _logits(model, tokens)
+    offsets = np.array([[3], [9]]) if name == "learned" else np.array([[5], [1000]])
+    shifted = _logits(model, tokens, jnp.asarray(offsets + np.arange(T)))
+    if name in RELATIVE:
+        np.testing.assert_allclose(shifted, default, rtol=1e-4, atol=1e-4)
+    else:
+        assert np.abs(shifted - default).max() > 1e-2
+
+
+@pytest.mark.parametrize("name", ["rope", "sinusoidal"])
+def test_default_positions_are_arange(name):
+    model = _model(name)
+    tokens = _tokens(8, 2, T)
+    graphdef, state = nnx.split(model)
+    run = jax.jit(lambda state, tokens: nnx.merge(graphdef, state)(tokens))
+    # Different compiled programs: equal up to float32 rounding.
+    default = _logits(model, tokens)
+    np.testing.assert_allclose(np.asarray(run(state, tokens)), default, rtol=1e-5, atol=1e-5)
+    # [T] positions are broadcast over the batch.
+    np.testing.assert_allclose(_logits(model, tokens, jnp.arange(T)), default, atol=1e-5)
+
+
+# -- configuration errors -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "overrides,field",
+    [
+        ({"attention_impl": "flash"}, "model.attention_impl"),
+        ({"dtype": "float64"}, "model.dtype"),
+        ({"norm": "batchnorm"}, "model.norm"),
+        ({"model_dim": 30, "num_heads": 4}, "model.num_heads"),
+        ({"dropout": 1.0}, "model.dropout"),
+        ({"num_layers": 0}, "model.num_layers"),
+    ],
+)
+def test_bad_model_config_is_rejected(overrides, field):
+    with pytest.raises(ValueError, match=field):
+        _config(**overrides)
+
+
+def test_rope_with_odd_head_dimension_is_rejected_at_construction():
+    with pytest.raises(ValueError, match="head dimension of 9"):
+        _model("rope", model_dim=18, num_heads=2)
+
+
+def test_value_term_encoder_forced_onto_the_fused_path_is_rejected():
+    model = _model("shaw", attention_impl="xla")
+    with pytest.raises(ValueError, match="attention_impl='xla'.*'shaw'"):
+        model(_tokens(7, 1, 4))
+
+
+def test_encoder_with_an_input_embedding_must_share_its_parameters():
+    class PerLayerEmbed(encodings.Sinusoidal):
+        param_scope = "layer"
+
+    with pytest.raises(ValueError, match="param_scope='shared'"):
+        Transformer(_config(), PerLayerEmbed(), rngs=nnx.Rngs(0))
