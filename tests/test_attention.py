@@ -29,8 +29,10 @@ _attend = jax.jit(attend, static_argnames=("encoding", "causal", "implementation
 
 @functools.cache
 def _encoder(name):
+    """The bound encoder and its parameters (numpy, so a cached value never holds a tracer)."""
     enc = encodings.get(name, **HPARAMS.get(name, {})).bind(DIMS)
-    params = enc.init(jax.random.key(1), DIMS)
+    with jax.ensure_compile_time_eval():
+        params = {n: np.asarray(x) for n, x in enc.init(jax.random.key(1), DIMS).items()}
     # Learned tables start near zero (std 0.02); scale them to O(1) so they matter here.
     std = getattr(enc, "init_std", None)
     params = {n: (x / std * 0.5 if std and n != "w_r" else x) for n, x in params.items()}
