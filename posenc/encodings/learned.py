@@ -48,4 +48,7 @@ class Learned(Encoding):
 
     def embed(self, params: Params, positions: jax.Array) -> jax.Array:
         """``[B|1, T]`` positions -> ``[B|1, T, D]`` rows of the table (NaN beyond it)."""
-        return jnp.take(params["table"], positions, axis=0, mode="fill", fill_value=jnp.nan)
+        table = params["table"]
+        # take() wraps negative indices before "fill" applies; send them past the end instead.
+        positions = jnp.where(positions < 0, table.shape[0], positions)
+        return jnp.take(table, positions, axis=0, mode="fill", fill_value=jnp.nan)

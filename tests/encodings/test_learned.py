@@ -37,3 +37,13 @@ def test_check_length_refuses_lengths_past_max_len():
 def test_bad_max_len_is_rejected(bad):
     with pytest.raises(ValueError, match="encoding.max_len"):
         encodings.get("learned", max_len=bad)
+
+
+def test_negative_positions_are_outside_the_table_too():
+    # jnp.take wraps negative indices NumPy-style before mode="fill" applies, so position -1
+    # would silently read the last row; it must embed as NaN like any position off the table.
+    enc = encodings.get("learned", max_len=4).bind(DIMS)
+    params = enc.init(jax.random.key(1), DIMS)
+    got = np.asarray(enc.embed(params, jnp.asarray([[-4, -1, 0, 3]])))
+    assert np.isnan(got[0, :2]).all()
+    np.testing.assert_array_equal(got[0, 2:], np.asarray(params["table"])[[0, 3]])
