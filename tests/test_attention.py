@@ -22,7 +22,11 @@ DIMS = Dims(num_heads=H, head_dim=DH, model_dim=H * DH)
 # Encoders whose attention differs; sinusoidal and learned only add input embeddings, so attend
 # treats them exactly like nope (checked separately below).
 ATTENTION_ENCODERS = ["nope", "rope", "alibi", "t5", "shaw", "xl"]
-HPARAMS = {"t5": {"num_buckets": 8, "max_distance": 16}, "shaw": {"max_distance": 3}}
+HPARAMS = {
+    "t5": {"num_buckets": 8, "max_distance": 16},
+    "shaw": {"max_distance": 3},
+    "shaw-keys": {"max_distance": 3, "values": False},  # no value term: may use the fused path
+}
 
 _attend = jax.jit(attend, static_argnames=("encoding", "causal", "implementation", "block_size"))
 
@@ -30,7 +34,7 @@ _attend = jax.jit(attend, static_argnames=("encoding", "causal", "implementation
 @functools.cache
 def _encoder(name):
     """The bound encoder and its parameters (numpy, so a cached value never holds a tracer)."""
-    enc = encodings.get(name, **HPARAMS.get(name, {})).bind(DIMS)
+    enc = encodings.get(name.removesuffix("-keys"), **HPARAMS.get(name, {})).bind(DIMS)
     with jax.ensure_compile_time_eval():
         params = {n: np.asarray(x) for n, x in enc.init(jax.random.key(1), DIMS).items()}
     # Learned tables start near zero (std 0.02); scale them to O(1) so they matter here.
@@ -164,20 +168,20 @@ def test_blocked_equals_einsum(name, t, s, block):
 @pytest.mark.parametrize("name", [n for n in ATTENTION_ENCODERS if n != "shaw"] + ["shaw-keys"])
 @pytest.mark.parametrize("t,s", [(8, 8), (6, 10)])
 def test_fused_xla_equals_einsum(name, t, s):
-    if name == "shaw-keys":
-        HPARAMS["shaw-keys"] = {}
-        name = "shaw"
     q, k, v = _qkv(2, 2, t, s)
     q_pos, k_pos = _positions(2, t, s, [3, 44])
-    if name == "shaw":  # keys only: no value term, so the fused path is allowed
-        enc = encodings.get("shaw", max_distance=3, values=False).bind(DIMS)
-        params = {"key_table": jax.random.normal(jax.random.key(3), (7, DH))}
-        kw = dict(encoding=enc, params=params, q_pos=q_pos, k_pos=k_pos)
-        ref = _attend(q, k, v, implementation="einsum", **kw)
-        got = _attend(q, k, v, implementation="xla", **kw)
-    else:
-        ref = _run(name, "einsum", q, k, v, q_pos, k_pos)
-        got = _run(name, "xla", q, k, v, q_pos, k_pos)
+    ref = _run(name, "einsum", q, k, v, q_pos, k_pos)
+    got = _run(name, "xla", q, k, v, q_pos, k_pos)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("name", ["shaw", "xl", "t5"])
+def test_blocked_with_positions_shared_by_the_batch(name):
+    # [T] positions (normalised to [1, T]) with B = 2: the blocks must broadcast them.
+    q, k, v = _qkv(3, 2, 8, 8)
+    pos = jnp.arange(8) + 21
+    ref = _run(name, "einsum", q, k, v, pos, pos)
+    got = _run(name, "blocked", q, k, v, pos, pos, block_size=3)
     np.testing.assert_allclose(np.asarray(got), np.asarray(ref), rtol=1e-5, atol=1e-5)
 
 
@@ -203,9 +207,9 @@ def test_bf16_inputs_give_bf16_outputs_close_to_float32():
 # -- causality -----------------------------------------------------------------------------
 
 
-def _dependence(name, impl, block_size):
-    """|d out[t] / d q[t']|, |d out[t] / d k[s]|, |d out[t] / d v[s]|, other axes summed."""
-    t = 7
+def _jacobians(name, impl, block_size):
+    """d out / d (q, k, v) for one row of T = 8: each [T, H, Dh, T, H, Dh]."""
+    t = 8
     q, k, v = _qkv(6, 1, t, t)
     pos = jnp.arange(t)[None] + 3
 
@@ -213,25 +217,31 @@ def _dependence(name, impl, block_size):
         return _run(name, impl, q, k, v, pos, pos, block_size=block_size)
 
     jac = jax.jit(jax.jacrev(f, argnums=(0, 1, 2)))(q, k, v)  # each [1,T,H,D, 1,T,H,D]
-    return [np.abs(np.asarray(j)).sum(axis=(0, 2, 3, 4, 6, 7)) for j in jac]  # [T_out, T_in]
+    return [np.asarray(j)[0, :, :, :, 0] for j in jac]
 
 
-@pytest.mark.parametrize(
-    "name,impl,block",
-    [(n, "einsum", 512) for n in ATTENTION_ENCODERS]
-    + [(n, "blocked", 3) for n in ATTENTION_ENCODERS]
-    # Shaw's value term cannot run on the fused path (an error, tested below).
-    + [(n, "xla", 512) for n in ATTENTION_ENCODERS if n != "shaw"],
-)
-def test_no_position_sees_the_future(name, impl, block):
-    dq, dk, dv = _dependence(name, impl, block)
-    later = np.triu(np.ones_like(dk, dtype=bool), k=1)  # [t, s] with s > t
-    assert (dk[later] == 0).all() and (dv[later] == 0).all()
-    assert (dv[~later] > 0).all()
-    # Keys up to t matter, except for query 0, whose single visible key gets probability 1.
-    assert (dk[1:][~later[1:]] > 0).all()
-    off_diagonal = ~np.eye(dq.shape[0], dtype=bool)
-    assert (dq[off_diagonal] == 0).all() and (np.diag(dq)[1:] > 0).all()
+@pytest.mark.parametrize("name", ATTENTION_ENCODERS)
+def test_no_position_sees_the_future(name):
+    # Every path available on CPU; Shaw's value term cannot run on the fused one (an error,
+    # tested below). The paths' Jacobians must also agree, so their gradients are the same.
+    paths = [("einsum", 512), ("blocked", 3), ("blocked", 4)]  # 4 divides T = 8, 3 does not
+    if name != "shaw":
+        paths.append(("xla", 512))
+    ref = None
+    for impl, block in paths:
+        jac = _jacobians(name, impl, block)
+        dq, dk, dv = (np.abs(j).sum(axis=(1, 2, 4, 5)) for j in jac)  # [t_out, t_in]
+        later = np.triu(np.ones_like(dk, dtype=bool), k=1)  # [t, s] with s > t
+        assert (dk[later] == 0).all() and (dv[later] == 0).all(), impl
+        assert (dv[~later] > 0).all()
+        # Keys up to t matter, except for query 0, whose single visible key gets probability 1.
+        assert (dk[1:][~later[1:]] > 0).all()
+        off_diagonal = ~np.eye(dq.shape[0], dtype=bool)
+        assert (dq[off_diagonal] == 0).all() and (np.diag(dq)[1:] > 0).all()
+        if ref is None:
+            ref = jac
+        for got, expected in zip(jac, ref, strict=True):
+            np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-5, err_msg=impl)
 
 
 # -- path choice and errors -----------------------------------------------------------------
