@@ -31,7 +31,9 @@ def _split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
             body = arg[len(_OVERRIDE_PREFIX) :]
             if "=" not in body:
                 if i + 1 >= len(argv):
-                    raise SystemExit(f"posenc: {arg} needs a value ({arg}=VALUE)")
+                    # Exit status 2, like every other usage error (argparse's convention).
+                    print(f"posenc: error: {arg} needs a value ({arg}=VALUE)", file=sys.stderr)
+                    raise SystemExit(2)
                 body = f"{body}={argv[i + 1]}"
                 i += 1
             overrides.append(body)
@@ -191,10 +193,19 @@ def build_parser() -> argparse.ArgumentParser:
     ):
         q = data_sub.add_parser(name, help=text, description=text)
         q.add_argument("spec", help="pystdlib | textdir:<path> | tfds:<name>[/<config>]")
+        # The underscore spellings are what DataNotFoundError's messages print (TFDS's style).
         q.add_argument(
-            "--data-dir", default=None, help="default $POSENC_DATA_DIR or ~/.cache/posenc/data"
+            "--data-dir",
+            "--data_dir",
+            default=None,
+            help="default $POSENC_DATA_DIR or ~/.cache/posenc/data",
         )
-        q.add_argument("--text-field", default=None, help="tfds: the text feature (default text)")
+        q.add_argument(
+            "--text-field",
+            "--text_field",
+            default=None,
+            help="tfds: the text feature (default text)",
+        )
         q.set_defaults(func=func)
 
     p = sub.add_parser(

@@ -80,6 +80,11 @@ def set_field(config: ml_collections.ConfigDict, key: str, value: Any) -> None:
         if name not in node:
             raise ValueError(_unknown_field(".".join(parents[: i + 1]), node))
         node = node[name]
+        if not isinstance(node, ml_collections.ConfigDict):
+            raise ValueError(
+                f"config field {'.'.join(parents[: i + 1])} is a value, not a group of fields; "
+                f"cannot set {key!r}"
+            )
     prefix = ".".join(parents)
     if prefix in _OPEN_FIELDS:
         with node.unlocked():
@@ -181,6 +186,11 @@ def validate(
     e = config.eval
     _require_choice("eval.mode", e.mode, EVAL_MODES)
     _require_choice("eval.split", e.split, EVAL_SPLITS)
+    # eval_lengths() converts with int(): check first, so "abc" or 16.5 is named, not truncated.
+    if not all(isinstance(x, int) and not isinstance(x, bool) for x in e.lengths):
+        raise ValueError(f"eval.lengths must be integers, got {e.lengths!r}")
+    if not all(isinstance(x, int | float) and not isinstance(x, bool) for x in e.multiples):
+        raise ValueError(f"eval.multiples must be numbers, got {e.multiples!r}")
     lengths = eval_lengths(config)
     if not lengths:
         raise ValueError("eval.lengths and eval.multiples are both empty; give at least one")

@@ -53,6 +53,35 @@ def read_metrics(workdir: str, filename: str = "metrics.jsonl") -> list[dict[str
         return [json.loads(line) for line in f if line.strip()]
 
 
+def drop_metrics_after(workdir: str, step: int, filename: str = "metrics.jsonl") -> None:
+    """Removes the lines of steps after ``step`` from the metrics file, and any torn line.
+
+    A run stopped between two checkpoints (killed, or stopped by a non-finite loss) has logged
+    steps past the checkpoint it resumes from; the resumed run logs them again, so without this
+    the loss curve would hold those steps twice. A process killed while writing can also leave
+    a partial last line, which would otherwise be glued to the next one.
+    """
+    path = os.path.join(workdir, filename)
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        raw = [text for text in f.read().split("\n") if text.strip()]
+    keep = []
+    for text in raw:
+        try:
+            line = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(line, dict) and line.get("step", 0) <= step:
+            keep.append(text)
+    if len(keep) == len(raw):
+        return
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        f.writelines(text + "\n" for text in keep)
+    os.replace(tmp, path)
+
+
 class _NullBar:
     n = 0
 

@@ -34,8 +34,8 @@ from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
 from posenc import distributed
-from posenc.config import make_encoding, model_config, validate
-from posenc.metrics import MetricsWriter, progress_bar
+from posenc.config import eval_lengths, make_encoding, model_config, validate
+from posenc.metrics import MetricsWriter, drop_metrics_after, progress_bar
 from posenc.model import Transformer
 
 
@@ -233,10 +233,12 @@ def read_config(workdir: str) -> ml_collections.ConfigDict:
             f"{path} does not exist: {workdir!r} is not a posenc work directory"
         )
     with open(path) as f:
-        config = ml_collections.ConfigDict(json.load(f))
-    # JSON turns tuples into lists; the config schema uses tuples.
+        fields = json.load(f)
+    # JSON turns tuples into lists; the config schema uses tuples. (Converting after building the
+    # ConfigDict would not do: a field keeps the type it was created with.)
     for field in ("lengths", "multiples"):
-        config.eval[field] = tuple(config.eval[field])
+        fields["eval"][field] = tuple(fields["eval"][field])
+    config = ml_collections.ConfigDict(fields)
     config.lock()
     return config
 
@@ -311,9 +313,15 @@ def train(
     mesh = mesh or make_mesh()
     validate(config, num_devices=mesh.devices.size, process_count=jax.process_count())
     t = config.train
-    os.makedirs(workdir, exist_ok=True)
     source = open_source(config)
     stream = source.split_stream("train")
+    # posenc train evaluates when training ends: refuse lengths the evaluation split cannot fill
+    # now rather than after the run. (Imported here: posenc.evaluate imports this module.)
+    from posenc.evaluate import check_lengths
+
+    check_lengths(
+        len(source.split_stream(config.eval.split)), eval_lengths(config), config.eval.split
+    )
     windows = data_lib.TrainWindows(
         stream,
         seq_len=t.seq_len,
@@ -323,6 +331,8 @@ def train(
         process_count=jax.process_count(),
     )
     is_main = jax.process_index() == 0
+    # Created only now, so that a bad config or a missing data set leaves nothing behind.
+    os.makedirs(workdir, exist_ok=True)
     if is_main:
         _write_config(workdir, config)
         _atomic_write(os.path.join(workdir, "data.json"), json.dumps(source.info(), indent=2))
@@ -334,6 +344,9 @@ def train(
     step = int(state["step"])
     last = t.steps if stop_at is None else min(stop_at, t.steps)
 
+    if is_main:
+        # A run cut off after its last checkpoint logged steps that are about to be redone.
+        drop_metrics_after(workdir, step)
     writer = MetricsWriter(workdir, enabled=is_main)
     history: list[dict[str, Any]] = []
     bar = progress_bar(total=t.steps, initial=step, enabled=is_main and t.progress)
@@ -348,10 +361,12 @@ def train(
             if step % t.log_every == 0 or save:
                 line = _summarise(pending, step, time.perf_counter() - tick, step - tick_step)
                 pending, tick, tick_step = [], time.perf_counter(), step
-                if not math.isfinite(line["loss"]):
+                # A non-finite gradient norm means this step's update already corrupted the
+                # parameters, even when its loss (computed before the update) is finite.
+                if not (math.isfinite(line["loss"]) and math.isfinite(line["grad_norm"])):
                     raise NonFiniteLossError(
-                        f"loss became {line['loss']} by step {step} (grad norm "
-                        f"{line['grad_norm']}); the last good checkpoint (step "
+                        f"non-finite loss or gradient by step {step} (loss {line['loss']}, grad "
+                        f"norm {line['grad_norm']}); the last good checkpoint (step "
                         f"{manager.latest_step()}) is kept in {workdir}/checkpoints. Lower "
                         "optim.learning_rate, raise optim.warmup_steps, or use model.dtype=float32."
                     )
