@@ -35,15 +35,16 @@ def _naive_a(table: np.ndarray, q_pos: np.ndarray, k_pos: np.ndarray, k: int) ->
     return out
 
 
-def _naive_attention(q, k, v, key_table, value_table, q_pos, k_pos, clip):
+def _naive_attention(q, k, v, key_table, value_table, q_pos, k_pos, clip, causal=True):
     """Shaw attention with the L x L x D tensors built explicitly, causal, float64."""
     q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
     t, s = q.shape[1], k.shape[1]
     a_k = _naive_a(key_table, q_pos, k_pos, clip)  # [B, T, S, Dh]
     logits = np.einsum("bthd,bshd->bhts", q, k) + np.einsum("bthd,btsd->bhts", q, a_k)
     logits /= np.sqrt(q.shape[-1])
-    mask = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)
-    logits = np.where(mask, logits, -np.inf)
+    if causal:
+        mask = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)
+        logits = np.where(mask, logits, -np.inf)
     p = np.exp(logits - logits.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     out = np.einsum("bhts,bshd->bthd", p, v)
@@ -167,6 +168,32 @@ def test_attention_equals_explicit_formula(values, impl, block, t, s, offsets):
     )
     expected = _naive_attention(
         q, k, v, params["key_table"], params.get("value_table"), q_pos, k_pos, clip
+    )
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("impl,block", [("einsum", 512), ("blocked", 2)])
+def test_bidirectional_attention_equals_explicit_formula(impl, block):
+    # The paper's setting is an encoder: keys after the query use the positive-offset rows.
+    enc = _bound(max_distance=3)
+    params = _params(enc, 10, scale=0.5)
+    q, k, v = _inputs(11, 2, 5, 11)
+    q_pos, k_pos = (
+        np.array([[4, 5, 6, 7, 8], [63, 64, 65, 66, 67]]),
+        _positions(2, 11, 11, [2, 60])[1],
+    )
+    got = _attend(
+        *(jnp.asarray(a) for a in (q, k, v)),
+        encoding=enc,
+        params={n: jnp.asarray(x) for n, x in params.items()},
+        q_pos=jnp.asarray(q_pos),
+        k_pos=jnp.asarray(k_pos),
+        causal=False,
+        implementation=impl,
+        block_size=block,
+    )
+    expected = _naive_attention(
+        q, k, v, params["key_table"], params["value_table"], q_pos, k_pos, 3, causal=False
     )
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
 
