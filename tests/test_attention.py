@@ -28,7 +28,10 @@ HPARAMS = {
     "shaw-keys": {"max_distance": 3, "values": False},  # no value term: may use the fused path
 }
 
-_attend = jax.jit(attend, static_argnames=("encoding", "causal", "implementation", "block_size"))
+# One compiled program per (encoder, path, shapes); compiling dominates at these sizes, and LLVM
+# at -O0 compiles about twice as fast while computing the same program.
+_jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
+_attend = _jit(attend, static_argnames=("encoding", "causal", "implementation", "block_size"))
 
 
 @functools.cache
@@ -213,10 +216,23 @@ def _jacobians(name, impl, block_size):
     q, k, v = _qkv(6, 1, t, t)
     pos = jnp.arange(t)[None] + 3
 
-    def f(q, k, v):
-        return _run(name, impl, q, k, v, pos, pos, block_size=block_size)
+    enc, params = _encoder(name)
+    params = {n: jnp.asarray(x) for n, x in params.items()}  # closed over: must be jax arrays
 
-    jac = jax.jit(jax.jacrev(f, argnums=(0, 1, 2)))(q, k, v)  # each [1,T,H,D, 1,T,H,D]
+    def f(q, k, v):
+        return attend(
+            q,
+            k,
+            v,
+            encoding=enc,
+            params=params,
+            q_pos=pos,
+            k_pos=pos,
+            implementation=impl,
+            block_size=block_size,
+        )
+
+    jac = _jit(jax.jacrev(f, argnums=(0, 1, 2)))(q, k, v)  # each [1,T,H,D, 1,T,H,D]
     return [np.asarray(j)[0, :, :, :, 0] for j in jac]
 
 
