@@ -1,0 +1,474 @@
+"""Sweeps: many runs of one config, each in its own work directory, resumable as a whole.
+
+A sweep config is a Python file with two functions::
+
+    def get_config(variant):  # the base run config (an ml_collections.ConfigDict)
+    def get_sweep(variant):   # a list of points, each a dict of dotted overrides
+
+for example ``product(**{"encoding.name": ["alibi", "rope"], "seed": [0, 1]})``. Every point
+runs in ``<sweep dir>/<point name>/``, named from its overrides (:func:`point_name`), with the
+resolved config saved there by :func:`posenc.train.train` (``config.json``). Running the sweep
+again:
+
+- skips finished points (``eval.json`` present and ``status.json`` saying ``done`` for exactly
+  this config; a changed evaluation setting re-evaluates without retraining),
+- resumes interrupted ones (``train`` continues from the last checkpoint in the directory),
+- records failures (any exception: ``status.json`` with the traceback; with ``jobs > 1`` also a
+  child killed by a signal) without stopping the other points.
+
+``<sweep dir>/sweep.json`` lists the points, their directories and statuses; ``posenc report``
+reads it. Each point directory also holds ``point.json`` (its overrides and resolved config: all
+a process needs to run it) and ``status.json``.
+
+With ``jobs > 1`` points run in separate processes (``python -m posenc.sweep <point dir>``), each
+logging to ``<point dir>/log.txt``; with ``jobs == 1`` they run in this process, one after the
+other.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import ml_collections
+
+from posenc.config import apply_overrides, load_config, set_field
+
+SWEEP_FILE = "sweep.json"
+STATUS_FILE = "status.json"
+POINT_FILE = "point.json"
+LOG_FILE = "log.txt"
+# Statuses a point can have in sweep.json / the returned summary.
+STATUSES = ("pending", "running", "done", "skipped", "failed", "interrupted")
+
+# Longest readable part of a point directory name (file systems allow 255 bytes).
+_MAX_NAME = 120
+_SAFE = re.compile(r"[^A-Za-z0-9._+-]")
+
+
+def product(**axes: Sequence[Any]) -> list[dict[str, Any]]:
+    """The cartesian product of sweep axes, as a list of override dicts.
+
+    Dotted field names are passed with ``**``::
+
+        product(**{"encoding.name": ["alibi", "rope"], "seed": [0, 1]})
+        # [{"encoding.name": "alibi", "seed": 0}, {"encoding.name": "alibi", "seed": 1},
+        #  {"encoding.name": "rope", "seed": 0}, {"encoding.name": "rope", "seed": 1}]
+
+    The first axis varies slowest. A scalar (or string) is an axis of one value.
+    """
+    keys = list(axes)
+    values = [
+        [v] if isinstance(v, str | bytes) or not isinstance(v, Sequence) else list(v)
+        for v in axes.values()
+    ]
+    return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(_render(v) for v in value)
+    return str(value)
+
+
+def point_name(overrides: Mapping[str, Any]) -> str:
+    """A readable, file-system-safe directory name for a point, stable and unique.
+
+    Keys are sorted, so the name does not depend on the order the overrides were written in::
+
+        {"seed": 0, "encoding.name": "alibi"} -> "encoding.name-alibi__seed-0"
+
+    Characters outside ``[A-Za-z0-9._+-]`` become ``_``; where that (or shortening a very long
+    name) could make two points collide, a hash of the exact overrides is appended.
+    """
+    if not overrides:
+        return "base"
+    parts, lossy = [], False
+    for key in sorted(overrides):
+        value = overrides[key]
+        text = _render(value)
+        safe_key, safe_text = _SAFE.sub("_", key), _SAFE.sub("_", text)
+        # A string that reads as another literal ("0" vs 0) or was changed could collide.
+        lossy |= safe_key != key or safe_text != text
+        lossy |= isinstance(value, str) and _literal(text) != value
+        lossy |= isinstance(value, list | tuple) or "__" in safe_text + safe_key
+        parts.append(f"{safe_key}-{safe_text}")
+    name = "__".join(parts)
+    if name.startswith((".", "-")):
+        name, lossy = "_" + name, True
+    if len(name) > _MAX_NAME:
+        name, lossy = name[:_MAX_NAME], True
+    if lossy:
+        name += "__h" + point_hash(overrides)[:10]
+    return name
+
+
+def _literal(text: str) -> Any:
+    from posenc.config import parse_value
+
+    return parse_value(text)
+
+
+def point_hash(overrides: Mapping[str, Any]) -> str:
+    """sha256 of a point's overrides (key order and int/float/str distinctions included)."""
+    canonical = json.dumps(
+        [[k, type(v).__name__, v] for k, v in sorted(overrides.items())], default=repr
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def config_hash(config: ml_collections.ConfigDict) -> str:
+    """sha256 of a resolved config (what :func:`is_finished` compares)."""
+    return hashlib.sha256(config.to_json(sort_keys=True).encode()).hexdigest()
+
+
+def load_sweep(
+    spec: str, overrides: Sequence[str] = ()
+) -> tuple[list[dict[str, Any]], list[ml_collections.ConfigDict]]:
+    """The points of a sweep config file and their resolved run configs.
+
+    Args:
+      spec: ``path/to/sweep.py[:variant]``; the file defines ``get_config`` and ``get_sweep``.
+      overrides: ``"field=value"`` strings applied to every point (before the point's own).
+
+    Returns:
+      ``(points, configs)``: the override dicts of ``get_sweep`` and one config per point.
+
+    Raises:
+      ValueError: no ``get_sweep``, an empty or duplicated point list, or an override naming a
+        field the config does not have (before anything runs).
+    """
+    import importlib.util
+
+    path, _, variant = spec.partition(":")
+    base = apply_overrides(load_config(spec), overrides)
+    module_spec = importlib.util.spec_from_file_location(f"_posenc_sweep_{abs(hash(path))}", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    if not hasattr(module, "get_sweep"):
+        raise ValueError(f"--config: {path} has no get_sweep() function; is it a sweep config?")
+    points = module.get_sweep(variant) if variant else module.get_sweep()
+    points = [dict(p) for p in points]
+    if not points:
+        raise ValueError(f"{path}: get_sweep() returned no points")
+    names = [point_name(p) for p in points]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise ValueError(f"{path}: get_sweep() lists the same point twice: {duplicates}")
+    configs = []
+    for point in points:
+        config = apply_overrides(base, [])  # a copy
+        for key, value in point.items():
+            set_field(config, key, value)
+        configs.append(config)
+    return points, configs
+
+
+def _read_json(path: str) -> dict[str, Any] | None:
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (FileNotFoundError, json.JSONDecodeError):
+        return None
+
+
+def _write_json(path: str, data: Any) -> None:
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as f:
+        json.dump(data, f, indent=1, default=repr)
+    os.replace(tmp, path)
+
+
+def is_finished(point_dir: str, config: ml_collections.ConfigDict) -> bool:
+    """Whether ``point_dir`` holds this exact config's training and evaluation."""
+    from posenc.evaluate import EVAL_FILE
+
+    status = _read_json(os.path.join(point_dir, STATUS_FILE)) or {}
+    return (
+        os.path.exists(os.path.join(point_dir, EVAL_FILE))
+        and status.get("status") == "done"
+        and status.get("config_sha256") == config_hash(config)
+    )
+
+
+def run_point(point_dir: str) -> dict[str, Any]:
+    """Trains (or resumes) and evaluates the point saved in ``<point_dir>/point.json``.
+
+    Writes ``status.json`` (``running``, then ``done`` or ``failed`` with the traceback) and
+    returns it; never raises for a failure of the run itself (``KeyboardInterrupt`` excepted).
+    """
+    from posenc.evaluate import evaluate_workdir
+    from posenc.train import train
+
+    point = _read_json(os.path.join(point_dir, POINT_FILE))
+    fields = point["config"]
+    for field in ("lengths", "multiples"):  # JSON made these tuples lists (as in read_config)
+        fields["eval"][field] = tuple(fields["eval"][field])
+    config = ml_collections.ConfigDict(fields)
+    config.lock()
+    status_path = os.path.join(point_dir, STATUS_FILE)
+    start = time.perf_counter()
+    status = {"status": "running", "overrides": point["overrides"], "started": time.time()}
+    _write_json(status_path, status)
+    try:
+        result = train(config, point_dir)
+        if result.step != config.train.steps:
+            raise RuntimeError(f"training stopped at step {result.step} of {config.train.steps}")
+        evaluate_workdir(point_dir, overrides=config, model=result.model)
+        status.update(status="done", config_sha256=config_hash(config))
+    except KeyboardInterrupt:
+        status.update(status="interrupted", seconds=time.perf_counter() - start)
+        _write_json(status_path, status)
+        raise
+    except BaseException as e:  # noqa: BLE001 - any failure of one point is recorded
+        status.update(status="failed", error=f"{type(e).__name__}: {e}")
+        status["traceback"] = traceback.format_exc()
+    status["seconds"] = time.perf_counter() - start
+    _write_json(status_path, status)
+    return status
+
+
+def summarize_point(point_dir: str) -> dict[str, Any]:
+    """Final train loss, perplexity at the training length and at the longest length."""
+    from posenc.evaluate import load_eval
+    from posenc.metrics import read_metrics
+
+    out: dict[str, Any] = {"train_loss": None, "ppl_train_len": None, "ppl_longest": None}
+    metrics = read_metrics(point_dir)
+    if metrics:
+        out["train_loss"] = metrics[-1]["loss"]
+    report = load_eval(point_dir)
+    if report:
+        ok = [r for r in report["results"] if "error" not in r]
+        at_train = [r for r in ok if r["length"] == report["train_seq_len"]]
+        longest = max(r["length"] for r in report["results"])
+        at_longest = [r for r in ok if r["length"] == longest]
+        out["ppl_train_len"] = at_train[0]["perplexity"] if at_train else None
+        out["ppl_longest"] = at_longest[0]["perplexity"] if at_longest else None
+        out["longest"] = longest
+    return out
+
+
+def _child_env(jobs: int) -> dict[str, str]:
+    """Environment of a point process when ``jobs`` run at once.
+
+    On CPU, XLA's multi-threaded Eigen would have every job start a thread per core; with one
+    thread each, ``jobs`` processes share the cores without oversubscription. On a GPU the
+    flag only touches the host backend, and each process may take 1/jobs of the GPU memory.
+    """
+    env = dict(os.environ)
+    if jobs > 1:
+        flags = env.get("XLA_FLAGS", "")
+        if "xla_cpu_multi_thread_eigen" not in flags:
+            env["XLA_FLAGS"] = f"{flags} --xla_cpu_multi_thread_eigen=false".strip()
+        env.setdefault("XLA_PYTHON_CLIENT_MEM_FRACTION", f"{0.9 / jobs:.3f}")
+    # A progress line in log.txt every 30 s rather than a carriage-return stream.
+    env.setdefault("TQDM_MININTERVAL", "30")
+    env.setdefault("PYTHONUNBUFFERED", "1")
+    return env
+
+
+def run_sweep(
+    config_spec: str,
+    workdir: str,
+    *,
+    overrides: Sequence[str] = (),
+    jobs: int = 1,
+    verbose: bool = True,
+) -> list[dict[str, Any]]:
+    """Runs every point of a sweep config under ``workdir``.
+
+    Args:
+      config_spec: ``path/to/sweep.py[:variant]``.
+      workdir: the sweep directory: ``sweep.json`` and one folder per point.
+      overrides: ``"field=value"`` strings applied to every point.
+      jobs: points run at a time; ``1`` runs them in this process, more in child processes.
+      verbose: print a line when a point starts and ends, and the summary table.
+
+    Returns:
+      One dict per point, in sweep order: ``name``, ``dir``, ``overrides``, ``status`` (``done``:
+      ran now; ``skipped``: finished before; ``failed``; ``interrupted``), ``seconds``,
+      ``train_loss``, ``ppl_train_len``, ``ppl_longest``, and ``error`` for failures.
+
+    Raises:
+      ValueError: a malformed sweep config (nothing is run).
+      KeyboardInterrupt: after recording the interrupted points; run again to resume.
+    """
+    if not isinstance(jobs, int) or jobs < 1:
+        raise ValueError(f"--jobs must be an integer >= 1, got {jobs!r}")
+    points, configs = load_sweep(config_spec, overrides)
+    os.makedirs(workdir, exist_ok=True)
+    entries = []
+    for point, config in zip(points, configs, strict=True):
+        name = point_name(point)
+        point_dir = os.path.join(workdir, name)
+        entry = {"name": name, "dir": name, "overrides": point, "status": "pending"}
+        if is_finished(point_dir, config):
+            entry["status"] = "skipped"
+        else:
+            os.makedirs(point_dir, exist_ok=True)
+            _write_json(
+                os.path.join(point_dir, POINT_FILE),
+                {"overrides": point, "config": config.to_dict()},
+            )
+        entries.append(entry)
+    sweep_path = os.path.join(workdir, SWEEP_FILE)
+    header = {"config": config_spec, "overrides": list(overrides), "jobs": jobs}
+
+    def save():
+        _write_json(sweep_path, {**header, "updated": time.time(), "points": entries})
+
+    save()
+    todo = [e for e in entries if e["status"] == "pending"]
+    if verbose:
+        print(
+            f"sweep {config_spec}: {len(entries)} points, {len(entries) - len(todo)} finished "
+            f"before, {len(todo)} to run with jobs={jobs} in {workdir}",
+            flush=True,
+        )
+    start = time.perf_counter()
+    try:
+        if jobs == 1:
+            _run_in_process(workdir, todo, save, verbose)
+        else:
+            _run_in_children(workdir, todo, save, verbose, jobs)
+    except KeyboardInterrupt:
+        for e in entries:
+            if e["status"] in ("pending", "running"):
+                e["status"] = "interrupted"
+        save()
+        raise
+    for e in entries:
+        point_dir = os.path.join(workdir, e["dir"])
+        status = _read_json(os.path.join(point_dir, STATUS_FILE)) or {}
+        e.setdefault("seconds", status.get("seconds"))
+        if e["status"] == "failed":
+            e.setdefault("error", status.get("error", "no status.json written"))
+        e.update(summarize_point(point_dir))
+    save()
+    if verbose:
+        print(format_summary(entries, time.perf_counter() - start), flush=True)
+    return entries
+
+
+def _run_in_process(workdir, todo, save, verbose) -> None:
+    for i, e in enumerate(todo):
+        e["status"] = "running"
+        save()
+        if verbose:
+            print(f"[{i + 1}/{len(todo)}] {e['name']}", flush=True)
+        status = run_point(os.path.join(workdir, e["dir"]))
+        e["status"] = status["status"]
+        e["seconds"] = status["seconds"]
+        if status["status"] == "failed":
+            e["error"] = status["error"]
+            if verbose:
+                print(f"  failed: {status['error']}", flush=True)
+        save()
+
+
+def _run_in_children(workdir, todo, save, verbose, jobs) -> None:
+    env = _child_env(jobs)
+    queue, running = list(todo), {}
+    try:
+        while queue or running:
+            while queue and len(running) < jobs:
+                e = queue.pop(0)
+                point_dir = os.path.join(workdir, e["dir"])
+                log = open(os.path.join(point_dir, LOG_FILE), "a")  # noqa: SIM115
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "posenc.sweep", point_dir],
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                )
+                running[proc] = (e, log, time.perf_counter())
+                e["status"] = "running"
+                save()
+                if verbose:
+                    print(f"started {e['name']} (log: {point_dir}/{LOG_FILE})", flush=True)
+            time.sleep(0.2)
+            for proc in [p for p in running if p.poll() is not None]:
+                e, log, started = running.pop(proc)
+                log.close()
+                status = _read_json(os.path.join(workdir, e["dir"], STATUS_FILE)) or {}
+                e["seconds"] = time.perf_counter() - started
+                if proc.returncode == 0 and status.get("status") in ("done", "failed"):
+                    e["status"] = status["status"]
+                    if e["status"] == "failed":
+                        e["error"] = status.get("error")
+                else:  # killed (signal, out of memory) before it could record anything
+                    e["status"] = "failed"
+                    e["error"] = f"process exited with code {proc.returncode}"
+                    _write_json(
+                        os.path.join(workdir, e["dir"], STATUS_FILE),
+                        {**status, "status": "failed", "error": e["error"]},
+                    )
+                save()
+                if verbose:
+                    print(f"{e['status']:>6} {e['name']} ({e['seconds']:.0f}s)", flush=True)
+                    if e["status"] == "failed":
+                        print(f"  {e['error']}", flush=True)
+    finally:
+        for proc, (_, log, _) in running.items():
+            proc.terminate()
+            proc.wait()
+            log.close()
+
+
+def _fmt(x: float | None, digits: int) -> str:
+    return "—" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+
+
+def format_summary(entries: Sequence[Mapping[str, Any]], seconds: float | None = None) -> str:
+    """One line per point: status, final train loss, perplexity at the train and longest
+    lengths, seconds."""
+    width = max([len(e["name"]) for e in entries] + [5])
+    lines = [
+        f"{'status':<11} {'point':<{width}} {'train loss':>10} {'ppl@train':>10} "
+        f"{'ppl@longest':>12} {'seconds':>8}"
+    ]
+    for e in entries:
+        longest = f"{_fmt(e.get('ppl_longest'), 2)}"
+        if e.get("longest"):
+            longest += f" @{e['longest']}"
+        lines.append(
+            f"{e['status']:<11} {e['name']:<{width}} {_fmt(e.get('train_loss'), 4):>10} "
+            f"{_fmt(e.get('ppl_train_len'), 2):>10} {longest:>12} "
+            f"{_fmt(e.get('seconds'), 0):>8}"
+        )
+        if e.get("error"):
+            lines.append(f"{'':<11} error: {e['error'].splitlines()[0][:200]}")
+    if seconds is not None:
+        counts = {s: sum(e["status"] == s for e in entries) for s in STATUSES}
+        text = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
+        lines.append(f"{text}; {seconds:.0f}s")
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m posenc.sweep <point dir>``: runs one prepared point (used by ``jobs > 1``)."""
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 1:
+        print("usage: python -m posenc.sweep <point dir>", file=sys.stderr)
+        return 2
+    status = run_point(argv[0])
+    if status["status"] == "failed":
+        print(status.get("traceback", status["error"]), file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,285 @@
+"""posenc.report on synthetic eval.json files: numbers, layout, error entries, plots."""
+
+import csv
+import json
+import math
+import os
+import random
+
+import pytest
+
+from posenc import report
+from posenc.sweep import point_name
+
+MODEL = {
+    "num_layers": 1,
+    "model_dim": 16,
+    "num_heads": 2,
+    "mlp_dim": 32,
+    "head_dim": None,
+    "norm": "layernorm",
+    "dtype": "float32",
+    "vocab_size": 257,
+    "dropout": 0.0,
+    "tie_embeddings": True,
+    "attention_impl": "auto",
+    "attention_block_size": 512,
+}
+DATA = {
+    "source": "pystdlib",
+    "split": "validation",
+    "content_sha256": "ab" * 32,
+    "splits": {"validation": {"tokens": 5000, "stream_sha256": "cd" * 32}},
+}
+
+
+def _eval_json(encoding, hparams, train_len, seed, lengths, rng, max_len=None):
+    results = []
+    for length in lengths:
+        if max_len is not None and length > max_len:
+            results.append({"length": length, "error": f"table of {max_len} < {length} tokens"})
+            continue
+        loss = rng.uniform(1.0, 3.0)
+        results.append(
+            {
+                "length": length,
+                "tokens": 4 * length,
+                "loss": loss,
+                "perplexity": math.exp(loss),
+                "bits_per_byte": loss / math.log(2),
+                "windows": 4,
+                "dropped_tokens": 0,
+                "seconds": 0.1,
+                "loss_by_position": [round(rng.uniform(1, 4), 5) for _ in range(length)],
+            }
+        )
+    return {
+        "encoding": encoding,
+        "encoding_hparams": hparams,
+        "train_seq_len": train_len,
+        "train_steps": 10,
+        "seed": seed,
+        "model": {**MODEL, "num_params": 1000 + len(encoding)},
+        "data": DATA,
+        "mode": "nonoverlapping",
+        "stride": None,
+        "device": "1 x cpu",
+        "results": results,
+    }
+
+
+def _config_json(encoding, hparams, train_len, seed):
+    return {
+        "seed": seed,
+        "model": MODEL,
+        "encoding": {"name": encoding, "hparams": hparams},
+        "data": {"source": "pystdlib", "data_dir": None, "text_field": None},
+        "train": {"seq_len": train_len, "batch_size": 4, "steps": 10, "progress": False},
+        "eval": {"lengths": [], "multiples": [1, 2, 4], "max_tokens": 0},
+    }
+
+
+def make_sweep(root, spec):
+    """Writes a sweep directory; spec: [(overrides, encoding, hparams, train_len, seed)]."""
+    rng = random.Random(0)
+    points = []
+    for overrides, encoding, hparams, train_len, seed in spec:
+        name = point_name(overrides)
+        os.makedirs(root / name)
+        lengths = [train_len * m for m in (1, 2, 4)]
+        max_len = hparams.get("max_len")
+        with open(root / name / "eval.json", "w") as f:
+            json.dump(_eval_json(encoding, hparams, train_len, seed, lengths, rng, max_len), f)
+        with open(root / name / "config.json", "w") as f:
+            json.dump(_config_json(encoding, hparams, train_len, seed), f)
+        points.append({"name": name, "dir": name, "overrides": overrides, "status": "done"})
+    points.append(
+        {
+            "name": "broken",
+            "dir": "broken",
+            "overrides": {},
+            "status": "failed",
+            "error": "ValueError: boom",
+        }
+    )
+    with open(root / "sweep.json", "w") as f:
+        json.dump({"config": "x.py", "points": points}, f)
+
+
+def _spec():
+    spec = []
+    for train_len in (8, 16):
+        for seed in (0, 1, 2):
+            for enc, hparams in (("alibi", {}), ("rope", {})):
+                spec.append(
+                    (
+                        {"encoding.name": enc, "seed": seed, "train.seq_len": train_len},
+                        enc,
+                        hparams,
+                        train_len,
+                        seed,
+                    )
+                )
+        spec.append(
+            (
+                {
+                    "encoding.name": "learned",
+                    "encoding.hparams.max_len": train_len,
+                    "seed": 0,
+                    "train.seq_len": train_len,
+                },
+                "learned",
+                {"max_len": train_len},
+                train_len,
+                0,
+            )
+        )
+    return spec
+
+
+@pytest.fixture
+def sweep_dir(tmp_path):
+    root = tmp_path / "sweep"
+    make_sweep(root, _spec())
+    return root
+
+
+def _load(path):
+    with open(path) as f:
+        return json.load(f)
+
+
+def _values(root, encoding, train_len, length, metric):
+    """The per-seed values of one table entry, straight from the eval.json files."""
+    out = []
+    for name in sorted(os.listdir(root)):
+        path = root / name / "eval.json"
+        if not path.exists():
+            continue
+        data = _load(path)
+        if data["encoding"] == encoding and data["train_seq_len"] == train_len:
+            (r,) = [r for r in data["results"] if r["length"] == length]
+            out.append((data["seed"], r.get(metric)))
+    return [v for _, v in sorted(out)]
+
+
+@pytest.mark.parametrize("metric", ["perplexity", "bits_per_byte"])
+def test_csv_equals_eval_json(sweep_dir, metric):
+    paths = report.write_report(str(sweep_dir), metric=metric)
+    assert paths[0].endswith("report.md") and paths[1].endswith("report.csv")
+    with open(sweep_dir / "report.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [(int(r["train_seq_len"]), int(r["L_valid"])) for r in rows] == [
+        (8, 8),
+        (8, 16),
+        (8, 32),
+        (16, 16),
+        (16, 32),
+        (16, 64),
+    ]
+    for row in rows:
+        train_len, length = int(row["train_seq_len"]), int(row["L_valid"])
+        for enc in ("alibi", "rope"):
+            values = _values(sweep_dir, enc, train_len, length, metric)
+            assert len(values) == 3
+            mean = sum(values) / 3
+            assert float(row[enc]) == pytest.approx(mean, rel=1e-15, abs=0)
+            var = sum((v - mean) ** 2 for v in values) / 2  # sample variance over seeds
+            assert float(row[f"{enc} spread"]) == pytest.approx(math.sqrt(var), rel=1e-12)
+            assert row[f"{enc} n"] == "3"
+        (learned,) = _values(sweep_dir, "learned", train_len, length, metric)
+        if length == train_len:
+            assert float(row["learned"]) == learned  # one seed: the value itself, exactly
+        else:
+            assert learned is None and row["learned"] == ""
+
+
+def test_runs_csv_is_exact(sweep_dir):
+    report.write_report(str(sweep_dir))
+    with open(sweep_dir / "runs.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert len(rows) == 2 * (6 * 3 + 3)
+    for row in rows:
+        data = _load(sweep_dir / row["dir"] / "eval.json")
+        (r,) = [r for r in data["results"] if r["length"] == int(row["length"])]
+        if "error" in r:
+            assert row["error"] == r["error"] and row["perplexity"] == ""
+        else:
+            for key in ("loss", "perplexity", "bits_per_byte"):
+                assert float(row[key]) == r[key]
+
+
+def test_markdown_layout_dashes_and_description(sweep_dir):
+    report.write_report(str(sweep_dir))
+    text = (sweep_dir / "report.md").read_text()
+    assert "## Trained at L = 8" in text and "## Trained at L = 16" in text
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    assert table[0].split("|")[1].strip() == "L_valid"
+    assert [c.strip() for c in table[0].split("|")[2:-1]] == ["alibi", "rope", "learned"]
+    rows = {int(line.split("|")[1]): line for line in table[2:5]}
+    alibi = _values(sweep_dir, "alibi", 8, 16, "perplexity")
+    mean = sum(alibi) / 3
+    sd = math.sqrt(sum((v - mean) ** 2 for v in alibi) / 2)
+    assert f"{mean:.2f} ± {sd:.2f}" in rows[16]
+    assert rows[16].split("|")[4].strip() == "—¹" and rows[32].split("|")[4].strip() == "—¹"
+    assert "—" not in rows[8]
+    assert "—¹ learned (trained at L = 8) cannot be evaluated at L_valid = 16, 32" in text
+    assert "—² learned (trained at L = 16) cannot be evaluated at L_valid = 32, 64" in text
+    assert "table of 8 < 16 tokens" in text
+    # What was measured.
+    assert "`pystdlib`" in text and "abababababababab" in text and "cdcdcdcdcdcdcdcd" in text
+    assert "1 layer, width 16, 2 heads" in text and "alibi 1,005" in text
+    assert "10 steps of 4 windows" in text and "1 x cpu" in text
+    assert "mean ± sample standard deviation" in text
+    assert "`broken`: failed (ValueError: boom)" in text
+
+
+def test_plots_are_pngs(sweep_dir):
+    paths = report.write_report(str(sweep_dir), metric="loss")
+    pngs = [p for p in paths if p.endswith(".png")]
+    assert sorted(os.path.basename(p) for p in pngs) == [
+        "loss_by_position_L16.png",
+        "loss_by_position_L8.png",
+        "loss_vs_length_L16.png",
+        "loss_vs_length_L8.png",
+    ]
+    for p in pngs:
+        with open(p, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_columns_of_one_encoder_are_told_apart(tmp_path):
+    spec = [
+        (
+            {"encoding.name": "rope", "encoding.hparams.base": b, "seed": 0},
+            "rope",
+            {"base": b},
+            8,
+            0,
+        )
+        for b in (10000.0, 500000.0)
+    ]
+    spec.append(({"encoding.name": "alibi", "seed": 0}, "alibi", {}, 8, 0))
+    make_sweep(tmp_path, spec)
+    tables = report.group_runs(report.find_runs(str(tmp_path)))
+    assert [c.label for c in tables[8]] == ["rope (base=10000.0)", "rope (base=500000.0)", "alibi"]
+
+
+def test_bucket_averages_positions():
+    curve = [float(i) for i in range(1, 101)]
+    x, y = report.bucket(__import__("numpy").asarray(curve), num_buckets=10)
+    assert list(x[:4]) == [1, 2, 3, 4] and list(y[:4]) == [1, 2, 3, 4]
+    assert all(a < b for a, b in zip(x, x[1:], strict=False))
+    assert y[-1] > 80
+
+
+def test_single_workdir_and_errors(tmp_path):
+    rng = random.Random(1)
+    with open(tmp_path / "eval.json", "w") as f:
+        json.dump(_eval_json("nope", {}, 8, 0, [8, 16], rng), f)
+    paths = report.write_report(str(tmp_path))
+    assert os.path.exists(paths[0])
+    with pytest.raises(ValueError, match="metric"):
+        report.write_report(str(tmp_path), metric="accuracy")
+    with pytest.raises(FileNotFoundError):
+        report.write_report(str(tmp_path / "missing"))
