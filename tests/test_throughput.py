@@ -1,0 +1,193 @@
+"""experiments/throughput.py: a CPU smoke run whose numbers must agree with each other."""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import json
+import math
+import pathlib
+
+import jax
+import pytest
+
+SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "throughput.py"
+ENCODERS = ("rope", "shaw")
+LENGTHS = (64, 256)
+STEPS = 3
+
+
+def _load_script():
+    spec = importlib.util.spec_from_file_location("throughput", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture(scope="module")
+def script():
+    return _load_script()
+
+
+def _smoke_run(script, out: pathlib.Path):
+    argv = [
+        "--size=cpu",
+        f"--encoders={','.join(ENCODERS)}",
+        f"--eval-lengths={','.join(map(str, LENGTHS))}",
+        f"--steps={STEPS}",
+        "--warmup=1",
+        "--eval-repeats=1",
+        "--peak-tflops=0.5",
+        "--isolate=never",
+        f"--out={out}",
+    ]
+    script.main(argv)
+    report = json.loads((out / "throughput_cpu.json").read_text())
+    return report, (out / "throughput_cpu.md").read_text()
+
+
+def test_smoke_run_numbers_agree(script, tmp_path):
+    """One test for one run (about 20 s on two cores), so that xdist workers do not repeat it."""
+    smoke = _smoke_run(script, tmp_path)
+    _check_header(smoke)
+    _check_training(smoke)
+    _check_evaluation(smoke)
+    _check_markdown(smoke)
+
+
+def _check_header(smoke):
+    report, text = smoke
+    meta = report["meta"]
+    assert meta["device_kind"] == jax.devices()[0].device_kind
+    assert meta["jax_version"] == jax.__version__
+    datetime.datetime.fromisoformat(meta["date"])
+    assert meta["size"] == "cpu" and meta["steps"] == STEPS
+    assert meta["eval_lengths"] == list(LENGTHS)
+    assert meta["model"]["num_layers"] == 2 and meta["model"]["model_dim"] == 64
+    for fragment in (meta["device_kind"], f"jax {jax.__version__}", meta["date"], "6 N + 12 L T D"):
+        assert fragment in text
+    # No allocator statistics on CPU: the compiled analysis is the memory figure, and says so.
+    assert "compiled memory analysis" in meta["memory_source"]
+
+
+def _check_training(smoke):
+    report, _ = smoke
+    rows = {row["encoder"]: row for row in report["train"]}
+    assert set(rows) == set(ENCODERS)
+    for name, row in rows.items():
+        assert "error" not in row, row
+        assert row["tokens_per_step"] == 8 * 128  # --size cpu: batch 8 x length 128
+        assert row["tokens_per_s"] > 0 and row["step_time_s"] > 0
+        # Step time and throughput are one measurement: tokens/s x step time = tokens per step.
+        assert math.isclose(row["tokens_per_s"] * row["step_time_s"], row["tokens_per_step"])
+        assert math.isclose(row["step_time_s"] * STEPS, row["seconds"])
+        expected = 6 * row["matmul_params"] + 12 * 2 * 128 * 64
+        assert row["flops_per_token"] == expected
+        tflops = row["flops_per_token"] * row["tokens_per_s"] / 1e12
+        assert math.isclose(row["model_tflops_per_s"], tflops)
+        assert math.isclose(row["mfu"], tflops / 0.5)
+        assert row["memory_source"] == "compiled"
+        # The state (params + two Adam moments) alone is 3 x 4 bytes per parameter.
+        assert row["memory_bytes"] > 12 * row["num_params"]
+        assert 0 < row["loss"] < 10, name
+    # Shaw's tables are positional parameters (excluded from N); RoPE has none.
+    assert rows["rope"]["matmul_params"] == rows["rope"]["num_params"]
+    assert rows["shaw"]["matmul_params"] < rows["shaw"]["num_params"]
+    assert rows["rope"]["path"] == "xla" and rows["shaw"]["path"] == "einsum"
+
+
+def _check_evaluation(smoke):
+    report, _ = smoke
+    entries = {(row["encoder"], row["length"]): row for row in report["eval"]}
+    assert set(entries) == {(e, n) for e in ENCODERS for n in LENGTHS}
+    for (_, length), row in entries.items():
+        assert "error" not in row, row
+        assert row["seconds"] > 0
+        assert math.isclose(row["tokens_per_s"] * row["seconds"], length)
+        assert 0 < row["loss"] < 10
+    for name in ENCODERS:
+        short, long = entries[(name, LENGTHS[0])], entries[(name, LENGTHS[1])]
+        assert long["memory_bytes"] > short["memory_bytes"] > 0
+    assert entries[("shaw", 64)]["path"] == "einsum"  # one block: explicit probabilities
+    assert entries[("shaw", 256)]["path"] == "einsum"
+
+
+def _check_markdown(smoke):
+    report, text = smoke
+    for row in report["train"]:
+        line = next(ln for ln in text.splitlines() if ln.startswith(f"| {row['encoder']} | "))
+        assert f"{row['tokens_per_s']:,.0f}" in line
+        assert f"{1e3 * row['step_time_s']:.1f}" in line
+        assert f"{100 * row['mfu']:.1f}%" in line
+    for row in report["eval"]:
+        prefix = f"| {row['encoder']} | {row['length']} | {row['path']} | {row['seconds']:.3f} |"
+        assert prefix in text
+
+
+def test_failures_are_reported_not_raised(script, tmp_path):
+    # Shaw's value term needs the probabilities, so forcing XLA's fused attention must fail;
+    # the run goes on and the table shows the error.
+    report = script.main(
+        [
+            "--size=cpu",
+            "--encoders=shaw",
+            "--eval-lengths=64",
+            "--steps=1",
+            "--warmup=0",
+            "--attention-impl=xla",
+            "--isolate=never",
+            f"--out={tmp_path}",
+        ]
+    )
+    assert "value term" in report["train"][0]["error"]
+    assert "value term" in report["eval"][0]["error"]
+    assert "mfu" not in report["train"][0]
+    text = (tmp_path / "throughput_cpu.md").read_text()
+    assert "| shaw | error: ValueError" in text
+    assert "| shaw | 64 | error: ValueError" in text
+
+
+def test_peak_table(script):
+    assert script.peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
+    assert script.peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert script.peak_tflops("NVIDIA H200") == 989.0
+    assert script.peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0
+    assert script.peak_tflops("cpu") is None
+
+
+@pytest.mark.slow
+def test_isolated_workers(script, tmp_path):
+    """One process per measurement (the GPU mode), exercised on CPU, with a failing worker."""
+    report = script.main(
+        [
+            "--size=cpu",
+            "--encoders=rope,shaw",
+            "--eval-lengths=64",
+            "--steps=1",
+            "--warmup=0",
+            "--eval-repeats=1",
+            "--attention-impl=einsum",
+            "--isolate=always",
+            f"--out={tmp_path}",
+        ]
+    )
+    rope_train, shaw_train = report["train"]
+    assert rope_train["tokens_per_s"] > 0 and rope_train["path"] == "einsum"
+    assert shaw_train["tokens_per_s"] > 0
+    assert all(row["seconds"] > 0 for row in report["eval"])
+    # CPU devices have no allocator statistics: the workers fall back to the compiled figure.
+    assert rope_train["peak_bytes_in_use"] is None
+    assert rope_train["memory_source"] == "compiled"
+    failed = script.main(
+        [
+            "--size=cpu",
+            "--encoders=shaw",
+            "--eval-lengths=64",
+            "--steps=1",
+            "--attention-impl=xla",
+            "--isolate=always",
+            f"--out={tmp_path}",
+        ]
+    )
+    assert "worker exited with 1" in failed["train"][0]["error"]
+    assert "value term" in failed["train"][0]["error"]
