@@ -248,6 +248,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"posenc {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except FloatingPointError as e:  # posenc.train.NonFiniteLossError
+        if os.environ.get("POSENC_TRACEBACK"):
+            raise
+        print(f"posenc {args.command}: training diverged: {e}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

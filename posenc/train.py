@@ -173,7 +173,7 @@ class Trainer:
         metrics = {
             "loss_sum": loss_sum,
             "tokens": jnp.asarray(batch["targets"].size, jnp.float32),
-            "grad_norm": optax.global_norm(grads),
+            "grad_norm": optax.tree.norm(grads),
             "learning_rate": self.schedule(state["step"]),
         }
         return new_state, metrics
@@ -359,7 +359,7 @@ def train(
             step += 1
             save = step % t.checkpoint_every == 0 or step == last
             if step % t.log_every == 0 or save:
-                line = _summarise(pending, step, time.perf_counter() - tick, step - tick_step)
+                line = _summarise(pending, step, tick, step - tick_step)
                 pending, tick, tick_step = [], time.perf_counter(), step
                 # A non-finite gradient norm means this step's update already corrupted the
                 # parameters, even when its loss (computed before the update) is finite.
@@ -384,8 +384,10 @@ def train(
     return TrainResult(trainer.model(state), step, history, resumed_from)
 
 
-def _summarise(pending, step, elapsed, steps) -> dict[str, Any]:
-    fetched = jax.device_get(pending)
+def _summarise(pending, step, tick, steps) -> dict[str, Any]:
+    """One metrics line over the steps since ``tick`` (their metrics are in ``pending``)."""
+    fetched = jax.device_get(pending)  # waits for the device: the elapsed time is real
+    elapsed = time.perf_counter() - tick
     loss_sum = sum(float(m["loss_sum"]) for m in fetched)
     tokens = sum(float(m["tokens"]) for m in fetched)
     return {
