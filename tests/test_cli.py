@@ -258,3 +258,28 @@ def test_console_script_help():
     assert "usage: posenc" in done.stdout and "eval" in done.stdout
     done = subprocess.run([*argv, "fly"], capture_output=True, text=True, timeout=120)
     assert done.returncode == 2 and "invalid choice" in done.stderr
+
+
+def test_divergence_exits_3_with_one_line_and_keeps_the_checkpoint(tmp_path, corpus):
+    workdir = tmp_path / "run"
+    code, _, err = _cli(
+        "train",
+        "--config",
+        helpers.TINY_SPEC,
+        "--workdir",
+        str(workdir),
+        *_tiny_flags(corpus / "data"),
+        f"--config.data.source=textdir:{corpus / 'texts'}",
+        "--config.train.steps=8",
+        "--config.train.checkpoint_every=2",
+        "--config.train.log_every=1",
+        "--config.optim.warmup_steps=0",
+        "--config.optim.grad_clip=0",
+        "--config.optim.learning_rate=1e9",
+    )
+    assert code == 3, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("posenc train: training diverged:"), err
+    assert "Traceback" not in err
+    assert "last good checkpoint" in err
+    assert not (workdir / "eval.json").exists()
