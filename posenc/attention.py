@@ -127,55 +127,128 @@ def attend(
     return _reference(q, k, v, encoding, params, q_pos, k_pos, causal, q_start=0)
 
 
+# Masked logits. Far below any real logit, yet far from float32's limit, so that differences
+# of masked values (the online softmax subtracts running maxima) never overflow to -inf.
+_NEG = -1e30
+
+
 def _causal_mask(t: int, s: int, total_t: int, q_start: jax.Array | int) -> jax.Array:
-    """``[T, S]`` bool: query ``q_start + i`` of ``total_t`` may see key ``j``."""
+    """``[T, S]`` bool: query ``q_start + i`` of ``total_t`` queries may see key ``j``."""
     i = q_start + jnp.arange(t)[:, None]
     j = jnp.arange(s)[None, :]
     return j <= i + (s - total_t)
 
 
-def _reference(q, k, v, encoding, params, q_pos, k_pos, causal, q_start, total_t=None):
-    """Explicit logits and probabilities; the definition every other path is tested against."""
+def _logits(q, k, encoding, params, q_pos, k_pos):
+    """Float32 logits ``[B, H, T, S]`` with the encoder's content logits and bias, unmasked."""
     hooks = encoding.hooks
-    t, s, head_dim = q.shape[1], k.shape[1], q.shape[-1]
     logits = jnp.einsum("BTHD,BSHD->BHTS", q, k, preferred_element_type=jnp.float32)
     if "content_logits" in hooks:
         logits = logits + encoding.content_logits(params, q, k, q_pos, k_pos).astype(jnp.float32)
-    logits = logits / math.sqrt(head_dim)
+    logits = logits / math.sqrt(q.shape[-1])
     if "bias" in hooks:
         logits = logits + encoding.bias(params, q_pos, k_pos).astype(jnp.float32)
+    return logits
+
+
+def _reference(q, k, v, encoding, params, q_pos, k_pos, causal, q_start):
+    """Explicit logits and probabilities; the definition every other path is tested against."""
+    t, s = q.shape[1], k.shape[1]
+    logits = _logits(q, k, encoding, params, q_pos, k_pos)
     if causal:
-        mask = _causal_mask(t, s, total_t or t, q_start)
-        logits = jnp.where(mask[None, None], logits, jnp.finfo(jnp.float32).min)
+        mask = _causal_mask(t, s, t, q_start)
+        logits = jnp.where(mask[None, None], logits, _NEG)
     probs = jax.nn.softmax(logits, axis=-1)  # [B, H, T, S] float32
     out = jnp.einsum("BHTS,BSHD->BTHD", probs.astype(v.dtype), v)
-    if "value_term" in hooks:
+    if "value_term" in encoding.hooks:
         out = out + encoding.value_term(params, probs, q_pos, k_pos).astype(out.dtype)
     return out.astype(q.dtype)
 
 
+def _pad_rows(x: jax.Array, pos: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
+    """Pads axis 1 of ``x`` and ``pos`` to ``size``; padded positions continue contiguously
+    (relative encoders rely on it), and padded rows are masked or dropped by the caller."""
+    pad = size - x.shape[1]
+    if not pad:
+        return x, pos
+    x = jnp.pad(x, ((0, 0), (0, pad)) + ((0, 0),) * (x.ndim - 2))
+    extra = pos[:, -1:] + jnp.arange(1, pad + 1, dtype=pos.dtype)[None, :]
+    return x, jnp.concatenate([pos, extra], axis=1)
+
+
+def _to_blocks(x: jax.Array, block: int) -> jax.Array:
+    """``[B, N * block, ...]`` -> ``[N, B, block, ...]``."""
+    return x.reshape(x.shape[0], x.shape[1] // block, block, *x.shape[2:]).swapaxes(0, 1)
+
+
 def _blocked(q, k, v, encoding, params, q_pos, k_pos, causal, block_size):
-    """The reference path over blocks of ``block_size`` queries (peak memory ``~ block x S``)."""
+    """Attention over ``block_size x block_size`` tiles with an online softmax.
+
+    For each block of queries, key blocks are visited in order, keeping the running maximum
+    ``m``, normaliser ``l`` and unnormalised output (as in FlashAttention, Dao et al. 2022); the
+    encoder's hooks are called on each tile with the tile's positions, and its value term, which
+    is linear in the probabilities, is accumulated the same way. Key blocks entirely in a query
+    block's future are skipped (``lax.cond``), which halves the work of a causal window; peak
+    memory grows as ``T x block`` (the activations), not ``T x S``.
+    """
     b, t, h, d = q.shape
-    num_blocks = -(-t // block_size)
-    pad = num_blocks * block_size - t
-    if pad:
-        # Padded queries continue the positions contiguously; their outputs are dropped below.
-        q = jnp.pad(q, ((0, 0), (0, pad), (0, 0), (0, 0)))
-        extra = q_pos[:, -1:] + jnp.arange(1, pad + 1, dtype=q_pos.dtype)[None, :]
-        q_pos = jnp.concatenate([q_pos, extra], axis=1)
-    q_blocks = q.reshape(b, num_blocks, block_size, h, d).swapaxes(0, 1)  # [N, B, blk, H, Dh]
-    pos_blocks = q_pos.reshape(q_pos.shape[0], num_blocks, block_size).swapaxes(0, 1)
-    starts = jnp.arange(num_blocks) * block_size
+    s = k.shape[1]
+    n_q, n_k = -(-t // block_size), -(-s // block_size)
+    q, q_pos = _pad_rows(q, q_pos, n_q * block_size)
+    k, k_pos_padded = _pad_rows(k, k_pos, n_k * block_size)
+    v, _ = _pad_rows(v, k_pos, n_k * block_size)
+    q_starts = jnp.arange(n_q) * block_size
+    k_starts = jnp.arange(n_k) * block_size
+    key_blocks = (
+        _to_blocks(k, block_size),
+        _to_blocks(v, block_size),
+        _to_blocks(k_pos_padded, block_size),
+        k_starts,
+    )
+    value_term = "value_term" in encoding.hooks
+    rows = jnp.arange(block_size)
 
-    def one_block(xs):
-        q_blk, pos_blk, start = xs
-        return _reference(
-            q_blk, k, v, encoding, params, pos_blk, k_pos, causal, q_start=start, total_t=t
+    def query_block(xs):
+        q_blk, qpos_blk, q_start = xs  # [B, blk, H, Dh], [B|1, blk], []
+        i = q_start + rows[:, None]  # query indices [blk, 1]
+        last_visible = q_start + block_size - 1 + (s - t) if causal else s - 1
+
+        def key_block(carry, ys):
+            k_blk, v_blk, kpos_blk, k_start = ys
+
+            def visit(carry):
+                m, l, acc, extra = carry
+                logits = _logits(q_blk, k_blk, encoding, params, qpos_blk, kpos_blk)
+                j = k_start + rows[None, :]  # key indices [1, blk]
+                visible = j < s
+                if causal:
+                    visible = visible & (j <= i + (s - t))
+                logits = jnp.where(visible[None, None], logits, _NEG)  # [B, H, blk, blk]
+                m_new = jnp.maximum(m, logits.max(axis=-1))  # [B, H, blk]
+                p = jnp.exp(logits - m_new[..., None])
+                scale = jnp.exp(m - m_new)
+                l = l * scale + p.sum(axis=-1)
+                to_rows = scale.transpose(0, 2, 1)[..., None]  # [B, blk, H, 1]
+                acc = acc * to_rows + jnp.einsum("BHTS,BSHD->BTHD", p.astype(v.dtype), v_blk)
+                if value_term:
+                    term = encoding.value_term(params, p, qpos_blk, kpos_blk)
+                    extra = extra * to_rows + term.astype(jnp.float32)
+                return m_new, l, acc, extra
+
+            return jax.lax.cond(k_start <= last_visible, visit, lambda c: c, carry), None
+
+        init = (
+            jnp.full((b, h, block_size), _NEG, jnp.float32),
+            jnp.zeros((b, h, block_size), jnp.float32),
+            jnp.zeros((b, block_size, h, d), jnp.float32),
+            jnp.zeros((b, block_size, h, d), jnp.float32),
         )
+        (_, l, acc, extra), _ = jax.lax.scan(key_block, init, key_blocks)
+        return ((acc + extra) / l.transpose(0, 2, 1)[..., None]).astype(q.dtype)
 
-    out = jax.lax.map(one_block, (q_blocks, pos_blocks, starts))  # [N, B, blk, H, Dh]
-    return out.swapaxes(0, 1).reshape(b, num_blocks * block_size, h, d)[:, :t]
+    blocks = (_to_blocks(q, block_size), _to_blocks(q_pos, block_size), q_starts)
+    out = jax.lax.map(query_block, blocks)  # [N, B, blk, H, Dh]
+    return out.swapaxes(0, 1).reshape(b, n_q * block_size, h, d)[:, :t]
 
 
 def _fused(q, k, v, encoding, params, q_pos, k_pos, causal, implementation):

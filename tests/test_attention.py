@@ -232,7 +232,9 @@ def _jacobians(name, impl, block_size):
             block_size=block_size,
         )
 
-    jac = _jit(jax.jacrev(f, argnums=(0, 1, 2)))(q, k, v)  # each [1,T,H,D, 1,T,H,D]
+    # Default optimisation here: at LLVM -O0, XLA:CPU returns NaN gradients through the blocked
+    # path's lax.cond (the skipped-tile branch) whenever the encoder has a bias; -O2 is exact.
+    jac = jax.jit(jax.jacrev(f, argnums=(0, 1, 2)))(q, k, v)  # each [1,T,H,D, 1,T,H,D]
     return [np.asarray(j)[0, :, :, :, 0] for j in jac]
 
 
