@@ -182,6 +182,12 @@ class Transformer(nnx.Module):
                 f"encoding {encoding.name!r} adds an input embedding, so its parameters must be "
                 "shared (param_scope='shared')"
             )
+        if "value_term" in encoding.hooks and config.attention_impl in ("xla", "cudnn"):
+            raise ValueError(
+                f"model.attention_impl={config.attention_impl!r} cannot run encoding "
+                f"{encoding.name!r}: its value term needs the attention probabilities; use "
+                "'auto', 'einsum' or 'blocked'"
+            )
         self.config = config
         self.encoding = encoding
         std = 1.0 / math.sqrt(config.model_dim)
@@ -224,7 +230,9 @@ class Transformer(nnx.Module):
 
         Args:
           tokens: ``[B, T]`` integer token ids.
-          positions: ``[B, T]`` or ``[T]`` integer positions; default ``arange(T)``.
+          positions: ``[B, T]`` or ``[T]`` integer positions; default ``arange(T)``. Shaw and
+            Transformer-XL read only the first position of each row and assume the rest
+            follow contiguously (their rel-shift needs it); the other encoders take any.
           rng: dropout key; None for a deterministic pass.
 
         Returns:

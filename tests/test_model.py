@@ -299,9 +299,10 @@ def test_rope_with_odd_head_dimension_is_rejected_at_construction():
 
 
 def test_value_term_encoder_forced_onto_the_fused_path_is_rejected():
-    model = _model("shaw", attention_impl="xla")
-    with pytest.raises(ValueError, match="attention_impl='xla'.*'shaw'"):
-        model(_tokens(7, 1, 4))
+    # Rejected when the model is built, before anything is traced.
+    for impl in ("xla", "cudnn"):
+        with pytest.raises(ValueError, match=f"attention_impl='{impl}'.*'shaw'"):
+            _model("shaw", attention_impl=impl)
 
 
 def test_encoder_with_an_input_embedding_must_share_its_parameters():

@@ -1,10 +1,11 @@
 """ALiBi, attention with linear biases (Press, Smith, Lewis 2022, "Train Short, Test Long").
 
-Head ``h`` adds ``-m_h * (i - j)`` to the logit of query ``i`` and key ``j``; nothing is added to
-the embeddings. The slopes form a geometric sequence (Sec. 3): for ``n`` heads, a power of two,
-``m_h = 2^(-8h/n)``, ``h = 1..n`` (8 heads: 1/2, 1/4, ..., 1/256). For other head counts the
-paper's code takes the slopes of the closest power of two below, ``n' = 2^floor(log2 n)``, and
-adds every other slope of ``2n'`` heads until there are ``n``.
+Head ``h`` adds ``-m_h * (i - j)`` to the logit of query ``i`` and key ``j <= i``; nothing is
+added to the embeddings (without a causal mask posenc uses ``-m_h * |i - j|``). The slopes form a
+geometric sequence (Sec. 3): for ``n`` heads, a power of two, ``m_h = 2^(-8h/n)``, ``h = 1..n``
+(8 heads: 1/2, 1/4, ..., 1/256). For other head counts the paper's code takes the slopes of the
+closest power of two below, ``n' = 2^floor(log2 n)``, and adds every other slope of ``2n'`` heads
+until there are ``n``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class ALiBi(Encoding):
         """``[B|1, T]``, ``[B|1, S]`` positions -> ``[B|1, H, T, S]`` float32 logits."""
         del params
         slopes = jnp.asarray(alibi_slopes(self.bound_dims.num_heads))  # [H]
-        # k - q = -(i - j): the penalty grows with how far back the key is.
-        offsets = pairwise_offsets(q_pos, k_pos).astype(jnp.float32)  # [B|1, T, S]
-        return slopes[None, :, None, None] * offsets[:, None, :, :]  # [B|1, H, T, S]
+        # -|i - j|: for causal attention (the paper's setting) this is -(i - j) on every
+        # visible key; without a causal mask, keys after the query are penalised alike.
+        distance = jnp.abs(pairwise_offsets(q_pos, k_pos)).astype(jnp.float32)  # [B|1, T, S]
+        return -slopes[None, :, None, None] * distance[:, None, :, :]  # [B|1, H, T, S]

@@ -16,7 +16,7 @@ class Learned(Encoding):
 
     The table has no row for positions ``>= max_len``: :meth:`check_length` refuses such lengths
     before anything is compiled, and positions passed explicitly beyond the table embed as NaN
-    (so a silent wrong answer is impossible).
+    (which then spreads through attention to the whole window: loud, never silently wrong).
 
     Attributes:
       max_len: rows of the table, i.e. the longest sequence the model can read.

@@ -119,4 +119,4 @@ class T5Bias(Encoding):
             max_distance=self.max_distance,
         )  # [B|1, T, S]
         # Gather rows of the [num_buckets, H] table; its gradient sums into the small table.
-        return jnp.moveaxis(params["table"][buckets], -1, 1)  # [B|1, H, T, S]
+        return jnp.moveaxis(jnp.asarray(params["table"])[buckets], -1, 1)  # [B|1, H, T, S]

@@ -58,5 +58,9 @@ def test_bias_is_minus_slope_times_distance(heads):
         for h in range(heads):
             for i in range(3):
                 for j in range(9):
-                    expected = -slopes[h] * (q_pos[b, i] - k_pos[b, j])
+                    # The paper's -m (i - j) on visible keys (j <= i); keys after the query,
+                    # masked in a causal model, get -m (j - i) for bidirectional use.
+                    expected = -slopes[h] * abs(q_pos[b, i] - k_pos[b, j])
+                    if k_pos[b, j] <= q_pos[b, i]:
+                        assert expected == -slopes[h] * (q_pos[b, i] - k_pos[b, j])
                     np.testing.assert_allclose(got[b, h, i, j], expected, rtol=1e-6)
