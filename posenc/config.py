@@ -14,6 +14,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import os
+import types
 from collections.abc import Iterable, Sequence
 from typing import Any
 
@@ -29,14 +30,20 @@ EVAL_SPLITS = ("validation", "test")
 _OPEN_FIELDS = ("encoding.hparams",)
 
 
-def load_config(spec: str) -> ml_collections.ConfigDict:
-    """Loads ``path/to/config.py[:variant]`` by calling its ``get_config([variant])``."""
-    path, _, variant = spec.partition(":")
+def load_module(path: str) -> types.ModuleType:
+    """Imports a config file (``configs/*.py``) as a module without touching ``sys.modules``."""
     if not os.path.isfile(path):
         raise FileNotFoundError(f"--config: no config file {path!r}")
     module_spec = importlib.util.spec_from_file_location(f"_posenc_config_{abs(hash(path))}", path)
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
+    return module
+
+
+def load_config(spec: str) -> ml_collections.ConfigDict:
+    """Loads ``path/to/config.py[:variant]`` by calling its ``get_config([variant])``."""
+    path, _, variant = spec.partition(":")
+    module = load_module(path)
     if not hasattr(module, "get_config"):
         raise ValueError(f"--config: {path} has no get_config() function")
     config = module.get_config(variant) if variant else module.get_config()

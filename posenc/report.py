@@ -400,6 +400,21 @@ def _colors(tables: dict[int, list[Column]]) -> dict[str, Any]:
     return {label: cmap(i % cmap.N) for i, label in enumerate(labels)}
 
 
+def _mark_train_length(ax, train_len: int) -> None:
+    """A dashed vertical line at the training length, labelled at the top of the axes."""
+    ax.axvline(train_len, color="0.4", linestyle="--", linewidth=1)
+    ax.text(
+        train_len,
+        1.0,
+        f" train L={train_len}",
+        transform=ax.get_xaxis_transform(),
+        va="top",
+        ha="left",
+        fontsize=8,
+        color="0.3",
+    )
+
+
 def plot_metric(path: str, columns: Sequence[Column], train_len: int, metric: str, colors) -> None:
     """The metric against evaluation length, one line per column."""
     import matplotlib.pyplot as plt
@@ -429,17 +444,7 @@ def plot_metric(path: str, columns: Sequence[Column], train_len: int, metric: st
             label=column.label,
             color=colors[column.label],
         )
-    ax.axvline(train_len, color="0.4", linestyle="--", linewidth=1)
-    ax.text(
-        train_len,
-        1.0,
-        f" train L={train_len}",
-        transform=ax.get_xaxis_transform(),
-        va="top",
-        ha="left",
-        fontsize=8,
-        color="0.3",
-    )
+    _mark_train_length(ax, train_len)
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(FixedLocator(lengths))
     ax.xaxis.set_minor_locator(NullLocator())
@@ -503,17 +508,7 @@ def plot_positions(path: str, columns: Sequence[Column], train_len: int, colors)
     for label, curve in curves.items():
         x, y = bucket(curve)
         ax.plot(x, y, label=label, color=colors[label], linewidth=1.5)
-    ax.axvline(train_len, color="0.4", linestyle="--", linewidth=1)
-    ax.text(
-        train_len,
-        1.0,
-        f" train L={train_len}",
-        transform=ax.get_xaxis_transform(),
-        va="top",
-        ha="left",
-        fontsize=8,
-        color="0.3",
-    )
+    _mark_train_length(ax, train_len)
     ax.set_xscale("log")
     ax.set_xlabel("position inside the window (1 = first token, log scale)")
     ax.set_ylabel("loss (nats), mean over log-spaced position buckets")

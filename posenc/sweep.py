@@ -42,7 +42,7 @@ from typing import Any
 
 import ml_collections
 
-from posenc.config import apply_overrides, load_config, set_field
+from posenc.config import apply_overrides, load_config, load_module, set_field
 
 SWEEP_FILE = "sweep.json"
 STATUS_FILE = "status.json"
@@ -150,13 +150,9 @@ def load_sweep(
       ValueError: no ``get_sweep``, an empty or duplicated point list, or an override naming a
         field the config does not have (before anything runs).
     """
-    import importlib.util
-
     path, _, variant = spec.partition(":")
     base = apply_overrides(load_config(spec), overrides)
-    module_spec = importlib.util.spec_from_file_location(f"_posenc_sweep_{abs(hash(path))}", path)
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
+    module = load_module(path)
     if not hasattr(module, "get_sweep"):
         raise ValueError(f"--config: {path} has no get_sweep() function; is it a sweep config?")
     points = module.get_sweep(variant) if variant else module.get_sweep()
