@@ -109,7 +109,8 @@ def _naive_rope(x, pos):
 
 def _alibi_bias(q_pos, k_pos):
     slopes = np.array([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8])  # 4 heads: 2^(-8h/4)
-    dist = q_pos[:, :, None] - k_pos[:, None, :]  # i - j, [B, T, S]
+    # -m (i - j) on the keys a causal query sees; -m |i - j| for keys after it (bidirectional).
+    dist = np.abs(q_pos[:, :, None] - k_pos[:, None, :])  # |i - j|, [B, T, S]
     return -slopes[None, :, None, None] * dist[:, None]
 
 
