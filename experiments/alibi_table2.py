@@ -3,7 +3,7 @@
 Runs the sweep ``configs/sweeps/alibi_table2.py:<variant>`` (skipping finished points, resuming
 interrupted ones), writes the report and prints its table::
 
-    python experiments/alibi_table2.py --variant tiny            # 2-core CPU, ~7.5 minutes
+    python experiments/alibi_table2.py --variant tiny            # 2-core CPU, ~5 minutes
     python experiments/alibi_table2.py --variant gpu              # one GPU, ~10 minutes
     python experiments/alibi_table2.py --variant paper \\
         --config.data.source=textdir:/data/wikitext-103          # the paper's model size
