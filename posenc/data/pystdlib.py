@@ -105,14 +105,10 @@ class PyStdlibSource(Source):
 
     def info(self) -> dict[str, Any]:
         """See `Source.info`: spec, Python version, content hash, per-split files and tokens."""
-        splits = {}
-        for split in SPLITS:
-            meta = storage.read_json(storage.stream_meta_path(self._stream_path(split)))
-            splits[split] = {
-                "files": len(self.files[split]),
-                "tokens": meta["tokens"],
-                "stream_sha256": meta["sha256"],
-            }
+        splits = {
+            split: storage.stream_summary(self._stream_path(split), len(self.files[split]))
+            for split in SPLITS
+        }
         return {
             "spec": self.spec,
             "kind": "pystdlib",

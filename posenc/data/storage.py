@@ -105,6 +105,12 @@ def stream_meta_path(path: Path) -> Path:
     return path.with_name(path.name + ".json")
 
 
+def stream_summary(path: Path, files: int) -> dict[str, Any]:
+    """A split's entry in `Source.info()`: its file count and its stream's tokens and hash."""
+    meta = read_json(stream_meta_path(path))
+    return {"files": files, "tokens": meta["tokens"], "stream_sha256": meta["sha256"]}
+
+
 def stream_is_built(path: Path) -> bool:
     """Whether `write_stream` finished for `path` (the sidecar is written last)."""
     return path.exists() and stream_meta_path(path).exists()

@@ -228,12 +228,7 @@ class TextdirSource(Source):
             path = self._stream_path(split)
             if not storage.stream_is_built(path):
                 self._build_stream(split)
-            meta = storage.read_json(storage.stream_meta_path(path))
-            splits[split] = {
-                "files": len(self.files[split]),
-                "tokens": meta["tokens"],
-                "stream_sha256": meta["sha256"],
-            }
+            splits[split] = storage.stream_summary(path, len(self.files[split]))
         return {
             "spec": self.spec,
             "kind": "textdir",
