@@ -129,6 +129,17 @@ def eval_lengths(config: ml_collections.ConfigDict) -> tuple[int, ...]:
     return tuple(int(m * config.train.seq_len) for m in config.eval.multiples)
 
 
+def check_eval_lengths(stream_len: int, lengths: Sequence[int], split: str) -> None:
+    """Raises a ``ValueError`` naming ``eval.lengths`` if a length cannot fill one window."""
+    too_long = [length for length in lengths if length + 1 > stream_len]
+    if too_long:
+        raise ValueError(
+            f"eval.lengths {too_long} cannot be evaluated: a window of L tokens needs L + 1 "
+            f"tokens and the {split} split has {stream_len}; use lengths <= {stream_len - 1} "
+            "or a larger data set (data.source)"
+        )
+
+
 def _require_int(field: str, value: Any, minimum: int = 1) -> None:
     if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
         raise ValueError(f"{field} must be an integer >= {minimum}, got {value!r}")

@@ -28,7 +28,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
-from posenc.config import eval_lengths, validate
+from posenc.config import check_eval_lengths, eval_lengths, validate
 from posenc.model import Transformer
 from posenc.train import load_model, make_mesh, open_source, read_config, token_loss
 
@@ -40,17 +40,6 @@ def _max_windows(length: int, stride: int, max_tokens: int) -> int | None:
     if not max_tokens:
         return None
     return max(1, 1 + (max_tokens - length) // stride) if max_tokens >= length else 1
-
-
-def check_lengths(stream_len: int, lengths: Sequence[int], split: str) -> None:
-    """Raises a ``ValueError`` naming ``eval.lengths`` if a length cannot fill one window."""
-    too_long = [length for length in lengths if length + 1 > stream_len]
-    if too_long:
-        raise ValueError(
-            f"eval.lengths {too_long} cannot be evaluated: a window of L tokens needs L + 1 "
-            f"tokens and the {split} split has {stream_len}; use lengths <= {stream_len - 1} "
-            "or a larger data set (data.source)"
-        )
 
 
 class Scorer:
@@ -118,7 +107,7 @@ def evaluate(
       One dict per length (see the module docstring); a length the encoder cannot represent
       (a learned table shorter than ``L``) gets ``{"length": L, "error": message}``.
     """
-    check_lengths(len(stream), lengths, split)
+    check_eval_lengths(len(stream), lengths, split)
     scorer = Scorer(model, mesh)
     devices = scorer.mesh.devices.size
     results = []
@@ -197,7 +186,7 @@ def evaluate_workdir(
     source = open_source(config)
     stream = source.split_stream(e.split)
     lengths = eval_lengths(config)
-    check_lengths(len(stream), lengths, e.split)
+    check_eval_lengths(len(stream), lengths, e.split)
     model = model or load_model(workdir, config)
     results = evaluate(
         model,

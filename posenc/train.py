@@ -34,7 +34,7 @@ from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
 from posenc import distributed
-from posenc.config import eval_lengths, make_encoding, model_config, validate
+from posenc.config import check_eval_lengths, eval_lengths, make_encoding, model_config, validate
 from posenc.metrics import MetricsWriter, drop_metrics_after, progress_bar
 from posenc.model import Transformer
 
@@ -316,10 +316,8 @@ def train(
     source = open_source(config)
     stream = source.split_stream("train")
     # posenc train evaluates when training ends: refuse lengths the evaluation split cannot fill
-    # now rather than after the run. (Imported here: posenc.evaluate imports this module.)
-    from posenc.evaluate import check_lengths
-
-    check_lengths(
+    # now rather than after the run.
+    check_eval_lengths(
         len(source.split_stream(config.eval.split)), eval_lengths(config), config.eval.split
     )
     windows = data_lib.TrainWindows(
