@@ -17,6 +17,11 @@ Shapes: ``q: [B, T, H, Dh]``, ``k: [B, S, H, Dh]``, ``probs: [B, H, T, S]``; pos
 arrays ``[B|1, T]`` (queries) and ``[B|1, S]`` (keys) — attention normalises ``[T]`` to ``[1, T]``
 before calling a hook.
 
+Tiling: the ``blocked`` attention path calls ``bias``, ``content_logits`` and ``value_term`` on
+tiles of queries and keys, each with that tile's positions, and accumulates ``value_term`` with
+unnormalised probabilities; so hooks must depend on positions only through their arguments, and
+``value_term`` must be linear in ``probs``.
+
 Logit units: ``content_logits`` are *unscaled* terms added to ``q . k`` (both are multiplied by
 ``1/sqrt(Dh)`` together, as in Shaw et al. and Transformer-XL); ``bias`` terms are added after
 scaling (as in T5 and ALiBi).
