@@ -70,6 +70,20 @@ def choose_implementation(
     return "blocked" if long else "xla"
 
 
+def check_implementation(encoding: Encoding, implementation: str) -> None:
+    """Raises a ``ValueError`` naming ``model.attention_impl`` if the path is unknown or cannot
+    run ``encoding`` (a value term needs the probabilities, which the fused kernels never form)."""
+    if implementation not in IMPLEMENTATIONS:
+        raise ValueError(
+            f"model.attention_impl must be one of {list(IMPLEMENTATIONS)}, got {implementation!r}"
+        )
+    if implementation in _FUSED and "value_term" in encoding.hooks:
+        raise ValueError(
+            f"model.attention_impl={implementation!r} cannot run encoding {encoding.name!r}: "
+            "its value term needs the attention probabilities; use 'auto', 'einsum' or 'blocked'"
+        )
+
+
 def attend(
     q: jax.Array,
     k: jax.Array,
@@ -100,10 +114,7 @@ def attend(
     Returns:
       ``[B, T, H, Dh]`` in ``q.dtype``.
     """
-    if implementation not in IMPLEMENTATIONS:
-        raise ValueError(
-            f"model.attention_impl must be one of {list(IMPLEMENTATIONS)}, got {implementation!r}"
-        )
+    check_implementation(encoding, implementation)
     if not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"model.attention_block_size must be a positive integer, got {block_size}")
     q_pos = jnp.atleast_2d(q_pos).astype(jnp.int32)  # [B|1, T]
@@ -115,12 +126,6 @@ def attend(
             encoding, q.shape[1], q.dtype, block_size, head_dim=q.shape[-1], k_len=k.shape[1]
         )
     if implementation in _FUSED:
-        if "value_term" in encoding.hooks:
-            raise ValueError(
-                f"model.attention_impl={implementation!r} cannot run encoding {encoding.name!r}: "
-                "its value term needs the attention probabilities; use 'einsum', 'blocked' or "
-                "'auto'"
-            )
         return _fused(q, k, v, encoding, params, q_pos, k_pos, causal, implementation)
     if implementation == "blocked" and q.shape[1] > block_size:
         return _blocked(q, k, v, encoding, params, q_pos, k_pos, causal, block_size)

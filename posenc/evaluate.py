@@ -48,7 +48,6 @@ class Scorer:
     def __init__(self, model: Transformer, mesh: jax.sharding.Mesh | None = None):
         self.mesh = mesh or make_mesh()
         self.graphdef, self.state = nnx.split(model)
-        self.encoding = model.encoding
         self.batch_sharding = NamedSharding(self.mesh, P("data"))
         self.state = jax.device_put(self.state, NamedSharding(self.mesh, P()))
         self._score = jax.jit(self._score_batch)

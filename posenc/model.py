@@ -22,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posenc.attention import IMPLEMENTATIONS, attend
+from posenc.attention import IMPLEMENTATIONS, attend, check_implementation
 from posenc.encodings.base import Dims, Encoding, Params
 
 NORMS = ("layernorm", "rmsnorm")
@@ -182,12 +182,7 @@ class Transformer(nnx.Module):
                 f"encoding {encoding.name!r} adds an input embedding, so its parameters must be "
                 "shared (param_scope='shared')"
             )
-        if "value_term" in encoding.hooks and config.attention_impl in ("xla", "cudnn"):
-            raise ValueError(
-                f"model.attention_impl={config.attention_impl!r} cannot run encoding "
-                f"{encoding.name!r}: its value term needs the attention probabilities; use "
-                "'auto', 'einsum' or 'blocked'"
-            )
+        check_implementation(encoding, config.attention_impl)  # before anything is traced
         self.config = config
         self.encoding = encoding
         std = 1.0 / math.sqrt(config.model_dim)
