@@ -176,7 +176,8 @@ def measure_train(args: argparse.Namespace, encoder: str):
     import numpy as np
 
     from posenc import data as data_lib
-    from posenc.train import Trainer, open_source
+    from posenc.config import open_source
+    from posenc.train import Trainer
 
     config = make_config(args, encoder)
     t = config.train
@@ -244,8 +245,8 @@ def measure_eval(
     import numpy as np
 
     from posenc import data as data_lib
+    from posenc.config import build_model, open_source
     from posenc.evaluate import Scorer
-    from posenc.train import build_model, open_source
 
     config = make_config(args, encoder)
     stream = open_source(config).split_stream("validation")

@@ -20,9 +20,10 @@ from typing import Any
 
 import ml_collections
 
+from posenc import data as data_lib
 from posenc import encodings
 from posenc.attention import IMPLEMENTATIONS
-from posenc.model import DTYPES, NORMS, ModelConfig
+from posenc.model import DTYPES, NORMS, ModelConfig, Transformer
 
 EVAL_MODES = ("nonoverlapping", "sliding")
 EVAL_SPLITS = ("validation", "test")
@@ -120,6 +121,22 @@ def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
 def make_encoding(config: ml_collections.ConfigDict) -> encodings.Encoding:
     """The (unbound) encoder named by ``config.encoding``."""
     return encodings.get(config.encoding.name, **config.encoding.hparams.to_dict())
+
+
+def build_model(config: ml_collections.ConfigDict, seed: int | None = None) -> Transformer:
+    """The model a run config describes, with parameters initialised from ``seed`` (default
+    ``config.seed``)."""
+    from flax import nnx
+
+    seed = config.seed if seed is None else seed
+    return Transformer(model_config(config), make_encoding(config), rngs=nnx.Rngs(seed))
+
+
+def open_source(config: ml_collections.ConfigDict) -> data_lib.Source:
+    """The data source of ``config.data`` (``data.text_field`` applies to ``tfds:`` only)."""
+    d = config.data
+    text_field = d.text_field if d.source.startswith("tfds:") else None
+    return data_lib.get_source(d.source, data_dir=d.data_dir, text_field=text_field)
 
 
 def eval_lengths(config: ml_collections.ConfigDict) -> tuple[int, ...]:

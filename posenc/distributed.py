@@ -1,8 +1,9 @@
 """Several processes (hosts): ``jax.distributed`` initialisation from the config or environment.
 
 Each process then feeds only its own rows of every global batch (see
-:class:`posenc.data.TrainWindows`), the mesh spans the devices of all processes, and only
-process 0 writes metrics, ``eval.json`` and reports; orbax coordinates checkpoint writes.
+:class:`posenc.data.TrainWindows`), the mesh (:func:`make_mesh`) spans the devices of all
+processes, and only process 0 writes metrics, ``eval.json`` and reports; orbax coordinates
+checkpoint writes.
 """
 
 from __future__ import annotations
@@ -17,6 +18,15 @@ _ENV = {
     "num_processes": "POSENC_NUM_PROCESSES",
     "process_id": "POSENC_PROCESS_ID",
 }
+
+
+def make_mesh() -> jax.sharding.Mesh:
+    """A one-axis mesh named ``data`` over every device of every process.
+
+    The axis is ``Auto``: XLA propagates the batch sharding through the model (parameters stay
+    replicated), rather than requiring explicit output shardings on every gather.
+    """
+    return jax.make_mesh((jax.device_count(),), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
 
 
 def is_initialized() -> bool:

@@ -28,9 +28,10 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
-from posenc.config import check_eval_lengths, eval_lengths, validate
-from posenc.model import Transformer
-from posenc.train import load_model, make_mesh, open_source, read_config, token_loss
+from posenc.config import check_eval_lengths, eval_lengths, open_source, validate
+from posenc.distributed import make_mesh
+from posenc.model import Transformer, token_loss
+from posenc.train import load_model, read_config
 
 EVAL_FILE = "eval.json"
 

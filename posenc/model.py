@@ -20,6 +20,7 @@ import math
 
 import jax
 import jax.numpy as jnp
+import optax
 from flax import nnx
 
 from posenc.attention import IMPLEMENTATIONS, attend, check_implementation
@@ -101,9 +102,17 @@ def _norm(config: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
     return cls(config.model_dim, dtype=jnp.float32, param_dtype=jnp.float32, rngs=rngs)
 
 
+class EncoderParam(nnx.Param):
+    """A positional encoder's learned parameter (T5's table, Shaw's embeddings, XL's u and v).
+
+    A type of its own so that code above the model can tell encoder parameters apart without
+    knowing attribute names: the optimizer, for one, does not decay them.
+    """
+
+
 def _encoder_params(encoding: Encoding, rngs: nnx.Rngs) -> nnx.Dict:
     params = encoding.init(rngs.params(), encoding.bound_dims)
-    return nnx.Dict({name: nnx.Param(value) for name, value in params.items()})
+    return nnx.Dict({name: EncoderParam(value) for name, value in params.items()})
 
 
 def _values(params: nnx.Dict | None) -> Params:
@@ -259,3 +268,8 @@ class Transformer(nnx.Module):
         """Number of learned parameters (encoder parameters included)."""
         state = nnx.state(self, nnx.Param)
         return sum(int(x.size) for x in jax.tree.leaves(state))
+
+
+def token_loss(logits: jax.Array, targets: jax.Array) -> jax.Array:
+    """Per-token cross entropy in nats: ``[B, T, V]`` logits -> ``[B, T]`` float32."""
+    return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)

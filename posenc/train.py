@@ -34,9 +34,10 @@ from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
 from posenc import distributed
-from posenc.config import check_eval_lengths, eval_lengths, make_encoding, model_config, validate
+from posenc.config import build_model, check_eval_lengths, eval_lengths, open_source, validate
+from posenc.distributed import make_mesh
 from posenc.metrics import MetricsWriter, drop_metrics_after, progress_bar
-from posenc.model import Transformer
+from posenc.model import EncoderParam, Transformer, token_loss
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -60,20 +61,17 @@ class TrainResult:
     resumed_from: int | None
 
 
-def make_mesh() -> jax.sharding.Mesh:
-    """A one-axis mesh named ``data`` over every device of every process.
+def make_optimizer(
+    config: ml_collections.ConfigDict,
+) -> tuple[optax.GradientTransformation, optax.Schedule]:
+    """AdamW with linear warmup, cosine decay and global-norm clipping, and its schedule.
 
-    The axis is ``Auto``: XLA propagates the batch sharding through the model (parameters stay
-    replicated), rather than requiring explicit output shardings on every gather.
-    """
-    return jax.make_mesh((jax.device_count(),), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+    Weight decay applies to matrices only: norms, biases and the encoders' parameters
+    (:class:`~posenc.model.EncoderParam`) are not decayed (decaying T5's or Shaw's tables toward
+    zero would bias the comparison).
 
-
-def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransformation:
-    """AdamW with linear warmup, cosine decay and global-norm clipping.
-
-    Weight decay applies to matrices only: norms, biases and the encoders' position tables are
-    not decayed (decaying T5's or Shaw's tables toward zero would bias the comparison).
+    Returns:
+      ``(optimizer, learning-rate schedule)``.
     """
     o, steps = config.optim, max(config.train.steps, 1)
     warmup = min(o.warmup_steps, steps - 1) if steps > 1 else 0
@@ -86,35 +84,17 @@ def make_optimizer(config: ml_collections.ConfigDict) -> optax.GradientTransform
     )
 
     def decay_mask(params):
-        def is_decayed(path, leaf):
-            names = [str(getattr(p, "key", getattr(p, "name", p))) for p in path]
-            return leaf.ndim >= 2 and not any("pos_params" in n for n in names)
+        # A prefix of the parameter tree: one bool per nnx.Variable (or per bare array).
+        def is_decayed(leaf):
+            return leaf.ndim >= 2 and not isinstance(leaf, EncoderParam)
 
-        return jax.tree_util.tree_map_with_path(is_decayed, params)
+        return jax.tree.map(is_decayed, params, is_leaf=lambda x: isinstance(x, nnx.Variable))
 
     adamw = optax.adamw(
         schedule, b1=o.b1, b2=o.b2, eps=o.eps, weight_decay=o.weight_decay, mask=decay_mask
     )
     clip = optax.clip_by_global_norm(o.grad_clip) if o.grad_clip > 0 else optax.identity()
     return optax.chain(clip, adamw), schedule
-
-
-def build_model(config: ml_collections.ConfigDict, seed: int | None = None) -> Transformer:
-    """The model a config describes, with parameters initialised from ``seed``."""
-    seed = config.seed if seed is None else seed
-    return Transformer(model_config(config), make_encoding(config), rngs=nnx.Rngs(seed))
-
-
-def open_source(config: ml_collections.ConfigDict) -> data_lib.Source:
-    """The data source of ``config.data`` (``data.text_field`` applies to ``tfds:`` only)."""
-    d = config.data
-    text_field = d.text_field if d.source.startswith("tfds:") else None
-    return data_lib.get_source(d.source, data_dir=d.data_dir, text_field=text_field)
-
-
-def token_loss(logits: jax.Array, targets: jax.Array) -> jax.Array:
-    """Per-token cross entropy in nats: ``[B, T, V]`` float32 logits -> ``[B, T]``."""
-    return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
 
 
 class Trainer:

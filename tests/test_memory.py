@@ -18,8 +18,7 @@ from flax import nnx
 
 from posenc import encodings
 from posenc.attention import choose_implementation
-from posenc.model import ModelConfig, Transformer
-from posenc.train import token_loss
+from posenc.model import ModelConfig, Transformer, token_loss
 
 NAMES = encodings.names()
 LENGTHS = (2048, 4096, 8192)

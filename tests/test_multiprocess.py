@@ -21,9 +21,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from posenc.config import build_model
 from posenc.data import get_source
 from posenc.metrics import read_metrics
-from posenc.train import build_model, load_model, read_config
+from posenc.train import load_model, read_config
 
 HELPER = pathlib.Path(__file__).resolve().parent / "_mp_train.py"
 STEPS = 6
