@@ -7,6 +7,8 @@
     posenc report runs/table2
 
 Config overrides are given as ``--config.<field>=<value>`` (any number, applied in order).
+Errors are one line on stderr (exit status 2; 3 when training diverged; 130 when interrupted);
+``POSENC_TRACEBACK=1`` shows the traceback instead.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import argparse
 import json
 import os
 import sys
+import warnings
 from collections.abc import Sequence
 
 _OVERRIDE_PREFIX = "--config."
@@ -61,6 +64,16 @@ def _load(spec: str, overrides: Sequence[str]):
     return apply_overrides(load_config(spec), overrides)
 
 
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a step >= 1, got {text!r}")
+    return value
+
+
 def _cmd_train(args, overrides) -> int:
     from posenc.evaluate import evaluate_workdir
     from posenc.train import train
@@ -73,7 +86,7 @@ def _cmd_train(args, overrides) -> int:
         print(f"step {result.step}: train loss {result.history[-1]['loss']:.4f}")
     if not args.no_eval and result.step == config.train.steps:
         print(f"evaluating {args.workdir} at {_lengths_text(config)}")
-        evaluate_workdir(args.workdir, overrides=config, model=result.model)
+        evaluate_workdir(args.workdir, overrides=config, model=result.model, step=result.step)
     return 0
 
 
@@ -86,9 +99,9 @@ def _lengths_text(config) -> str:
 def _cmd_eval(args, overrides) -> int:
     from posenc.config import apply_overrides
     from posenc.evaluate import evaluate_workdir
-    from posenc.train import read_config
+    from posenc.workdir import RunDir
 
-    config = read_config(args.workdir)
+    config = RunDir(args.workdir).read_config()
     extra = list(overrides)
     if args.lengths:
         extra.append(f"eval.lengths={args.lengths!r}")
@@ -103,8 +116,13 @@ def _cmd_eval(args, overrides) -> int:
             extra.append(f"eval.{field}={value!r}")
     config = apply_overrides(config, extra)
     print(f"evaluating {args.workdir} at {_lengths_text(config)} ({config.eval.mode})")
-    evaluate_workdir(args.workdir, overrides=config, output=args.output)
-    print(f"wrote {args.workdir}/{args.output}")
+    report = evaluate_workdir(args.workdir, overrides=config, output=args.output)
+    if not report["finished"]:
+        print(
+            f"note: scored checkpoint step {report['checkpoint_step']} of "
+            f"{report['train_steps']} (training has not finished)"
+        )
+    print(f"wrote {os.path.join(args.workdir, report['file'])}")
     return 0
 
 
@@ -150,15 +168,22 @@ def build_parser() -> argparse.ArgumentParser:
         description="Compare positional encodings for transformers: train short, test long.",
         epilog="Config fields are overridden with --config.<field>=<value>, e.g. "
         "--config.encoding.name=alibi --config.train.steps=1000. "
-        "See configs/base.py for every field.",
+        "See configs/base.py for every field. "
+        "A work directory is used by one process at a time (a second one is refused with the "
+        "holder's pid; the lock of a process that died is taken over). Checkpoints are "
+        "verified against checksums before they are restored; a damaged one is reported and "
+        "the newest intact one used.",
     )
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser(
         "train",
         help="train one encoder (resuming from the work directory), then evaluate it",
-        description="Train the run a config describes in --workdir, resuming from its last "
-        "checkpoint if there is one; then evaluate at eval.lengths and write eval.json.",
+        description="Train the run a config describes in --workdir, resuming from its newest "
+        "intact checkpoint if there is one; then evaluate at eval.lengths and write eval.json. "
+        "Resuming needs the same config (logging, checkpoint cadence, eval and the process "
+        "layout may change) and the same data (data.json's stream hashes). The work directory "
+        "is locked while training: a second process on it is refused.",
     )
     p.add_argument(
         "--config", required=True, help="config file[:variant], e.g. configs/base.py:tiny"
@@ -167,14 +192,24 @@ def build_parser() -> argparse.ArgumentParser:
         "--workdir", required=True, help="run directory (checkpoints, metrics, eval.json)"
     )
     p.add_argument("--no-eval", action="store_true", help="train only")
-    p.add_argument("--stop-at", type=int, default=None, help="stop after this step (resume later)")
+    p.add_argument(
+        "--stop-at", type=_positive_int, default=None, help="stop after this step (resume later)"
+    )
     p.set_defaults(func=_cmd_train)
 
     p = sub.add_parser(
         "eval",
         help="evaluate a trained work directory at any lengths, without retraining",
-        description="Evaluate the latest checkpoint of --workdir. Defaults come from the run's "
-        "config; flags and --config.eval.* overrides change them.",
+        description="Evaluate the newest intact checkpoint of --workdir (its parameters only), "
+        "recording the step scored and whether training had finished. Defaults come from the "
+        "run's config; flags and overrides may change only what cannot change what was "
+        "trained: the eval section (--lengths, --split, --mode, --stride, --max-tokens, "
+        "--config.eval.*), the attention path (--config.model.attention_impl, "
+        "--config.model.attention_block_size), data.data_dir and the hyperparameters the "
+        "encoder declares safe at evaluation (e.g. xl's clamp_len); anything else (another "
+        "encoder, model size, data set) is refused. With the run's own settings the result is "
+        "eval.json; under changed settings it is written beside it, as "
+        "eval-<changed settings>.json, recording the changes.",
     )
     p.add_argument("--workdir", required=True, help="a trained run directory")
     p.add_argument("--lengths", type=_int_list, help="window lengths, e.g. 512,1024,4096")
@@ -182,7 +217,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=("nonoverlapping", "sliding"), help="window mode")
     p.add_argument("--stride", type=int, help="sliding mode: tokens scored per window")
     p.add_argument("--max-tokens", type=int, help="score at most this many tokens per length")
-    p.add_argument("--output", default="eval.json", help="file written in the work directory")
+    p.add_argument(
+        "--output",
+        default=None,
+        help="file written in the work directory (default eval.json for the run's own "
+        "settings, eval-<changed settings>.json otherwise)",
+    )
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("data", help="prepare or inspect data sources")
@@ -213,7 +253,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="run every point of a sweep config (skips finished points, resumes others)",
         description="Run each point of a sweep config's get_sweep() in its own work directory "
         "under --workdir. Finished points are skipped, interrupted ones resumed, failures "
-        "recorded without stopping the rest.",
+        "recorded without stopping the rest. The sweep directory and each point's directory "
+        "are locked while in use; with --jobs > 1 the point processes end when the sweep "
+        "ends, however it ends. Ctrl-C stops the sweep; run the same command to resume.",
     )
     p.add_argument("--config", required=True, help="sweep config file[:variant]")
     p.add_argument("--workdir", required=True, help="directory holding one folder per point")
@@ -234,6 +276,17 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _one_line_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """posenc's own warnings (a damaged checkpoint) as one line; others as Python prints them."""
+    if category.__module__.startswith("posenc"):
+        print(f"posenc: warning: {message}", file=sys.stderr if file is None else file)
+    else:
+        _show_warning(message, category, filename, lineno, file, line)
+
+
+_show_warning = warnings.showwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     rest, overrides = _split_overrides(argv)
@@ -241,6 +294,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(rest)
     if overrides and args.command not in ("train", "eval", "sweep"):
         parser.error(f"--config.* overrides do not apply to `posenc {args.command}`")
+    if not os.environ.get("POSENC_TRACEBACK"):
+        warnings.showwarning = _one_line_warning
     try:
         return args.func(args, overrides)
     except (ValueError, FileNotFoundError) as e:
@@ -253,6 +308,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"posenc {args.command}: training diverged: {e}", file=sys.stderr)
         return 3
+    except KeyboardInterrupt:
+        if os.environ.get("POSENC_TRACEBACK"):
+            raise
+        print(
+            f"posenc {args.command}: interrupted; run the same command again to resume from "
+            "the last checkpoint",
+            file=sys.stderr,
+        )
+        return 130
+    finally:
+        warnings.showwarning = _show_warning
 
 
 if __name__ == "__main__":

@@ -11,7 +11,6 @@ literals when they parse as one and as strings otherwise.
 
 from __future__ import annotations
 
-import ast
 import importlib.util
 import os
 import types
@@ -24,6 +23,25 @@ from posenc import data as data_lib
 from posenc import encodings
 from posenc.attention import IMPLEMENTATIONS
 from posenc.model import DTYPES, NORMS, ModelConfig, Transformer
+from posenc.workdir import diff_fields, flatten, matches, parse_value
+
+__all__ = [
+    "EVAL_MAY_CHANGE",
+    "apply_overrides",
+    "build_model",
+    "check_eval_lengths",
+    "check_source",
+    "eval_lengths",
+    "evaluation_changes",
+    "load_config",
+    "load_module",
+    "make_encoding",
+    "model_config",
+    "open_source",
+    "parse_value",
+    "set_field",
+    "validate",
+]
 
 EVAL_MODES = ("nonoverlapping", "sliding")
 EVAL_SPLITS = ("validation", "test")
@@ -50,14 +68,6 @@ def load_config(spec: str) -> ml_collections.ConfigDict:
     config = module.get_config(variant) if variant else module.get_config()
     config.lock()
     return config
-
-
-def parse_value(text: str) -> Any:
-    """A command-line value as a Python literal where it parses as one, else the string."""
-    try:
-        return ast.literal_eval(text)
-    except (ValueError, SyntaxError):
-        return text
 
 
 def apply_overrides(
@@ -155,6 +165,70 @@ def check_eval_lengths(stream_len: int, lengths: Sequence[int], split: str) -> N
             f"tokens and the {split} split has {stream_len}; use lengths <= {stream_len - 1} "
             "or a larger data set (data.source)"
         )
+
+
+def check_source(config: ml_collections.ConfigDict, source: data_lib.Source) -> None:
+    """Checks a run config against its opened data source: the evaluation split can fill every
+    ``eval.lengths`` window, and ``model.vocab_size`` covers the tokenizer's ids."""
+    check_eval_lengths(
+        len(source.split_stream(config.eval.split)), eval_lengths(config), config.eval.split
+    )
+    vocab = source.info().get("vocab_size")
+    if vocab is not None and config.model.vocab_size < vocab:
+        raise ValueError(
+            f"model.vocab_size={config.model.vocab_size} is smaller than the {vocab} token ids "
+            f"of data.source={config.data.source!r}'s tokenizer; use model.vocab_size >= {vocab}"
+        )
+
+
+# Fields an evaluation may change: they cannot change what was trained. Besides these, the
+# hyperparameters an encoder lists in ``eval_safe_hparams`` (e.g. Transformer-XL's clamp_len).
+EVAL_MAY_CHANGE = (
+    "eval.",
+    "model.attention_impl",
+    "model.attention_block_size",
+    "data.data_dir",
+    "distributed.",
+    "train.progress",
+)
+# Of those, the fields that do not change the numbers an evaluation reports.
+_EVAL_NEUTRAL = ("data.data_dir", "distributed.", "train.progress")
+
+
+def evaluation_changes(
+    trained: ml_collections.ConfigDict, requested: ml_collections.ConfigDict
+) -> dict[str, Any]:
+    """The settings an evaluation changes from the config a run was trained with.
+
+    Args:
+      trained: the run's config (``config.json``).
+      requested: the config to evaluate with.
+
+    Returns:
+      ``{dotted field: requested value}`` for every changed field that can change the reported
+      numbers (empty: the run's own settings).
+
+    Raises:
+      ValueError: a changed field that would change what was trained (another encoder, model
+        shape, data set, training length, ...), naming it and what may change instead.
+    """
+    safe = getattr(encodings.get_class(trained.encoding.name), "eval_safe_hparams", ())
+    allowed = EVAL_MAY_CHANGE + tuple(f"encoding.hparams.{h}" for h in safe)
+    before, after = trained.to_dict(), requested.to_dict()
+    changed = diff_fields(before, after)
+    refused = [field for field in changed if not matches(field, allowed)]
+    if refused:
+        flat_before, flat_after = flatten(before), flatten(after)
+        what = ", ".join(f"{f} {flat_before.get(f)!r} -> {flat_after.get(f)!r}" for f in refused)
+        hparams = ", ".join(f"encoding.hparams.{h}" for h in safe) or "none"
+        raise ValueError(
+            f"evaluation cannot change {what}: that changes what was trained. An evaluation may "
+            "change the eval section, model.attention_impl, model.attention_block_size, "
+            f"data.data_dir and the encoder's evaluation settings ({hparams}); train another "
+            "run for the rest"
+        )
+    flat_after = flatten(after)
+    return {f: flat_after.get(f) for f in changed if not matches(f, _EVAL_NEUTRAL)}
 
 
 def _require_int(field: str, value: Any, minimum: int = 1) -> None:

@@ -9,6 +9,7 @@ checkpoint writes.
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import jax
 import ml_collections
@@ -27,6 +28,12 @@ def make_mesh() -> jax.sharding.Mesh:
     replicated), rather than requiring explicit output shardings on every gather.
     """
     return jax.make_mesh((jax.device_count(),), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+
+
+def abstract_on(tree: Any, sharding: jax.sharding.Sharding) -> Any:
+    """``tree``'s arrays (or shape structs) as ``jax.ShapeDtypeStruct`` placed with ``sharding``:
+    the target a checkpoint is restored into."""
+    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
 
 
 def is_initialized() -> bool:

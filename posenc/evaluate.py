@@ -7,15 +7,20 @@ the context since its window started), or sliding (context ``L``, stride ``S``, 
 length); per-position loss sums and counts come back to the host and are added in float64, so
 the reported mean is the exact mean over the scored tokens.
 
-Reported per length: tokens scored, mean loss (nats), perplexity, bits per byte, loss by
-position inside the window, windows, tokens left unscored and seconds.
+Reported per length: tokens scored, mean loss (nats), perplexity (``inf`` where ``exp`` of the
+loss overflows), bits per byte, loss by position inside the window, windows, tokens left
+unscored and seconds.
+
+:func:`evaluate_workdir` scores a trained run's newest intact checkpoint (its parameters only:
+no optimizer is built) and records which step it scored and whether training had finished.
+Evaluation may change only what cannot change what was trained
+(:func:`posenc.config.evaluation_changes`); a report under changed settings records them and is
+written beside the run's own ``eval.json`` (``eval-<settings>.json``), never over it.
 """
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -28,12 +33,17 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
-from posenc.config import check_eval_lengths, eval_lengths, open_source, validate
-from posenc.distributed import make_mesh
+from posenc.config import (
+    build_model,
+    check_eval_lengths,
+    eval_lengths,
+    evaluation_changes,
+    open_source,
+    validate,
+)
+from posenc.distributed import abstract_on, make_mesh
 from posenc.model import Transformer, token_loss
-from posenc.train import load_model, read_config
-
-EVAL_FILE = "eval.json"
+from posenc.workdir import EVAL_FILE, RunDir, eval_file_name
 
 
 def _max_windows(length: int, stride: int, max_tokens: int) -> int | None:
@@ -135,7 +145,7 @@ def evaluate(
             "length": int(length),
             "tokens": tokens,
             "loss": loss,
-            "perplexity": math.exp(loss),
+            "perplexity": perplexity(loss),
             # Byte-level tokens: one token per byte (a document separator counts as one).
             "bits_per_byte": loss / math.log(2),
             "windows": int(windows.num_windows),
@@ -153,72 +163,117 @@ def evaluate(
     return results
 
 
+def perplexity(loss: float) -> float:
+    """``exp(loss)``, or ``inf`` where that overflows a float (a loss above about 709 nats)."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf
+
+
 def device_description() -> str:
     """E.g. ``"1 x cpu"`` or ``"8 x NVIDIA H100 80GB HBM3"``."""
     devices = jax.devices()
     return f"{len(devices)} x {devices[0].device_kind}"
 
 
+def restore_model(
+    run: RunDir, config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None = None
+) -> tuple[Transformer, int]:
+    """The model of a trained run, from the parameters of its newest intact checkpoint (no
+    optimizer state is read), replicated on ``mesh``; and the checkpoint's step."""
+    mesh = mesh or make_mesh()
+    graphdef, params, rest = nnx.split(nnx.eval_shape(lambda: build_model(config)), nnx.Param, ...)
+    step, params = run.restore_params(abstract_on(params, NamedSharding(mesh, P())))
+    return nnx.merge(graphdef, params, rest), step
+
+
+def load_model(workdir: str, config: ml_collections.ConfigDict | None = None) -> Transformer:
+    """The model of a trained work directory, from its newest intact checkpoint."""
+    run = RunDir(workdir)
+    return restore_model(run, config or run.read_config())[0]
+
+
 def evaluate_workdir(
     workdir: str,
     *,
     overrides: ml_collections.ConfigDict | None = None,
-    output: str = EVAL_FILE,
+    output: str | None = None,
     progress: bool = True,
     model: Transformer | None = None,
+    step: int | None = None,
 ) -> dict[str, Any]:
-    """Evaluates a trained work directory with its config's ``eval`` section; writes ``eval.json``.
+    """Evaluates a trained run with its config's ``eval`` section (or changed settings).
 
     Args:
       workdir: a directory written by :func:`posenc.train.train`.
-      overrides: a config to use instead of the saved one (same model; e.g. other
-        ``eval.lengths``). Only its ``eval`` and ``data`` sections may differ in effect.
-      output: file name inside ``workdir``.
+      overrides: the config to evaluate with instead of the run's own; it may differ only where
+        :func:`posenc.config.evaluation_changes` allows.
+      output: file name inside ``workdir``; default ``eval.json`` for the run's own settings
+        and ``eval-<changed settings>.json`` otherwise.
       progress: print one line per length.
-      model: the trained model, if already in memory (skips loading the checkpoint).
+      model, step: the trained model and its step, if already in memory (skips loading the
+        checkpoint).
 
     Returns:
-      The report that was written.
+      The report that was written (its file name under ``"file"``).
+
+    Raises:
+      ValueError: a setting evaluation may not change, or ``output`` naming the run's own
+        ``eval.json`` for changed settings.
     """
-    config = overrides or read_config(workdir)
+    run = RunDir(workdir)
+    trained = run.read_config()
+    config = overrides or trained
+    changes = evaluation_changes(trained, config)
     validate(config)
+    name = output or eval_file_name(changes)
+    if name == EVAL_FILE and changes:
+        raise ValueError(
+            f"--output {EVAL_FILE} is the run's own evaluation; results under changed settings "
+            f"({', '.join(changes)}) are written beside it (default name "
+            f"{eval_file_name(changes)})"
+        )
     e = config.eval
     source = open_source(config)
     stream = source.split_stream(e.split)
     lengths = eval_lengths(config)
     check_eval_lengths(len(stream), lengths, e.split)
-    model = model or load_model(workdir, config)
-    results = evaluate(
-        model,
-        stream,
-        lengths,
-        mode=e.mode,
-        stride=e.stride,
-        batch_tokens=e.batch_tokens,
-        max_tokens=e.max_tokens,
-        split=e.split,
-        progress=progress,
-    )
-    report = {
-        "encoding": config.encoding.name,
-        "encoding_hparams": config.encoding.hparams.to_dict(),
-        "train_seq_len": config.train.seq_len,
-        "train_steps": config.train.steps,
-        "seed": config.seed,
-        "model": {**config.model.to_dict(), "num_params": model.num_params()},
-        "data": {"source": config.data.source, "split": e.split, **_short_info(source.info())},
-        "mode": e.mode,
-        "stride": e.stride if e.mode == "sliding" else None,
-        "device": device_description(),
-        "results": results,
-        "time": time.time(),
-    }
-    if jax.process_index() == 0:
-        path = os.path.join(workdir, output)
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(report, f, indent=1)
-        os.replace(tmp, path)
+    is_main = jax.process_index() == 0
+    with run.lock(enabled=is_main):
+        if model is None:
+            model, step = restore_model(run, config)
+        results = evaluate(
+            model,
+            stream,
+            lengths,
+            mode=e.mode,
+            stride=e.stride,
+            batch_tokens=e.batch_tokens,
+            max_tokens=e.max_tokens,
+            split=e.split,
+            progress=progress,
+        )
+        report = {
+            "file": name,
+            "encoding": config.encoding.name,
+            "encoding_hparams": config.encoding.hparams.to_dict(),
+            "train_seq_len": config.train.seq_len,
+            "train_steps": config.train.steps,
+            "checkpoint_step": step,
+            "finished": step == config.train.steps if step is not None else None,
+            "changes": changes,
+            "seed": config.seed,
+            "model": {**config.model.to_dict(), "num_params": model.num_params()},
+            "data": {"source": config.data.source, "split": e.split, **_short_info(source.info())},
+            "mode": e.mode,
+            "stride": e.stride if e.mode == "sliding" else None,
+            "device": device_description(),
+            "results": results,
+            "time": time.time(),
+        }
+        if is_main:
+            run.write_eval(report, name)
     return report
 
 
@@ -228,9 +283,5 @@ def _short_info(info: dict[str, Any]) -> dict[str, Any]:
 
 
 def load_eval(workdir: str, output: str = EVAL_FILE) -> dict[str, Any] | None:
-    """A work directory's ``eval.json``, or None if it has none."""
-    path = os.path.join(workdir, output)
-    if not os.path.exists(path):
-        return None
-    with open(path) as f:
-        return json.load(f)
+    """A work directory's ``eval.json`` (or another report in it), or None if it has none."""
+    return RunDir(workdir).read_eval(output)

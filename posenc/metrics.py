@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
+
+from posenc.workdir import METRICS_FILE, TENSORBOARD_DIR, append_jsonl, read_jsonl, rewrite_jsonl
 
 
 class MetricsWriter:
@@ -14,7 +15,7 @@ class MetricsWriter:
     installed (``pip install posenc[tensorboard]``). Only process 0 writes (``enabled``).
     """
 
-    def __init__(self, workdir: str, *, enabled: bool = True, filename: str = "metrics.jsonl"):
+    def __init__(self, workdir: str, *, enabled: bool = True, filename: str = METRICS_FILE):
         self.enabled = enabled
         self._file = None
         self._tb = None
@@ -25,13 +26,12 @@ class MetricsWriter:
             from tensorboardX import SummaryWriter
         except ImportError:
             return
-        self._tb = SummaryWriter(os.path.join(workdir, "tensorboard"))
+        self._tb = SummaryWriter(os.path.join(workdir, TENSORBOARD_DIR))
 
     def write(self, line: dict[str, Any]) -> None:
         if not self.enabled:
             return
-        self._file.write(json.dumps(line, sort_keys=True) + "\n")
-        self._file.flush()
+        append_jsonl(self._file, line)
         if self._tb is not None:
             for key, value in line.items():
                 if key not in ("step", "time") and isinstance(value, int | float):
@@ -44,16 +44,12 @@ class MetricsWriter:
             self._tb.close()
 
 
-def read_metrics(workdir: str, filename: str = "metrics.jsonl") -> list[dict[str, Any]]:
-    """The metric lines of a work directory, in order."""
-    path = os.path.join(workdir, filename)
-    if not os.path.exists(path):
-        return []
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+def read_metrics(workdir: str, filename: str = METRICS_FILE) -> list[dict[str, Any]]:
+    """The metric lines of a work directory, in order (a torn last line is skipped)."""
+    return read_jsonl(os.path.join(workdir, filename))
 
 
-def drop_metrics_after(workdir: str, step: int, filename: str = "metrics.jsonl") -> None:
+def drop_metrics_after(workdir: str, step: int, filename: str = METRICS_FILE) -> None:
     """Removes the lines of steps after ``step`` from the metrics file, and any torn line.
 
     A run stopped between two checkpoints (killed, or stopped by a non-finite loss) has logged
@@ -61,25 +57,7 @@ def drop_metrics_after(workdir: str, step: int, filename: str = "metrics.jsonl")
     the loss curve would hold those steps twice. A process killed while writing can also leave
     a partial last line, which would otherwise be glued to the next one.
     """
-    path = os.path.join(workdir, filename)
-    if not os.path.exists(path):
-        return
-    with open(path) as f:
-        raw = [text for text in f.read().split("\n") if text.strip()]
-    keep = []
-    for text in raw:
-        try:
-            line = json.loads(text)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(line, dict) and line.get("step", 0) <= step:
-            keep.append(text)
-    if len(keep) == len(raw):
-        return
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.writelines(text + "\n" for text in keep)
-    os.replace(tmp, path)
+    rewrite_jsonl(os.path.join(workdir, filename), lambda line: line.get("step", 0) <= step)
 
 
 class _NullBar:

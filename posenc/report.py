@@ -11,11 +11,16 @@
 - ``report.csv``: the same tables, wide (``train_seq_len, L_valid``, one column per encoder, plus
   ``<encoder> spread`` and ``<encoder> n`` columns when some entry has several seeds; ``—`` cells
   are empty), full float precision.
-- ``runs.csv``: one row per run and length (the raw numbers every table entry comes from).
+- ``runs.csv``: one row per run and length (the raw numbers every table entry comes from, with
+  the checkpoint step each run was scored at).
 - ``<metric>_vs_length_L<train length>.png``: the metric against evaluation length (log x), one
   line per encoder, the training length marked.
 - ``loss_by_position_L<train length>.png``: loss against position inside the window at the
   longest evaluation length (log-spaced buckets), one line per encoder.
+
+A run evaluated before its training finished (``posenc eval`` on an interrupted run) is marked
+``†`` in its column's name, with a note giving the step it was scored at. A perplexity that
+overflowed is shown as ``inf``.
 
 Columns are named by encoder; two configurations of one encoder in the same table (a sweep over
 RoPE's base, say) get the config fields that tell them apart appended to the name.
@@ -34,6 +39,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from posenc.workdir import CONFIG_FILE, EVAL_FILE, SWEEP_FILE, flatten, read_json
 
 METRICS = ("perplexity", "bits_per_byte", "loss")
 DASH = "—"
@@ -79,6 +86,11 @@ class Run:
     def seed(self) -> int:
         return self.eval["seed"]
 
+    @property
+    def finished(self) -> bool:
+        """False only for a run scored before its training finished (older reports: True)."""
+        return self.eval.get("finished") is not False
+
     def result(self, length: int) -> dict[str, Any] | None:
         for r in self.eval["results"]:
             if r["length"] == length:
@@ -92,6 +104,10 @@ class Column:
 
     label: str
     runs: list[Run]
+
+    @property
+    def unfinished(self) -> list[Run]:
+        return [r for r in self.runs if not r.finished]
 
 
 @dataclasses.dataclass
@@ -111,31 +127,20 @@ class Cell:
 
     @property
     def spread(self) -> float | None:
-        """Sample standard deviation over seeds (None for one seed)."""
-        if self.error or len(self.values) < 2:
+        """Sample standard deviation over seeds (None for one seed, or an infinite value)."""
+        if self.error or len(self.values) < 2 or not all(map(math.isfinite, self.values)):
             return None
         return statistics.stdev(self.values)
 
 
-def _flatten(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    out = {}
-    for key, value in d.items():
-        if isinstance(value, dict):
-            out.update(_flatten(value, f"{prefix}{key}."))
-        else:
-            out[prefix + key] = tuple(value) if isinstance(value, list) else value
-    return out
-
-
 def _identity(run_dir: str, report: dict[str, Any]) -> dict[str, Any]:
     """Config fields defining a run apart from seed and training length."""
-    path = os.path.join(run_dir, "config.json")
-    if os.path.exists(path):
-        with open(path) as f:
-            flat = _flatten(json.load(f))
+    fields = read_json(os.path.join(run_dir, CONFIG_FILE))
+    if fields is not None:
+        flat = flatten(fields)
     else:  # an eval.json on its own
         model = {k: v for k, v in report["model"].items() if k != "num_params"}
-        flat = _flatten(
+        flat = flatten(
             {
                 "encoding": {"name": report["encoding"], "hparams": report["encoding_hparams"]},
                 "model": model,
@@ -155,12 +160,9 @@ def _identity(run_dir: str, report: dict[str, Any]) -> dict[str, Any]:
 
 def find_runs(sweep_dir: str) -> list[Run]:
     """Evaluated runs under ``sweep_dir``, in sweep order (``sweep.json``) or name order."""
-    from posenc.evaluate import EVAL_FILE
-
-    sweep_file = os.path.join(sweep_dir, "sweep.json")
-    if os.path.exists(sweep_file):
-        with open(sweep_file) as f:
-            dirs = [os.path.join(sweep_dir, p["dir"]) for p in json.load(f)["points"]]
+    sweep = read_json(os.path.join(sweep_dir, SWEEP_FILE))
+    if sweep is not None:
+        dirs = [os.path.join(sweep_dir, p["dir"]) for p in sweep["points"]]
     elif os.path.exists(os.path.join(sweep_dir, EVAL_FILE)):
         dirs = [sweep_dir]
     else:
@@ -169,10 +171,8 @@ def find_runs(sweep_dir: str) -> list[Run]:
         )
     runs = []
     for d in dirs:
-        path = os.path.join(d, EVAL_FILE)
-        if os.path.exists(path):
-            with open(path) as f:
-                report = json.load(f)
+        report = read_json(os.path.join(d, EVAL_FILE))
+        if report is not None:
             runs.append(Run(d, report, _identity(d, report)))
     return runs
 
@@ -198,7 +198,10 @@ def group_runs(runs: Sequence[Run]) -> dict[int, list[Column]]:
                     "report them from separate directories"
                 )
             same_name = [g[0].identity for g in groups if g[0].encoding == group[0].encoding]
-            columns.append(Column(_label(group[0], same_name), sorted(group, key=lambda r: r.seed)))
+            label = _label(group[0], same_name)
+            if any(not r.finished for r in group):
+                label += " †"
+            columns.append(Column(label, sorted(group, key=lambda r: r.seed)))
         out[train_len] = columns
     return out
 
@@ -260,7 +263,7 @@ def markdown_table(
                 )
                 note["lengths"].append(length)
                 cells.append(DASH + _superscript(note["number"]))
-            elif entry.n > 1:
+            elif entry.spread is not None:
                 cells.append(f"{_fmt(entry.mean, metric)} ± {_fmt(entry.spread, metric)}")
             else:
                 cells.append(_fmt(entry.mean, metric))
@@ -341,13 +344,11 @@ def describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
 
 
 def _sweep_failures(sweep_dir: str) -> list[str]:
-    path = os.path.join(sweep_dir, "sweep.json")
-    if not os.path.exists(path):
+    sweep = read_json(os.path.join(sweep_dir, SWEEP_FILE))
+    if sweep is None:
         return []
-    with open(path) as f:
-        points = json.load(f)["points"]
     out = []
-    for p in points:
+    for p in sweep["points"]:
         if p["status"] not in ("done", "skipped"):
             error = (p.get("error") or "").splitlines()[0][:300] if p.get("error") else ""
             out.append(f"- `{p['dir']}`: {p['status']}" + (f" ({error})" if error else ""))
@@ -381,12 +382,16 @@ def write_runs_csv(path: str, runs: Sequence[Run], sweep_dir: str) -> None:
     fields = ["loss", "perplexity", "bits_per_byte", "tokens", "windows", "seconds"]
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
-        writer.writerow(["dir", "encoding", "train_seq_len", "seed", "length", *fields, "error"])
+        writer.writerow(
+            ["dir", "encoding", "train_seq_len", "seed", "checkpoint_step", "train_steps"]
+            + ["length", *fields, "error"]
+        )
         for run in runs:
+            step = run.eval.get("checkpoint_step")
             for r in run.eval["results"]:
                 writer.writerow(
                     [os.path.relpath(run.dir, sweep_dir), run.encoding, run.train_len, run.seed]
-                    + [r["length"]]
+                    + ["" if step is None else step, run.eval["train_steps"], r["length"]]
                     + [repr(r[k]) if k in r else "" for k in fields]
                     + [r.get("error", "")]
                 )
@@ -427,7 +432,7 @@ def plot_metric(path: str, columns: Sequence[Column], train_len: int, metric: st
         xs, means, spreads = [], [], []
         for length in lengths:
             entry = cell(column, length, metric)
-            if entry is not None and entry.error is None:
+            if entry is not None and entry.error is None and math.isfinite(entry.mean):
                 xs.append(length)
                 means.append(entry.mean)
                 spreads.append(entry.spread or 0.0)
@@ -524,6 +529,56 @@ def plot_positions(path: str, columns: Sequence[Column], train_len: int, colors)
     return length
 
 
+def _unfinished_notes(columns: Sequence[Column], sweep_dir: str) -> list[str]:
+    """One line per run scored before its training finished (the ``†`` columns)."""
+    lines = []
+    for column in columns:
+        for run in column.unfinished:
+            step = run.eval.get("checkpoint_step")
+            lines.append(
+                f"† {column.label.removesuffix(' †')}: `{os.path.relpath(run.dir, sweep_dir)}` "
+                f"was scored at step {step} of {run.eval['train_steps']} (training unfinished)."
+            )
+    return lines
+
+
+def _table_section(
+    sweep_dir: str,
+    train_len: int,
+    columns: list[Column],
+    metric: str,
+    footnotes: dict[str, dict[str, Any]],
+    colors: dict[str, Any],
+    several: bool,
+) -> tuple[list[str], list[str]]:
+    """The markdown of one training length (table, plots, notes) and the plot files written."""
+    md = [f"## Trained at L = {train_len}: {_METRIC_TEXT[metric]}", ""]
+    name = f" (trained at L = {train_len})" if several else ""
+    md += markdown_table(columns, metric, footnotes, name) + [""]
+    md += _unfinished_notes(columns, sweep_dir)
+    plots = [f"{metric}_vs_length_L{train_len}.png"]
+    plot_metric(os.path.join(sweep_dir, plots[0]), columns, train_len, metric, colors)
+    md.append(f"![{metric} against evaluation length]({plots[0]})")
+    name = f"loss_by_position_L{train_len}.png"
+    longest = plot_positions(os.path.join(sweep_dir, name), columns, train_len, colors)
+    if longest is not None:
+        plots.append(name)
+        md.append(f"![loss by position at L_valid = {longest}]({name})")
+    return md + [""], plots
+
+
+def _footnote_lines(footnotes: dict[str, dict[str, Any]]) -> list[str]:
+    md = []
+    for label, note in footnotes.items():
+        lengths = ", ".join(map(str, sorted(set(note["lengths"]))))
+        md.append(
+            f"{DASH}{_superscript(note['number'])} {label} cannot be evaluated at L_valid = "
+            f"{lengths}: {note['error']}"
+        )
+        md.append("")
+    return md
+
+
 def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     """Writes the tables and plots of ``sweep_dir`` (see the module docstring).
 
@@ -547,7 +602,7 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     runs = find_runs(sweep_dir)
     if not runs:
         raise FileNotFoundError(
-            f"no eval.json under {sweep_dir}; run `posenc sweep` (or `posenc train`) first"
+            f"no {EVAL_FILE} under {sweep_dir}; run `posenc sweep` (or `posenc train`) first"
         )
     tables = group_runs(runs)
     colors = _colors(tables)
@@ -557,37 +612,18 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     footnotes: dict[str, dict[str, Any]] = {}
     plots = []
     for train_len, columns in tables.items():
-        md += [f"## Trained at L = {train_len}: {_METRIC_TEXT[metric]}", ""]
-        name = f" (trained at L = {train_len})" if len(tables) > 1 else ""
-        md += markdown_table(columns, metric, footnotes, name) + [""]
-        name = f"{metric}_vs_length_L{train_len}.png"
-        plot_metric(os.path.join(sweep_dir, name), columns, train_len, metric, colors)
-        plots.append(name)
-        md.append(f"![{metric} against evaluation length]({name})")
-        name = f"loss_by_position_L{train_len}.png"
-        longest = plot_positions(os.path.join(sweep_dir, name), columns, train_len, colors)
-        if longest is not None:
-            plots.append(name)
-            md.append(f"![loss by position at L_valid = {longest}]({name})")
-        md.append("")
-    for label, note in footnotes.items():
-        lengths = ", ".join(map(str, sorted(set(note["lengths"]))))
-        md.append(
-            f"{DASH}{_superscript(note['number'])} {label} cannot be evaluated at L_valid = "
-            f"{lengths}: {note['error']}"
+        section, written = _table_section(
+            sweep_dir, train_len, columns, metric, footnotes, colors, len(tables) > 1
         )
-        md.append("")
+        md += section
+        plots += written
+    md += _footnote_lines(footnotes)
     failures = _sweep_failures(sweep_dir)
     if failures:
         md += ["Points without results:", ""] + failures + [""]
-    paths = {
-        "md": os.path.join(sweep_dir, "report.md"),
-        "csv": os.path.join(sweep_dir, "report.csv"),
-        "runs": os.path.join(sweep_dir, "runs.csv"),
-    }
-    with open(paths["md"], "w") as f:
+    paths = [os.path.join(sweep_dir, n) for n in ("report.md", "report.csv", "runs.csv")]
+    with open(paths[0], "w") as f:
         f.write("\n".join(md))
-    write_csv(paths["csv"], tables, metric)
-    write_runs_csv(paths["runs"], runs, sweep_dir)
-    written = [paths["md"], paths["csv"], paths["runs"]]
-    return written + [os.path.join(sweep_dir, p) for p in plots]
+    write_csv(paths[1], tables, metric)
+    write_runs_csv(paths[2], runs, sweep_dir)
+    return paths + [os.path.join(sweep_dir, p) for p in plots]

@@ -27,14 +27,13 @@ other.
 
 from __future__ import annotations
 
-import hashlib
 import itertools
-import json
 import math
 import os
-import re
+import signal
 import subprocess
 import sys
+import threading
 import time
 import traceback
 from collections.abc import Mapping, Sequence
@@ -43,17 +42,24 @@ from typing import Any
 import ml_collections
 
 from posenc.config import apply_overrides, load_config, load_module, set_field
+from posenc.workdir import (
+    EVAL_FILE,
+    LOG_FILE,
+    POINT_FILE,
+    STATUS_FILE,
+    SWEEP_FILE,
+    WorkdirBusyError,
+    config_from_dict,
+    config_sha256,
+    hold,
+    read_json,
+    settings_hash,
+    settings_name,
+    write_json,
+)
 
-SWEEP_FILE = "sweep.json"
-STATUS_FILE = "status.json"
-POINT_FILE = "point.json"
-LOG_FILE = "log.txt"
 # Statuses a point can have in sweep.json / the returned summary.
 STATUSES = ("pending", "running", "done", "skipped", "failed", "interrupted")
-
-# Longest readable part of a point directory name (file systems allow 255 bytes).
-_MAX_NAME = 120
-_SAFE = re.compile(r"[^A-Za-z0-9._+-]")
 
 
 def product(**axes: Sequence[Any]) -> list[dict[str, Any]]:
@@ -75,14 +81,6 @@ def product(**axes: Sequence[Any]) -> list[dict[str, Any]]:
     return [dict(zip(keys, combo, strict=True)) for combo in itertools.product(*values)]
 
 
-def _render(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, list | tuple):
-        return ",".join(_render(v) for v in value)
-    return str(value)
-
-
 def point_name(overrides: Mapping[str, Any]) -> str:
     """A readable, file-system-safe directory name for a point, stable and unique.
 
@@ -91,47 +89,20 @@ def point_name(overrides: Mapping[str, Any]) -> str:
         {"seed": 0, "encoding.name": "alibi"} -> "encoding.name-alibi__seed-0"
 
     Characters outside ``[A-Za-z0-9._+-]`` become ``_``; where that (or shortening a very long
-    name) could make two points collide, a hash of the exact overrides is appended.
+    name) could make two points collide, a hash of the exact overrides is appended
+    (:func:`posenc.workdir.settings_name`).
     """
-    if not overrides:
-        return "base"
-    parts, lossy = [], False
-    for key in sorted(overrides):
-        value = overrides[key]
-        text = _render(value)
-        safe_key, safe_text = _SAFE.sub("_", key), _SAFE.sub("_", text)
-        # A string that reads as another literal ("0" vs 0) or was changed could collide.
-        lossy |= safe_key != key or safe_text != text
-        lossy |= isinstance(value, str) and _literal(text) != value
-        lossy |= isinstance(value, list | tuple) or "__" in safe_text + safe_key
-        parts.append(f"{safe_key}-{safe_text}")
-    name = "__".join(parts)
-    if name.startswith((".", "-")):
-        name, lossy = "_" + name, True
-    if len(name) > _MAX_NAME:
-        name, lossy = name[:_MAX_NAME], True
-    if lossy:
-        name += "__h" + point_hash(overrides)[:10]
-    return name
-
-
-def _literal(text: str) -> Any:
-    from posenc.config import parse_value
-
-    return parse_value(text)
+    return settings_name(overrides)
 
 
 def point_hash(overrides: Mapping[str, Any]) -> str:
     """sha256 of a point's overrides (key order and int/float/str distinctions included)."""
-    canonical = json.dumps(
-        [[k, type(v).__name__, v] for k, v in sorted(overrides.items())], default=repr
-    )
-    return hashlib.sha256(canonical.encode()).hexdigest()
+    return settings_hash(overrides)
 
 
 def config_hash(config: ml_collections.ConfigDict) -> str:
     """sha256 of a resolved config (what :func:`is_finished` compares)."""
-    return hashlib.sha256(config.to_json(sort_keys=True).encode()).hexdigest()
+    return config_sha256(config)
 
 
 def load_sweep(
@@ -172,26 +143,9 @@ def load_sweep(
     return points, configs
 
 
-def _read_json(path: str) -> dict[str, Any] | None:
-    try:
-        with open(path) as f:
-            return json.load(f)
-    except (FileNotFoundError, json.JSONDecodeError):
-        return None
-
-
-def _write_json(path: str, data: Any) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(data, f, indent=1, default=repr)
-    os.replace(tmp, path)
-
-
 def is_finished(point_dir: str, config: ml_collections.ConfigDict) -> bool:
     """Whether ``point_dir`` holds this exact config's training and evaluation."""
-    from posenc.evaluate import EVAL_FILE
-
-    status = _read_json(os.path.join(point_dir, STATUS_FILE)) or {}
+    status = read_json(os.path.join(point_dir, STATUS_FILE)) or {}
     return (
         os.path.exists(os.path.join(point_dir, EVAL_FILE))
         and status.get("status") == "done"
@@ -204,48 +158,54 @@ def run_point(point_dir: str) -> dict[str, Any]:
 
     Writes ``status.json`` (``running``, then ``done`` or ``failed`` with the traceback) and
     returns it; never raises for a failure of the run itself (``KeyboardInterrupt`` excepted).
+    A point whose directory another process is using fails with that process named.
     """
     from posenc.evaluate import evaluate_workdir
     from posenc.train import train
 
-    point = _read_json(os.path.join(point_dir, POINT_FILE))
-    fields = point["config"]
-    for field in ("lengths", "multiples"):  # JSON made these tuples lists (as in read_config)
-        fields["eval"][field] = tuple(fields["eval"][field])
-    config = ml_collections.ConfigDict(fields)
-    config.lock()
+    point = read_json(os.path.join(point_dir, POINT_FILE))
+    config = config_from_dict(point["config"])
     status_path = os.path.join(point_dir, STATUS_FILE)
     start = time.perf_counter()
     status = {"status": "running", "overrides": point["overrides"], "started": time.time()}
-    _write_json(status_path, status)
     try:
-        result = train(config, point_dir)
-        if result.step != config.train.steps:
-            raise RuntimeError(f"training stopped at step {result.step} of {config.train.steps}")
-        evaluate_workdir(point_dir, overrides=config, model=result.model)
-        status.update(status="done", config_sha256=config_hash(config))
+        with hold(point_dir):  # before status.json: a busy point's status belongs to its holder
+            write_json(status_path, status)
+            try:
+                result = train(config, point_dir)
+                if result.step != config.train.steps:
+                    raise RuntimeError(
+                        f"training stopped at step {result.step} of {config.train.steps}"
+                    )
+                evaluate_workdir(point_dir, overrides=config, model=result.model, step=result.step)
+                status.update(status="done", config_sha256=config_hash(config))
+            except KeyboardInterrupt:
+                status.update(status="interrupted", seconds=time.perf_counter() - start)
+                write_json(status_path, status)
+                raise
+            status["seconds"] = time.perf_counter() - start
+            write_json(status_path, status)
     except KeyboardInterrupt:
-        status.update(status="interrupted", seconds=time.perf_counter() - start)
-        _write_json(status_path, status)
         raise
     except BaseException as e:  # noqa: BLE001 - any failure of one point is recorded
         status.update(status="failed", error=f"{type(e).__name__}: {e}")
         status["traceback"] = traceback.format_exc()
-    status["seconds"] = time.perf_counter() - start
-    _write_json(status_path, status)
+        status["seconds"] = time.perf_counter() - start
+        if not isinstance(e, WorkdirBusyError):
+            write_json(status_path, status)
     return status
 
 
 def summarize_point(point_dir: str) -> dict[str, Any]:
-    """Final train loss, perplexity at the training length and at the longest length."""
-    from posenc.evaluate import load_eval
+    """Final train loss, perplexity at the training length and at the longest length, and the
+    checkpoint step that was scored."""
     from posenc.metrics import read_metrics
 
     out: dict[str, Any] = {"train_loss": None, "ppl_train_len": None, "ppl_longest": None}
     metrics = read_metrics(point_dir)
     if metrics:
         out["train_loss"] = metrics[-1]["loss"]
-    report = load_eval(point_dir)
+    report = read_json(os.path.join(point_dir, EVAL_FILE))
     if report:
         ok = [r for r in report["results"] if "error" not in r]
         at_train = [r for r in ok if r["length"] == report["train_seq_len"]]
@@ -254,6 +214,7 @@ def summarize_point(point_dir: str) -> dict[str, Any]:
         out["ppl_train_len"] = at_train[0]["perplexity"] if at_train else None
         out["ppl_longest"] = at_longest[0]["perplexity"] if at_longest else None
         out["longest"] = longest
+        out["checkpoint_step"] = report.get("checkpoint_step")
     return out
 
 
@@ -286,11 +247,15 @@ def run_sweep(
 ) -> list[dict[str, Any]]:
     """Runs every point of a sweep config under ``workdir``.
 
+    The sweep directory is locked while this runs (a second ``posenc sweep`` on it fails with
+    the holder's name), and each point's directory while it trains.
+
     Args:
       config_spec: ``path/to/sweep.py[:variant]``.
       workdir: the sweep directory: ``sweep.json`` and one folder per point.
       overrides: ``"field=value"`` strings applied to every point.
-      jobs: points run at a time; ``1`` runs them in this process, more in child processes.
+      jobs: points run at a time; ``1`` runs them in this process, more in child processes
+        (which end when this process ends, however it ends).
       verbose: print a line when a point starts and ends, and the summary table.
 
     Returns:
@@ -300,12 +265,55 @@ def run_sweep(
 
     Raises:
       ValueError: a malformed sweep config (nothing is run).
+      posenc.workdir.WorkdirBusyError: another process runs a sweep in ``workdir``.
       KeyboardInterrupt: after recording the interrupted points; run again to resume.
     """
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"--jobs must be an integer >= 1, got {jobs!r}")
     points, configs = load_sweep(config_spec, overrides)
+    if os.path.exists(workdir) and not os.path.isdir(workdir):
+        raise ValueError(f"sweep directory {workdir} is a file, not a directory")
     os.makedirs(workdir, exist_ok=True)
+    with hold(workdir):
+        entries = _prepare_points(workdir, points, configs)
+        header = {"config": config_spec, "overrides": list(overrides), "jobs": jobs}
+
+        def save():
+            write_json(
+                os.path.join(workdir, SWEEP_FILE),
+                {**header, "updated": time.time(), "points": entries},
+            )
+
+        save()
+        todo = [e for e in entries if e["status"] == "pending"]
+        if verbose:
+            print(
+                f"sweep {config_spec}: {len(entries)} points, {len(entries) - len(todo)} "
+                f"finished before, {len(todo)} to run with jobs={jobs} in {workdir}",
+                flush=True,
+            )
+        start = time.perf_counter()
+        try:
+            if jobs == 1:
+                _run_in_process(workdir, todo, save, verbose)
+            else:
+                _run_in_children(workdir, todo, save, verbose, jobs)
+        except KeyboardInterrupt:
+            for e in entries:
+                if e["status"] in ("pending", "running"):
+                    e["status"] = "interrupted"
+            save()
+            raise
+        _summarize(workdir, entries)
+        save()
+    if verbose:
+        print(format_summary(entries, time.perf_counter() - start), flush=True)
+    return entries
+
+
+def _prepare_points(workdir, points, configs) -> list[dict[str, Any]]:
+    """One entry per point: ``skipped`` if finished, else ``pending`` with its ``point.json``
+    (all a child process needs to run it) written."""
     entries = []
     for point, config in zip(points, configs, strict=True):
         name = point_name(point)
@@ -315,48 +323,23 @@ def run_sweep(
             entry["status"] = "skipped"
         else:
             os.makedirs(point_dir, exist_ok=True)
-            _write_json(
+            write_json(
                 os.path.join(point_dir, POINT_FILE),
                 {"overrides": point, "config": config.to_dict()},
             )
         entries.append(entry)
-    sweep_path = os.path.join(workdir, SWEEP_FILE)
-    header = {"config": config_spec, "overrides": list(overrides), "jobs": jobs}
+    return entries
 
-    def save():
-        _write_json(sweep_path, {**header, "updated": time.time(), "points": entries})
 
-    save()
-    todo = [e for e in entries if e["status"] == "pending"]
-    if verbose:
-        print(
-            f"sweep {config_spec}: {len(entries)} points, {len(entries) - len(todo)} finished "
-            f"before, {len(todo)} to run with jobs={jobs} in {workdir}",
-            flush=True,
-        )
-    start = time.perf_counter()
-    try:
-        if jobs == 1:
-            _run_in_process(workdir, todo, save, verbose)
-        else:
-            _run_in_children(workdir, todo, save, verbose, jobs)
-    except KeyboardInterrupt:
-        for e in entries:
-            if e["status"] in ("pending", "running"):
-                e["status"] = "interrupted"
-        save()
-        raise
+def _summarize(workdir: str, entries: list[dict[str, Any]]) -> None:
+    """Adds each point's seconds, error and results (:func:`summarize_point`) to its entry."""
     for e in entries:
         point_dir = os.path.join(workdir, e["dir"])
-        status = _read_json(os.path.join(point_dir, STATUS_FILE)) or {}
+        status = read_json(os.path.join(point_dir, STATUS_FILE)) or {}
         e.setdefault("seconds", status.get("seconds"))
         if e["status"] == "failed":
             e.setdefault("error", status.get("error", "no status.json written"))
         e.update(summarize_point(point_dir))
-    save()
-    if verbose:
-        print(format_summary(entries, time.perf_counter() - start), flush=True)
-    return entries
 
 
 def _run_in_process(workdir, todo, save, verbose) -> None:
@@ -375,6 +358,34 @@ def _run_in_process(workdir, todo, save, verbose) -> None:
         save()
 
 
+def _start_child(workdir: str, e: dict[str, Any], env: dict[str, str]):
+    point_dir = os.path.join(workdir, e["dir"])
+    log = open(os.path.join(point_dir, LOG_FILE), "a")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "posenc.sweep", point_dir, "--parent", str(os.getpid())],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env=env,
+    )
+    return proc, log
+
+
+def _child_result(workdir: str, e: dict[str, Any], returncode: int) -> None:
+    """Records how a child ended: its own status, or a failure if it died without one."""
+    status = read_json(os.path.join(workdir, e["dir"], STATUS_FILE)) or {}
+    if returncode == 0 and status.get("status") in ("done", "failed"):
+        e["status"] = status["status"]
+        if e["status"] == "failed":
+            e["error"] = status.get("error")
+    else:  # killed (signal, out of memory) before it could record anything
+        e["status"] = "failed"
+        e["error"] = f"process exited with code {returncode}"
+        write_json(
+            os.path.join(workdir, e["dir"], STATUS_FILE),
+            {**status, "status": "failed", "error": e["error"]},
+        )
+
+
 def _run_in_children(workdir, todo, save, verbose, jobs) -> None:
     env = _child_env(jobs)
     queue, running = list(todo), {}
@@ -382,36 +393,19 @@ def _run_in_children(workdir, todo, save, verbose, jobs) -> None:
         while queue or running:
             while queue and len(running) < jobs:
                 e = queue.pop(0)
-                point_dir = os.path.join(workdir, e["dir"])
-                log = open(os.path.join(point_dir, LOG_FILE), "a")  # noqa: SIM115
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "posenc.sweep", point_dir],
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                )
+                proc, log = _start_child(workdir, e, env)
                 running[proc] = (e, log, time.perf_counter())
                 e["status"] = "running"
                 save()
                 if verbose:
-                    print(f"started {e['name']} (log: {point_dir}/{LOG_FILE})", flush=True)
+                    log_path = os.path.join(workdir, e["dir"], LOG_FILE)
+                    print(f"started {e['name']} (log: {log_path})", flush=True)
             time.sleep(0.2)
             for proc in [p for p in running if p.poll() is not None]:
                 e, log, started = running.pop(proc)
                 log.close()
-                status = _read_json(os.path.join(workdir, e["dir"], STATUS_FILE)) or {}
                 e["seconds"] = time.perf_counter() - started
-                if proc.returncode == 0 and status.get("status") in ("done", "failed"):
-                    e["status"] = status["status"]
-                    if e["status"] == "failed":
-                        e["error"] = status.get("error")
-                else:  # killed (signal, out of memory) before it could record anything
-                    e["status"] = "failed"
-                    e["error"] = f"process exited with code {proc.returncode}"
-                    _write_json(
-                        os.path.join(workdir, e["dir"], STATUS_FILE),
-                        {**status, "status": "failed", "error": e["error"]},
-                    )
+                _child_result(workdir, e, proc.returncode)
                 save()
                 if verbose:
                     print(f"{e['status']:>6} {e['name']} ({e['seconds']:.0f}s)", flush=True)
@@ -425,7 +419,10 @@ def _run_in_children(workdir, todo, save, verbose, jobs) -> None:
 
 
 def _fmt(x: float | None, digits: int) -> str:
-    return "—" if x is None or not math.isfinite(x) else f"{x:.{digits}f}"
+    """A number with ``digits`` decimals; ``inf``/``nan`` as such; ``—`` for none."""
+    if x is None:
+        return "—"
+    return f"{x:.{digits}f}" if math.isfinite(x) else str(x)
 
 
 def format_summary(entries: Sequence[Mapping[str, Any]], seconds: float | None = None) -> str:
@@ -454,11 +451,42 @@ def format_summary(entries: Sequence[Mapping[str, Any]], seconds: float | None =
     return "\n".join(lines)
 
 
+def _watch_parent(parent: int) -> None:
+    """Ends this process when ``parent`` is no longer its parent (the sweep died).
+
+    On Linux the kernel sends SIGKILL when the parent dies (``PR_SET_PDEATHSIG``); set here,
+    in the child itself, then the parent is checked, so a parent that died before this ran is
+    caught too. A watcher thread covers other systems. Every file a point writes is written
+    atomically, so a point killed at any moment resumes from its last checkpoint.
+    """
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            pr_set_pdeathsig = 1
+            ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGKILL)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    def watch():
+        while os.getppid() == parent:
+            time.sleep(1.0)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    threading.Thread(target=watch, name="posenc-parent-watch", daemon=True).start()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m posenc.sweep <point dir>``: runs one prepared point (used by ``jobs > 1``)."""
-    argv = sys.argv[1:] if argv is None else argv
+    """``python -m posenc.sweep <point dir> [--parent PID]``: runs one prepared point (used by
+    ``jobs > 1``); with ``--parent`` the process ends if that process dies."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) == 3 and argv[1] == "--parent" and argv[2].isdigit():
+        _watch_parent(int(argv[2]))
+        argv = argv[:1]
     if len(argv) != 1:
-        print("usage: python -m posenc.sweep <point dir>", file=sys.stderr)
+        print("usage: python -m posenc.sweep <point dir> [--parent PID]", file=sys.stderr)
         return 2
     status = run_point(argv[0])
     if status["status"] == "failed":

@@ -6,19 +6,18 @@ state. Batches are sharded over the ``data`` axis of a ``jax.sharding.Mesh`` and
 replicated, so the same code runs on one CPU, several GPUs, a TPU slice or several hosts (after
 :func:`posenc.distributed.initialize`).
 
-Everything a run needs to continue lives in the work directory: ``config.json``, orbax
-checkpoints under ``checkpoints/`` (parameters, optimizer state, step; training windows and
-dropout keys are pure functions of the seed and the step, so the step *is* the data position and
-the RNG state), ``metrics.jsonl`` and ``data.json``. Calling :func:`train` again on the same work
-directory resumes from the last checkpoint.
+Everything a run needs to continue lives in its work directory (:class:`posenc.workdir.RunDir`,
+which owns the layout and its rules): the config, the data's identity, verified orbax
+checkpoints (parameters, optimizer state, step; training windows and dropout keys are pure
+functions of the seed and the step, so the step *is* the data position and the RNG state) and
+the metrics. Calling :func:`train` again on the same work directory resumes from the newest
+intact checkpoint; the directory is locked while a process trains in it.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
-import os
 import time
 from typing import Any
 
@@ -27,17 +26,17 @@ import jax.numpy as jnp
 import ml_collections
 import numpy as np
 import optax
-import orbax.checkpoint as ocp
 from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
 from posenc import distributed
-from posenc.config import build_model, check_eval_lengths, eval_lengths, open_source, validate
-from posenc.distributed import make_mesh
+from posenc.config import build_model, check_source, open_source, validate
+from posenc.distributed import abstract_on, make_mesh
 from posenc.metrics import MetricsWriter, drop_metrics_after, progress_bar
 from posenc.model import EncoderParam, Transformer, token_loss
+from posenc.workdir import Checkpoints, RunDir
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -127,6 +126,23 @@ class Trainer:
 
         return jax.jit(init, out_shardings=self.replicated)()
 
+    def restore_or_init(self, checkpoints: Checkpoints) -> tuple[dict[str, Any], int | None]:
+        """The state of the newest intact checkpoint (damaged ones are moved aside with a
+        warning), or a fresh one; and the step resumed from (None for a fresh start)."""
+        abstract = abstract_on(jax.eval_shape(self.init_state), self.replicated)
+        train_state = {"opt_state": abstract["opt_state"], "step": abstract["step"]}
+        restored = checkpoints.restore_latest(abstract["params"], train_state, set_aside=True)
+        if restored is None:
+            return self.init_state(), None
+        step, params, train_state = restored
+        return {"params": params, **train_state}, step
+
+    def save(self, checkpoints: Checkpoints, state: dict[str, Any], step: int) -> None:
+        """Saves ``state`` as checkpoint ``step`` (parameters apart from the optimizer state,
+        so evaluation can restore them alone)."""
+        train_state = {"opt_state": state["opt_state"], "step": state["step"]}
+        checkpoints.save(step, state["params"], train_state)
+
     def model(self, state: dict[str, Any]) -> Transformer:
         """The NNX model holding ``state``'s parameters."""
         return nnx.merge(self.graphdef, state["params"], self.rest)
@@ -170,102 +186,6 @@ class Trainer:
         return self._step(state, batch)
 
 
-def _checkpoint_manager(workdir: str, config) -> ocp.CheckpointManager:
-    options = ocp.CheckpointManagerOptions(
-        max_to_keep=config.train.keep_checkpoints, create=True, enable_async_checkpointing=False
-    )
-    return ocp.CheckpointManager(
-        os.path.join(os.path.abspath(workdir), "checkpoints"), options=options
-    )
-
-
-def restore_state(trainer: Trainer, manager: ocp.CheckpointManager, step: int | None = None):
-    """The training state saved at ``step`` (default: the latest), replicated on the mesh."""
-    step = manager.latest_step() if step is None else step
-    abstract = jax.eval_shape(trainer.init_state)
-    abstract = jax.tree.map(
-        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=trainer.replicated), abstract
-    )
-    restored = manager.restore(
-        step, args=ocp.args.Composite(state=ocp.args.StandardRestore(abstract))
-    )
-    return restored["state"]
-
-
-def load_model(workdir: str, config: ml_collections.ConfigDict | None = None) -> Transformer:
-    """The model of a trained work directory, from its latest checkpoint."""
-    config = config or read_config(workdir)
-    trainer = Trainer(config)
-    manager = _checkpoint_manager(workdir, config)
-    if manager.latest_step() is None:
-        raise FileNotFoundError(
-            f"no checkpoint in {os.path.join(workdir, 'checkpoints')}; train first with "
-            f"`posenc train --workdir {workdir} ...`"
-        )
-    return trainer.model(restore_state(trainer, manager))
-
-
-def read_config(workdir: str) -> ml_collections.ConfigDict:
-    """The resolved config a work directory was trained with (``config.json``)."""
-    path = os.path.join(workdir, "config.json")
-    if not os.path.exists(path):
-        raise FileNotFoundError(
-            f"{path} does not exist: {workdir!r} is not a posenc work directory"
-        )
-    with open(path) as f:
-        fields = json.load(f)
-    # JSON turns tuples into lists; the config schema uses tuples. (Converting after building the
-    # ConfigDict would not do: a field keeps the type it was created with.)
-    for field in ("lengths", "multiples"):
-        fields["eval"][field] = tuple(fields["eval"][field])
-    config = ml_collections.ConfigDict(fields)
-    config.lock()
-    return config
-
-
-def _write_config(workdir: str, config: ml_collections.ConfigDict) -> None:
-    """Writes ``config.json``; refuses a work directory that holds a different run."""
-    path = os.path.join(workdir, "config.json")
-    if os.path.exists(path):
-        previous = _comparable(read_config(workdir)).to_dict()
-        changed = _diff(previous, _comparable(config).to_dict())
-        if changed:
-            raise ValueError(
-                f"{workdir} holds a run with a different config (fields {changed}); resume it "
-                "with the same config or use another --workdir"
-            )
-    _atomic_write(path, config.to_json(indent=2, sort_keys=True))
-
-
-def _diff(a: dict, b: dict, prefix: str = "") -> list[str]:
-    out = []
-    for key in sorted(set(a) | set(b)):
-        x, y = a.get(key), b.get(key)
-        if isinstance(x, dict) and isinstance(y, dict):
-            out += _diff(x, y, f"{prefix}{key}.")
-        elif x != y:
-            out.append(prefix + key)
-    return out
-
-
-def _atomic_write(path: str, text: str) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def _comparable(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
-    """The fields that define what a run computes; logging, evaluation and the process layout
-    may change when a run is resumed."""
-    config = ml_collections.ConfigDict(config.to_dict())
-    config.train.progress = True
-    config.train.log_every = 1
-    config.eval = ml_collections.ConfigDict()
-    config.distributed = ml_collections.ConfigDict()
-    return config
-
-
 def train(
     config: ml_collections.ConfigDict,
     workdir: str,
@@ -286,22 +206,23 @@ def train(
       A :class:`TrainResult`.
 
     Raises:
-      ValueError: an invalid config field (named in the message).
+      ValueError: an invalid config field (named in the message), or a work directory that
+        holds another run, other data, or no intact checkpoint
+        (:class:`posenc.workdir.WorkdirError`).
+      posenc.workdir.WorkdirBusyError: another process uses ``workdir``.
       NonFiniteLossError: the loss became NaN/inf; the last good checkpoint is kept.
     """
     distributed.maybe_initialize(config)
     mesh = mesh or make_mesh()
+    run = RunDir(workdir)
+    if stop_at is not None and (not isinstance(stop_at, int) or stop_at < 1):
+        raise ValueError(f"--stop-at must be a step >= 1, got {stop_at!r}")
     validate(config, num_devices=mesh.devices.size, process_count=jax.process_count())
-    t = config.train
     source = open_source(config)
-    stream = source.split_stream("train")
-    # posenc train evaluates when training ends: refuse lengths the evaluation split cannot fill
-    # now rather than after the run.
-    check_eval_lengths(
-        len(source.split_stream(config.eval.split)), eval_lengths(config), config.eval.split
-    )
+    check_source(config, source)
+    t = config.train
     windows = data_lib.TrainWindows(
-        stream,
+        source.split_stream("train"),
         seq_len=t.seq_len,
         global_batch=t.batch_size,
         seed=config.seed,
@@ -310,24 +231,41 @@ def train(
     )
     is_main = jax.process_index() == 0
     # Created only now, so that a bad config or a missing data set leaves nothing behind.
-    os.makedirs(workdir, exist_ok=True)
-    if is_main:
-        _write_config(workdir, config)
-        _atomic_write(os.path.join(workdir, "data.json"), json.dumps(source.info(), indent=2))
+    run.create()
+    with run.lock(enabled=is_main):
+        if is_main:
+            run.record_config(config)
+            run.record_data(source.info())
+        trainer = Trainer(config, mesh)
+        checkpoints = run.checkpoints(keep=t.keep_checkpoints, primary=is_main)
+        try:
+            state, resumed_from = trainer.restore_or_init(checkpoints)
+            last = t.steps if stop_at is None else min(stop_at, t.steps)
+            state, history = _train_steps(trainer, state, windows, run, checkpoints, last)
+        finally:
+            checkpoints.close()
+    return TrainResult(trainer.model(state), int(state["step"]), history, resumed_from)
 
-    trainer = Trainer(config, mesh)
-    manager = _checkpoint_manager(workdir, config)
-    resumed_from = manager.latest_step()
-    state = trainer.init_state() if resumed_from is None else restore_state(trainer, manager)
+
+def _train_steps(
+    trainer: Trainer,
+    state: dict[str, Any],
+    windows: data_lib.TrainWindows,
+    run: RunDir,
+    checkpoints: Checkpoints,
+    last: int,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Steps from ``state``'s step to ``last``: logs every ``log_every`` steps, checks the loss,
+    saves every ``checkpoint_every`` steps and at ``last``. Returns the state and the lines."""
+    t = trainer.config.train
     step = int(state["step"])
-    last = t.steps if stop_at is None else min(stop_at, t.steps)
-
+    is_main = jax.process_index() == 0
     if is_main:
         # A run cut off after its last checkpoint logged steps that are about to be redone.
-        drop_metrics_after(workdir, step)
-    writer = MetricsWriter(workdir, enabled=is_main)
-    history: list[dict[str, Any]] = []
+        drop_metrics_after(run.path, step)
+    writer = MetricsWriter(run.path, enabled=is_main)
     bar = progress_bar(total=t.steps, initial=step, enabled=is_main and t.progress)
+    history: list[dict[str, Any]] = []
     pending: list[dict[str, jax.Array]] = []
     tick, tick_step = time.perf_counter(), step
     try:
@@ -339,27 +277,34 @@ def train(
             if step % t.log_every == 0 or save:
                 line = _summarise(pending, step, tick, step - tick_step)
                 pending, tick, tick_step = [], time.perf_counter(), step
-                # A non-finite gradient norm means this step's update already corrupted the
-                # parameters, even when its loss (computed before the update) is finite.
-                if not (math.isfinite(line["loss"]) and math.isfinite(line["grad_norm"])):
-                    raise NonFiniteLossError(
-                        f"non-finite loss or gradient by step {step} (loss {line['loss']}, grad "
-                        f"norm {line['grad_norm']}); the last good checkpoint (step "
-                        f"{manager.latest_step()}) is kept in {workdir}/checkpoints. Lower "
-                        "optim.learning_rate, raise optim.warmup_steps, or use model.dtype=float32."
-                    )
+                _check_finite(line, checkpoints, run)
                 history.append(line)
                 writer.write(line)
                 bar.update(step - bar.n)
                 bar.set_postfix(loss=f"{line['loss']:.3f}", tok_s=f"{line['tokens_per_s']:.3g}")
             if save:
-                manager.save(step, args=ocp.args.Composite(state=ocp.args.StandardSave(state)))
-        manager.wait_until_finished()
+                trainer.save(checkpoints, state, step)
     finally:
         bar.close()
         writer.close()
-        manager.close()
-    return TrainResult(trainer.model(state), step, history, resumed_from)
+    return state, history
+
+
+def _check_finite(line: dict[str, Any], checkpoints: Checkpoints, run: RunDir) -> None:
+    """Raises :class:`NonFiniteLossError` for a non-finite loss or gradient norm.
+
+    A non-finite gradient norm means this step's update already corrupted the parameters, even
+    when its loss (computed before the update) is finite.
+    """
+    if math.isfinite(line["loss"]) and math.isfinite(line["grad_norm"]):
+        return
+    steps = checkpoints.steps()
+    kept = f"the last good checkpoint (step {steps[-1]})" if steps else "no checkpoint"
+    raise NonFiniteLossError(
+        f"non-finite loss or gradient by step {line['step']} (loss {line['loss']}, grad norm "
+        f"{line['grad_norm']}); {kept} is kept in {run.path}. Lower optim.learning_rate, raise "
+        "optim.warmup_steps, or use model.dtype=float32."
+    )
 
 
 def _summarise(pending, step, tick, steps) -> dict[str, Any]:

@@ -18,7 +18,7 @@ import pytest
 from posenc.cli import main
 from posenc.evaluate import load_eval
 from posenc.metrics import read_metrics
-from posenc.train import read_config
+from posenc.workdir import RunDir
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 
@@ -83,7 +83,7 @@ def trained(corpus):
 
 def test_train_end_to_end_on_textdir(trained, corpus):
     workdir, out = trained
-    config = read_config(str(workdir))
+    config = RunDir(workdir).read_config()
     assert config.encoding.name == "alibi"
     assert config.train.steps == 6 and config.model.model_dim == 32
     assert config.data.source == f"textdir:{corpus / 'texts'}"
@@ -123,7 +123,7 @@ def test_eval_at_new_lengths_does_not_retrain(trained):
     assert (_checkpoints(workdir), (workdir / "metrics.jsonl").read_text()) == before
     assert _checkpoints(workdir) == ["3", "6"]
     assert (workdir / "eval.json").read_text() == first_report, "other reports are untouched"
-    assert read_config(str(workdir)).eval.lengths == (16, 32), "the run's config is unchanged"
+    assert RunDir(workdir).read_config().eval.lengths == (16, 32), "the run's config is unchanged"
     # Same length, same model, same windows: the same number as the training run's evaluation.
     first = json.loads(first_report)["results"][0]
     assert report["results"][0]["loss"] == pytest.approx(first["loss"], rel=1e-6)
@@ -281,5 +281,6 @@ def test_divergence_exits_3_with_one_line_and_keeps_the_checkpoint(tmp_path, cor
     last = err.strip().splitlines()[-1]
     assert last.startswith("posenc train: training diverged:"), err
     assert "Traceback" not in err
-    assert "last good checkpoint" in err
+    # Diverged before its first checkpoint: the message must not claim a checkpoint was kept.
+    assert "no checkpoint is kept" in err and not (workdir / "checkpoints" / "2").exists()
     assert not (workdir / "eval.json").exists()

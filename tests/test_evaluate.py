@@ -13,8 +13,9 @@ import _train_helpers as helpers
 import numpy as np
 import pytest
 
-from posenc.evaluate import EVAL_FILE, evaluate, evaluate_workdir, load_eval
-from posenc.train import load_model, train
+from posenc.evaluate import evaluate, evaluate_workdir, load_eval, load_model
+from posenc.train import train
+from posenc.workdir import EVAL_FILE
 
 SEQ_LEN = 16
 

@@ -21,16 +21,10 @@ import pytest
 from posenc import data as data_lib
 from posenc import encodings
 from posenc.config import apply_overrides
-from posenc.evaluate import evaluate
+from posenc.evaluate import evaluate, load_model
 from posenc.metrics import read_metrics
-from posenc.train import (
-    NonFiniteLossError,
-    Trainer,
-    load_model,
-    make_optimizer,
-    read_config,
-    train,
-)
+from posenc.train import NonFiniteLossError, Trainer, make_optimizer, train
+from posenc.workdir import RunDir
 
 
 @pytest.fixture(scope="session")
@@ -127,7 +121,7 @@ def test_resuming_with_a_different_config_is_refused(data_dir, tmp_path, monkeyp
     config = helpers.tiny_config(data_dir, "train.steps=4")
     workdir = str(tmp_path / "run")
     assert train(config, workdir, stop_at=2).step == 2
-    assert read_config(workdir).to_dict() == config.to_dict(), "config.json round-trips"
+    assert RunDir(workdir).read_config().to_dict() == config.to_dict(), "config.json round-trips"
 
     changed = apply_overrides(config, ["model.model_dim=64", "optim.learning_rate=0.5"])
     with monkeypatch.context() as m:

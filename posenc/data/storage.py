@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from posenc.data.tokenizer import SEP_ID, bytes_to_ids
+from posenc.workdir.files import write_json
 
 # Fixed .npy header size: the shape is only known after streaming every document, so we reserve
 # a header that fits any 1-D length and rewrite it in place at the end.
@@ -42,20 +43,9 @@ def _temp_path(path: Path) -> Path:
     return path.with_name(f".{path.name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}")
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Writes `data` to `path` so that readers never see a partial file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = _temp_path(path)
-    try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-
-
 def atomic_write_json(path: Path, obj: Any) -> None:
-    """Writes `obj` as indented JSON to `path`, atomically."""
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
+    """Writes `obj` as indented JSON to `path`, atomically (posenc's one JSON writer)."""
+    write_json(path, obj, sort_keys=True)
 
 
 def read_json(path: Path) -> Any:

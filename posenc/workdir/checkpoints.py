@@ -1,0 +1,215 @@
+"""A run's checkpoints: orbax steps, verified before they are restored.
+
+Each step is an orbax ``CheckpointManager`` step under ``<workdir>/checkpoints/<step>/`` with two
+items, ``params`` (the model's parameters) and ``train_state`` (optimizer state and step), so
+evaluation restores the parameters alone. After orbax finishes writing a step, process 0
+records the size and sha256 of every file in it (``posenc_sha256.json`` inside the step).
+Orbax has no content verification of its own: a truncated file fails deep inside TensorStore,
+and flipped bytes load silently.
+
+Before a step is restored its files are checked against the record. A step that fails (or that
+orbax cannot read) is reported in one line (a :class:`CheckpointWarning`) and the next older
+step is tried; training moves failed steps aside to ``<workdir>/corrupt_checkpoints/`` (nothing
+is deleted) so that it can save that step again. When no step is intact a
+:class:`CheckpointError` says so. A step without a record (interrupted between orbax's commit
+and the record, or written by an older posenc) is restored unverified, still falling back if
+orbax fails.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import time
+import warnings
+from typing import Any
+
+from posenc.workdir.files import CORRUPT_DIR, WorkdirError, read_json, write_json
+
+CHECKSUM_FILE = "posenc_sha256.json"
+_CHUNK = 1 << 20
+
+
+class CheckpointError(WorkdirError):
+    """No checkpoint of a run can be restored."""
+
+
+class CheckpointWarning(UserWarning):
+    """A checkpoint failed verification and an older one is used instead."""
+
+
+def _files(root: str) -> list[str]:
+    out = []
+    for folder, dirs, names in os.walk(root):
+        dirs.sort()
+        rel = os.path.relpath(folder, root)
+        for name in names:
+            out.append(name if rel == "." else os.path.join(rel, name).replace(os.sep, "/"))
+    return sorted(p for p in out if p != CHECKSUM_FILE)
+
+
+def _sha256(path: str) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while chunk := f.read(_CHUNK):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def record_checksums(step_dir: str) -> None:
+    """Writes the size and sha256 of every file of a finished step into the step."""
+    files = {}
+    for rel in _files(step_dir):
+        path = os.path.join(step_dir, rel)
+        files[rel] = {"bytes": os.path.getsize(path), "sha256": _sha256(path)}
+    write_json(os.path.join(step_dir, CHECKSUM_FILE), {"files": files})
+
+
+def verify(step_dir: str) -> str | None:
+    """Checks a step against its record.
+
+    Returns:
+      None if every recorded file is present with its size and hash (or there is no record:
+      see the module docstring), else a short description of the first problem.
+    """
+    record = read_json(os.path.join(step_dir, CHECKSUM_FILE))
+    if record is None:
+        return None
+    for rel, expected in sorted(record["files"].items()):
+        path = os.path.join(step_dir, rel)
+        if not os.path.isfile(path):
+            return f"{rel} is missing"
+        size = os.path.getsize(path)
+        if size != expected["bytes"]:
+            return f"{rel} has {size} bytes, {expected['bytes']} were written"
+        if _sha256(path) != expected["sha256"]:
+            return f"{rel} does not match its sha256 (the bytes changed after saving)"
+    return None
+
+
+class Checkpoints:
+    """The checkpoints of one work directory.
+
+    Args:
+      directory: ``<workdir>/checkpoints``.
+      keep: steps to keep (older ones are deleted by orbax); None keeps all.
+      writer: this process saves (created if missing); False opens an existing directory for
+        reading only.
+      primary: this process writes the checksum records and moves failed steps aside (process
+        0 of a multi-process run).
+    """
+
+    def __init__(
+        self,
+        directory: str,
+        *,
+        keep: int | None = None,
+        writer: bool = True,
+        primary: bool = True,
+    ):
+        import orbax.checkpoint as ocp
+
+        self.directory = os.path.abspath(directory)
+        self.primary = primary
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep,
+            create=writer,
+            read_only=not writer,
+            enable_async_checkpointing=False,
+        )
+        self._manager = ocp.CheckpointManager(self.directory, options=options)
+
+    def steps(self) -> list[int]:
+        """The saved steps, oldest first."""
+        return sorted(self._manager.all_steps())
+
+    def step_dir(self, step: int) -> str:
+        return os.path.join(self.directory, str(step))
+
+    def save(self, step: int, params: Any, train_state: Any) -> None:
+        """Saves a step (blocking) and records its checksums."""
+        import orbax.checkpoint as ocp
+
+        self._manager.save(
+            step,
+            args=ocp.args.Composite(
+                params=ocp.args.StandardSave(params),
+                train_state=ocp.args.StandardSave(train_state),
+            ),
+        )
+        self._manager.wait_until_finished()
+        if self.primary:
+            record_checksums(self.step_dir(step))
+
+    def restore_latest(
+        self,
+        abstract_params: Any,
+        abstract_train_state: Any | None = None,
+        *,
+        set_aside: bool = False,
+    ) -> tuple[int, Any, Any] | None:
+        """The newest intact step: ``(step, params, train_state or None)``; None if no steps.
+
+        Args:
+          abstract_params: the parameter tree of ``jax.ShapeDtypeStruct`` (with shardings).
+          abstract_train_state: the same for the optimizer state; None restores parameters
+            only.
+          set_aside: move steps that fail to ``corrupt_checkpoints/`` (training does, so it can
+            save those steps again; evaluation leaves the directory as it is).
+
+        Raises:
+          CheckpointError: there are steps but none is intact.
+        """
+        steps = self.steps()
+        failed = []
+        for step in reversed(steps):
+            problem = verify(self.step_dir(step))
+            if problem is None:
+                try:
+                    return (step, *self._restore(step, abstract_params, abstract_train_state))
+                except Exception as e:  # noqa: BLE001 - any unreadable checkpoint falls back
+                    problem = f"orbax cannot read it ({type(e).__name__}: {_first_line(e)})"
+            failed.append(f"step {step}: {problem}")
+            fallback = next((s for s in reversed(steps) if s < step), None)
+            then = f"using step {fallback}" if fallback is not None else "no older step"
+            if set_aside and self.primary:
+                moved = self._set_aside(step)
+                then += f"; moved it to {moved}"
+            warnings.warn(
+                f"checkpoint step {step} in {self.directory} is damaged ({problem}); {then}",
+                CheckpointWarning,
+                stacklevel=2,
+            )
+        if not steps:
+            return None
+        raise CheckpointError(
+            f"no intact checkpoint in {self.directory} ({'; '.join(failed)}); delete the work "
+            "directory's checkpoints to train again from the start"
+        )
+
+    def _restore(self, step: int, abstract_params: Any, abstract_train_state: Any | None):
+        import orbax.checkpoint as ocp
+
+        items = {"params": ocp.args.StandardRestore(abstract_params)}
+        if abstract_train_state is not None:
+            items["train_state"] = ocp.args.StandardRestore(abstract_train_state)
+        restored = self._manager.restore(step, args=ocp.args.Composite(**items))
+        return restored["params"], restored.get("train_state")
+
+    def _set_aside(self, step: int) -> str:
+        target = os.path.join(
+            os.path.dirname(self.directory), CORRUPT_DIR, f"{step}-{time.strftime('%Y%m%d-%H%M%S')}"
+        )
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        shutil.move(self.step_dir(step), target)
+        self._manager.reload()
+        return target
+
+    def close(self) -> None:
+        self._manager.close()
+
+
+def _first_line(e: BaseException) -> str:
+    text = str(e).strip().splitlines()
+    return text[0][:200] if text else ""

@@ -1,0 +1,243 @@
+"""The file names of a work directory and the one way posenc writes and reads them.
+
+Every write is atomic: the bytes go to a unique temporary file in the same folder, are flushed
+to disk, and the file is moved into place with ``os.replace``, so a reader (or a run resumed
+after ``kill -9``) sees the old file or the new one, never a part of either. Metric lines are
+appended one whole line at a time; a torn last line (a process killed mid-write) is skipped on
+reading and removed by :func:`rewrite_jsonl`.
+
+JSON is written with ``allow_nan``: a perplexity that overflows is stored as ``Infinity`` (and
+a loss that is not a number as ``NaN``), which Python's ``json`` reads back as ``float``.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import os
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import ml_collections
+
+# A run's work directory (posenc train / posenc eval).
+CONFIG_FILE = "config.json"  # the resolved config the run was trained with
+DATA_FILE = "data.json"  # the data source's identity (splits, hashes) when training started
+CHECKPOINT_DIR = "checkpoints"  # orbax steps, each with a checksum file
+CORRUPT_DIR = "corrupt_checkpoints"  # checkpoints that failed verification, moved aside
+METRICS_FILE = "metrics.jsonl"  # one JSON line per logged training step
+TENSORBOARD_DIR = "tensorboard"
+EVAL_FILE = "eval.json"  # evaluation with the run's own config
+EVAL_PREFIX = "eval-"  # eval-<settings>.json: evaluations under changed settings
+LOCK_FILE = "posenc.lock"  # held (flock) by the process using the directory
+# A sweep directory (posenc sweep) and its points.
+SWEEP_FILE = "sweep.json"  # the points, their directories and statuses
+POINT_FILE = "point.json"  # a point's overrides and resolved config
+STATUS_FILE = "status.json"  # a point's status: running, done, failed, interrupted
+LOG_FILE = "log.txt"  # a point's output when it runs in a child process
+
+
+class WorkdirError(ValueError):
+    """A work directory cannot be used as asked; the message says why and what to do."""
+
+
+# -- atomic writes --------------------------------------------------------------------------
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Writes ``data`` to ``path`` (parent folders created) so readers never see a partial file."""
+    path = os.fspath(path)
+    folder = os.path.dirname(path) or "."
+    os.makedirs(folder, exist_ok=True)
+    tmp = os.path.join(
+        folder, f".{os.path.basename(path)}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    )
+    try:
+        with open(tmp, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+
+
+def to_json(obj: Any, *, indent: int | None = 1, sort_keys: bool = False) -> str:
+    """JSON text of ``obj``: tuples as lists, non-finite floats as ``Infinity``/``NaN``, and
+    anything else JSON cannot hold as its ``repr``."""
+    return json.dumps(obj, indent=indent, sort_keys=sort_keys, default=repr)
+
+
+def write_json(path: str | os.PathLike[str], obj: Any, *, sort_keys: bool = False) -> None:
+    """Writes ``obj`` as indented JSON to ``path``, atomically."""
+    atomic_write_bytes(path, (to_json(obj, sort_keys=sort_keys) + "\n").encode())
+
+
+def read_json(path: str | os.PathLike[str], default: Any = None) -> Any:
+    """The JSON value stored at ``path``, or ``default`` when the file does not exist.
+
+    Raises:
+      WorkdirError: the file exists but is not valid JSON (naming the file).
+    """
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return default
+    except json.JSONDecodeError as e:
+        raise WorkdirError(
+            f"{os.fspath(path)} is not valid JSON ({e}); restore or delete it"
+        ) from None
+
+
+def append_jsonl(file: Any, obj: Mapping[str, Any]) -> None:
+    """Appends ``obj`` as one line to an open text file and flushes it."""
+    file.write(json.dumps(obj, sort_keys=True) + "\n")
+    file.flush()
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> list[dict[str, Any]]:
+    """The JSON objects of a JSONL file, in order; blank and torn lines are skipped."""
+    if not os.path.exists(path):
+        return []
+    out = []
+    with open(path) as f:
+        for text in f:
+            try:
+                line = json.loads(text)
+            except json.JSONDecodeError:
+                continue
+            if isinstance(line, dict):
+                out.append(line)
+    return out
+
+
+def rewrite_jsonl(path: str | os.PathLike[str], keep: Callable[[dict[str, Any]], bool]) -> None:
+    """Keeps only the lines of a JSONL file for which ``keep`` is true (and drops torn lines),
+    rewriting the file atomically; does nothing when nothing would change."""
+    if not os.path.exists(path):
+        return
+    with open(path) as f:
+        raw = [text for text in f.read().split("\n") if text.strip()]
+    kept = []
+    for text in raw:
+        try:
+            line = json.loads(text)
+        except json.JSONDecodeError:
+            continue
+        if isinstance(line, dict) and keep(line):
+            kept.append(text)
+    if len(kept) != len(raw):
+        atomic_write_bytes(path, "".join(text + "\n" for text in kept).encode())
+
+
+# -- configs --------------------------------------------------------------------------------
+
+
+def _tuples(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _tuples(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return tuple(_tuples(v) for v in value)
+    return value
+
+
+def config_from_dict(fields: Mapping[str, Any]) -> ml_collections.ConfigDict:
+    """A locked ``ConfigDict`` from a config's JSON form.
+
+    JSON turns tuples into lists; every sequence in posenc's configs is a tuple, so lists become
+    tuples again (converting after building the ``ConfigDict`` would not do: a field keeps the
+    type it was created with).
+    """
+    config = ml_collections.ConfigDict(_tuples(dict(fields)))
+    config.lock()
+    return config
+
+
+def config_sha256(config: ml_collections.ConfigDict) -> str:
+    """sha256 of a resolved config's canonical JSON."""
+    return hashlib.sha256(config.to_json(sort_keys=True).encode()).hexdigest()
+
+
+def flatten(fields: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """``{"a": {"b": 1}}`` -> ``{"a.b": 1}``; lists become tuples."""
+    out: dict[str, Any] = {}
+    for key, value in fields.items():
+        if isinstance(value, Mapping):
+            out.update(flatten(value, f"{prefix}{key}."))
+        else:
+            out[prefix + key] = tuple(value) if isinstance(value, list) else value
+    return out
+
+
+def diff_fields(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[str]:
+    """The dotted names of the fields whose values differ between two config dicts."""
+    fa, fb = flatten(a), flatten(b)
+    return [key for key in sorted(set(fa) | set(fb)) if fa.get(key) != fb.get(key)]
+
+
+# -- readable, unique names -----------------------------------------------------------------
+
+# Longest readable part of a generated name (file systems allow 255 bytes).
+_MAX_NAME = 120
+_SAFE = re.compile(r"[^A-Za-z0-9._+-]")
+
+
+def _render(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, list | tuple):
+        return ",".join(_render(v) for v in value)
+    return str(value)
+
+
+def settings_hash(settings: Mapping[str, Any]) -> str:
+    """sha256 of dotted settings (key order and int/float/str distinctions included)."""
+    canonical = json.dumps(
+        [[k, type(v).__name__, v] for k, v in sorted(settings.items())], default=repr
+    )
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def parse_value(text: str) -> Any:
+    """A command-line value as a Python literal where it parses as one, else the string."""
+    try:
+        return ast.literal_eval(text)
+    except (ValueError, SyntaxError):
+        return text
+
+
+def settings_name(settings: Mapping[str, Any]) -> str:
+    """A readable, file-system-safe name for a set of dotted settings, stable and unique.
+
+    Keys are sorted, so the name does not depend on the order the settings were written in::
+
+        {"seed": 0, "encoding.name": "alibi"} -> "encoding.name-alibi__seed-0"
+
+    Characters outside ``[A-Za-z0-9._+-]`` become ``_``; where that (or shortening a very long
+    name, or a string that reads back as another literal: "0" vs 0) could make two settings
+    collide, a hash of the exact settings is appended.
+    """
+    if not settings:
+        return "base"
+    parts, lossy = [], False
+    for key in sorted(settings):
+        value = settings[key]
+        text = _render(value)
+        safe_key, safe_text = _SAFE.sub("_", key), _SAFE.sub("_", text)
+        lossy |= safe_key != key or safe_text != text
+        lossy |= isinstance(value, str) and parse_value(text) != value
+        lossy |= isinstance(value, list | tuple) or "__" in safe_text + safe_key
+        parts.append(f"{safe_key}-{safe_text}")
+    name = "__".join(parts)
+    if name.startswith((".", "-")):
+        name, lossy = "_" + name, True
+    if len(name) > _MAX_NAME:
+        name, lossy = name[:_MAX_NAME], True
+    if lossy:
+        name += "__h" + settings_hash(settings)[:10]
+    return name

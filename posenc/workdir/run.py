@@ -1,0 +1,224 @@
+"""A run's work directory: what it holds, and the rules for changing it.
+
+Layout (names in :mod:`posenc.workdir.files`)::
+
+    <workdir>/
+      config.json           the resolved config the run trains with
+      data.json             the data source's identity (split stream hashes) at the start
+      checkpoints/<step>/   orbax: params, train_state, posenc_sha256.json
+      metrics.jsonl         one line per logged training step
+      eval.json             evaluation with the run's own config
+      eval-<settings>.json  evaluations under changed settings (posenc eval --lengths ...)
+      posenc.lock           held by the process using the directory
+
+Rules, each enforced here with a one-line :class:`~posenc.workdir.files.WorkdirError`:
+
+- a run resumes only with the config it was trained with, apart from fields that cannot change
+  what it computes (:data:`RESUMABLE`); checkpoints without a ``config.json`` (or ``data.json``)
+  are refused, since nothing says which run they belong to;
+- a run resumes only on the data it started on: the split streams' hashes in ``data.json`` must
+  match the source's (an edited ``textdir:`` folder is new data);
+- one process at a time (:mod:`posenc.workdir.lock`);
+- checkpoints are verified before they are restored (:mod:`posenc.workdir.checkpoints`).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import ml_collections
+
+from posenc.workdir import lock
+from posenc.workdir.checkpoints import Checkpoints
+from posenc.workdir.files import (
+    CHECKPOINT_DIR,
+    CONFIG_FILE,
+    DATA_FILE,
+    EVAL_FILE,
+    EVAL_PREFIX,
+    METRICS_FILE,
+    WorkdirError,
+    config_from_dict,
+    diff_fields,
+    read_json,
+    settings_name,
+    write_json,
+)
+
+# Config fields (or prefixes ending in ".") that may differ when a run is resumed: logging,
+# checkpoint cadence, evaluation, the process layout and where prepared data is cached.
+RESUMABLE = (
+    "train.progress",
+    "train.log_every",
+    "train.checkpoint_every",
+    "train.keep_checkpoints",
+    "eval.",
+    "distributed.",
+    "data.data_dir",
+)
+
+
+def matches(field: str, patterns: tuple[str, ...]) -> bool:
+    """Whether a dotted field is one of ``patterns`` or under a prefix ending in ``.``."""
+    return any(field == p or (p.endswith(".") and field.startswith(p)) for p in patterns)
+
+
+def data_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]:
+    """What differs between two data records (``Source.info()``): the corpus hash and, for each
+    split both record, its stream's token count and sha256."""
+    changes = []
+    if before.get("content_sha256") and now.get("content_sha256"):
+        if before["content_sha256"] != now["content_sha256"]:
+            changes.append(
+                f"content sha256 {before['content_sha256'][:12]} -> {now['content_sha256'][:12]}"
+            )
+    old, new = before.get("splits", {}), now.get("splits", {})
+    for split in sorted(set(old) & set(new)):
+        for key in ("tokens", "stream_sha256"):
+            a, b = old[split].get(key), new[split].get(key)
+            if a is not None and b is not None and a != b:
+                a, b = (a[:12], b[:12]) if isinstance(a, str) else (a, b)
+                changes.append(f"{split} {key.replace('_', ' ')} {a} -> {b}")
+    return changes
+
+
+def eval_file_name(changes: Mapping[str, Any]) -> str:
+    """``eval.json`` for the run's own settings, else ``eval-<readable settings>.json``."""
+    return EVAL_FILE if not changes else f"{EVAL_PREFIX}{settings_name(changes)}.json"
+
+
+class RunDir:
+    """The work directory of one run.
+
+    Args:
+      path: the directory (need not exist yet).
+
+    Raises:
+      WorkdirError: ``path`` exists and is not a directory.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]):
+        self.path = os.fspath(path)
+        if os.path.exists(self.path) and not os.path.isdir(self.path):
+            raise WorkdirError(f"work directory {self.path} is a file, not a directory")
+
+    def file(self, name: str) -> str:
+        """The path of ``name`` inside the directory."""
+        return os.path.join(self.path, name)
+
+    @property
+    def metrics_path(self) -> str:
+        return self.file(METRICS_FILE)
+
+    def create(self) -> None:
+        os.makedirs(self.path, exist_ok=True)
+
+    def lock(self, *, enabled: bool = True):
+        """Holds the directory's lock for a ``with`` block (:func:`posenc.workdir.lock.hold`)."""
+        return lock.hold(self.path, enabled=enabled)
+
+    # -- config and data -------------------------------------------------------------------
+
+    def read_config(self) -> ml_collections.ConfigDict:
+        """The resolved config the run was trained with (``config.json``), locked."""
+        fields = read_json(self.file(CONFIG_FILE))
+        if fields is None:
+            raise WorkdirError(
+                f"{self.file(CONFIG_FILE)} does not exist: {self.path!r} is not a posenc work "
+                "directory"
+            )
+        return config_from_dict(fields)
+
+    def has_checkpoints(self) -> bool:
+        folder = self.file(CHECKPOINT_DIR)
+        return os.path.isdir(folder) and any(name.isdigit() for name in os.listdir(folder))
+
+    def _require_record(self, name: str, what: str) -> None:
+        if self.has_checkpoints():
+            raise WorkdirError(
+                f"{self.path} has checkpoints but no {name}, so nothing says which {what} they "
+                f"were trained with; restore {name} or use another work directory"
+            )
+
+    def record_config(self, config: ml_collections.ConfigDict) -> None:
+        """Writes ``config.json``, refusing a config that would change what the run computes."""
+        previous = read_json(self.file(CONFIG_FILE))
+        if previous is None:
+            self._require_record(CONFIG_FILE, "config")
+        else:
+            changed = [
+                f for f in diff_fields(previous, config.to_dict()) if not matches(f, RESUMABLE)
+            ]
+            if changed:
+                raise WorkdirError(
+                    f"{self.path} holds a run with a different config (fields {changed}); "
+                    "resume it with the same config or use another work directory"
+                )
+        write_json(self.file(CONFIG_FILE), config.to_dict(), sort_keys=True)
+
+    def record_data(self, info: Mapping[str, Any]) -> None:
+        """Writes ``data.json``, refusing data that differs from what the run started on."""
+        previous = read_json(self.file(DATA_FILE))
+        if previous is None:
+            self._require_record(DATA_FILE, "data")
+        else:
+            changes = data_changes(previous, info)
+            if changes:
+                raise WorkdirError(
+                    f"the data of {self.path} changed since the run started "
+                    f"({'; '.join(changes)}); its checkpoints were trained on the old data. "
+                    "Restore the data, or train on the new data in another work directory"
+                )
+        write_json(self.file(DATA_FILE), dict(info))
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def checkpoints(self, *, keep: int | None = None, primary: bool = True) -> Checkpoints:
+        """The run's checkpoints, opened for training (created if missing)."""
+        return Checkpoints(self.file(CHECKPOINT_DIR), keep=keep, primary=primary)
+
+    def restore_params(self, abstract_params: Any) -> tuple[int, Any]:
+        """The parameters of the newest intact checkpoint, without the optimizer state.
+
+        Returns:
+          ``(step, params)``.
+
+        Raises:
+          WorkdirError: no checkpoint (train first), or none intact.
+        """
+        if not self.has_checkpoints():
+            raise WorkdirError(
+                f"no checkpoint in {self.file(CHECKPOINT_DIR)}; train first with "
+                f"`posenc train --workdir {self.path} ...`"
+            )
+        checkpoints = Checkpoints(self.file(CHECKPOINT_DIR), writer=False)
+        try:
+            step, params, _ = checkpoints.restore_latest(abstract_params)
+        finally:
+            checkpoints.close()
+        return step, params
+
+    # -- evaluation results ----------------------------------------------------------------
+
+    def write_eval(self, report: Mapping[str, Any], name: str = EVAL_FILE) -> str:
+        """Writes an evaluation report; returns its path."""
+        path = self.file(name)
+        write_json(path, dict(report))
+        return path
+
+    def read_eval(self, name: str = EVAL_FILE) -> dict[str, Any] | None:
+        """An evaluation report, or None if there is none."""
+        return read_json(self.file(name))
+
+    def eval_files(self) -> Iterator[str]:
+        """The names of the evaluation reports in the directory: ``eval.json`` first."""
+        if not os.path.isdir(self.path):
+            return
+        names = sorted(os.listdir(self.path))
+        if EVAL_FILE in names:
+            yield EVAL_FILE
+        for name in names:
+            if name.startswith(EVAL_PREFIX) and name.endswith(".json"):
+                yield name
