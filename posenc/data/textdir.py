@@ -92,6 +92,13 @@ def _assign_splits(folder: Path, relpaths: Sequence[str]) -> tuple[str, dict[str
     """Returns ("split_dirs" | "hash", {split: relative paths}) for the text files."""
     top = {p.name for p in folder.iterdir() if p.is_dir() and p.name in _SPLIT_DIRS}
     if not top:
+        if len(relpaths) < len(SPLITS):
+            raise ValueError(
+                f"{SOURCE_FIELD}='textdir:{folder}' has {len(relpaths)} text file(s) and no "
+                "train/, validation/ or test/ folders; without them files are split whole "
+                f"(90/5/5 by a hash of the name), which needs at least {len(SPLITS)} files. "
+                "Add files, or put them in train/ and validation/ folders"
+            )
         return "hash", split_by_hash(relpaths)
     for split in SPLITS:
         aliases = sorted(d for d in top if _SPLIT_DIRS[d] == split)
@@ -130,6 +137,11 @@ class TextdirSource(Source):
     ):
         self.folder = Path(folder).expanduser().resolve()
         self.spec = spec or f"textdir:{folder}"
+        if self.folder.is_file():
+            raise ValueError(
+                f"{SOURCE_FIELD}={self.spec!r} is a file; textdir: takes a folder of text files "
+                "(with train/ and validation/ folders, or at least 3 files to split)"
+            )
         if not self.folder.is_dir():
             raise DataNotFoundError(f"{SOURCE_FIELD}={self.spec!r}: {self.folder} is not a folder")
         relpaths = list_files(self.folder, _visible, _visible)

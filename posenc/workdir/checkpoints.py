@@ -94,8 +94,8 @@ class Checkpoints:
     Args:
       directory: ``<workdir>/checkpoints``.
       keep: steps to keep (older ones are deleted by orbax); None keeps all.
-      writer: this process saves (created if missing); False opens an existing directory for
-        reading only.
+      writer: this process saves (created if missing); False opens an existing directory to
+        restore from (nothing is written).
       primary: this process writes the checksum records and moves failed steps aside (process
         0 of a multi-process run).
     """
@@ -115,7 +115,6 @@ class Checkpoints:
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep,
             create=writer,
-            read_only=not writer,
             enable_async_checkpointing=False,
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)

@@ -85,8 +85,14 @@ def data_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]
 
 
 def eval_file_name(changes: Mapping[str, Any]) -> str:
-    """``eval.json`` for the run's own settings, else ``eval-<readable settings>.json``."""
-    return EVAL_FILE if not changes else f"{EVAL_PREFIX}{settings_name(changes)}.json"
+    """``eval.json`` for the run's own settings, else ``eval-<readable settings>.json``, e.g.
+    ``eval-lengths-64_256__h<hash>.json`` (the ``eval.`` of the changed fields left out)."""
+    if not changes:
+        return EVAL_FILE
+    short = {k.removeprefix("eval."): v for k, v in changes.items()}
+    if len(short) < len(changes):  # "eval.x" and a top-level "x" would share a name
+        short = dict(changes)
+    return f"{EVAL_PREFIX}{settings_name(short)}.json"
 
 
 class RunDir:
