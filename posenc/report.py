@@ -450,6 +450,8 @@ def plot_metric(path: str, columns: Sequence[Column], train_len: int, metric: st
             color=colors[column.label],
         )
     _mark_train_length(ax, train_len)
+    if not ys:
+        ax.text(0.5, 0.5, "no finite values", transform=ax.transAxes, ha="center", va="center")
     ax.set_xscale("log")
     ax.xaxis.set_major_locator(FixedLocator(lengths))
     ax.xaxis.set_minor_locator(NullLocator())
@@ -460,7 +462,8 @@ def plot_metric(path: str, columns: Sequence[Column], train_len: int, metric: st
     ax.set_ylabel(_METRIC_TEXT[metric])
     ax.set_title(f"{metric} against evaluation length, trained at L = {train_len}")
     ax.grid(True, which="both", alpha=0.3)
-    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    if ys:
+        ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 

@@ -6,6 +6,8 @@ Every run here uses the real ``configs/base.py:tiny`` config with overrides that
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -51,6 +53,24 @@ def tiny_config(data_dir: str | os.PathLike[str], *overrides: str) -> ml_collect
     return apply_overrides(
         load_config(TINY_SPEC), [*TINY_OVERRIDES, f"data.data_dir={data_dir}", *overrides]
     )
+
+
+def tiny_flags(data_dir: str | os.PathLike[str]) -> list[str]:
+    """:data:`TINY_OVERRIDES` and the data directory as ``posenc`` command-line flags."""
+    return [f"--config.{o}" for o in TINY_OVERRIDES] + [f"--config.data.data_dir={data_dir}"]
+
+
+def run_cli(*argv: str) -> tuple[int, str, str]:
+    """Runs ``posenc`` in-process; returns (exit status, stdout, stderr)."""
+    from posenc.cli import main
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            code = main(list(argv))
+        except SystemExit as e:  # argparse's --help and usage errors
+            code = e.code if isinstance(e.code, int) else 1
+    return code, out.getvalue(), err.getvalue()
 
 
 def build_pystdlib(data_dir: Path) -> Path:

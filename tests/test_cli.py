@@ -4,8 +4,6 @@ and exit status 2 with a message naming the problem for bad input.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import os
 import subprocess
@@ -15,7 +13,6 @@ from pathlib import Path
 import _train_helpers as helpers
 import pytest
 
-from posenc.cli import main
 from posenc.evaluate import load_eval
 from posenc.metrics import read_metrics
 from posenc.workdir import RunDir
@@ -35,21 +32,8 @@ def _write_corpus(folder: Path, files: int = 24) -> None:
         path.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
 
-def _cli(*argv: str) -> tuple[int, str, str]:
-    """Runs ``posenc`` in-process; returns (exit status, stdout, stderr)."""
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            code = main(list(argv))
-        except SystemExit as e:  # argparse's --help and usage errors
-            code = e.code if isinstance(e.code, int) else 1
-    return code, out.getvalue(), err.getvalue()
-
-
-def _tiny_flags(data_dir) -> list[str]:
-    return [f"--config.{o}" for o in helpers.TINY_OVERRIDES] + [
-        f"--config.data.data_dir={data_dir}"
-    ]
+_cli = helpers.run_cli
+_tiny_flags = helpers.tiny_flags
 
 
 @pytest.fixture(scope="module")
