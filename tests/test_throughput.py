@@ -1,4 +1,4 @@
-"""experiments/throughput.py: a CPU smoke run whose numbers must agree with each other."""
+"""posenc.benchmark (experiments/throughput.py): a CPU smoke run whose numbers must agree."""
 
 from __future__ import annotations
 
@@ -11,44 +11,40 @@ import pathlib
 import jax
 import pytest
 
+from posenc import benchmark, encodings
+from posenc.benchmark import Settings
+
 SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "throughput.py"
 ENCODERS = ("rope", "shaw")
 LENGTHS = (64, 256)
 STEPS = 3
 
 
-def _load_script():
-    spec = importlib.util.spec_from_file_location("throughput", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+def _run(out: pathlib.Path, **settings) -> dict:
+    """What the script does: run, then write both files to ``out``."""
+    report = benchmark.run(Settings(size="cpu", **settings))
+    benchmark.write_report(report, out)
+    return report
 
 
-@pytest.fixture(scope="module")
-def script():
-    return _load_script()
-
-
-def _smoke_run(script, out: pathlib.Path):
-    argv = [
-        "--size=cpu",
-        f"--encoders={','.join(ENCODERS)}",
-        f"--eval-lengths={','.join(map(str, LENGTHS))}",
-        f"--steps={STEPS}",
-        "--warmup=1",
-        "--eval-repeats=1",
-        "--peak-tflops=0.5",
-        "--isolate=never",
-        f"--out={out}",
-    ]
-    script.main(argv)
+def _smoke_run(out: pathlib.Path):
+    _run(
+        out,
+        encoders=ENCODERS,
+        eval_lengths=LENGTHS,
+        steps=STEPS,
+        warmup=1,
+        eval_repeats=1,
+        peak_tflops=0.5,
+        isolate="never",
+    )
     report = json.loads((out / "throughput_cpu.json").read_text())
     return report, (out / "throughput_cpu.md").read_text()
 
 
-def test_smoke_run_numbers_agree(script, tmp_path):
+def test_smoke_run_numbers_agree(tmp_path):
     """One test for one run (about 20 s on two cores), so that xdist workers do not repeat it."""
-    smoke = _smoke_run(script, tmp_path)
+    smoke = _smoke_run(tmp_path)
     _check_header(smoke)
     _check_training(smoke)
     _check_evaluation(smoke)
@@ -124,20 +120,17 @@ def _check_markdown(smoke):
         assert prefix in text
 
 
-def test_failures_are_reported_not_raised(script, tmp_path):
+def test_failures_are_reported_not_raised(tmp_path):
     # Shaw's value term needs the probabilities, so forcing XLA's fused attention must fail;
     # the run goes on and the table shows the error.
-    report = script.main(
-        [
-            "--size=cpu",
-            "--encoders=shaw",
-            "--eval-lengths=64",
-            "--steps=1",
-            "--warmup=0",
-            "--attention-impl=xla",
-            "--isolate=never",
-            f"--out={tmp_path}",
-        ]
+    report = _run(
+        tmp_path,
+        encoders=["shaw"],
+        eval_lengths=[64],
+        steps=1,
+        warmup=0,
+        attention_impl="xla",
+        isolate="never",
     )
     assert "value term" in report["train"][0]["error"]
     assert "value term" in report["eval"][0]["error"]
@@ -147,29 +140,44 @@ def test_failures_are_reported_not_raised(script, tmp_path):
     assert "| shaw | 64 | error: ValueError" in text
 
 
-def test_peak_table(script):
-    assert script.peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
-    assert script.peak_tflops("NVIDIA H100 PCIe") == 756.0
-    assert script.peak_tflops("NVIDIA H200") == 989.0
-    assert script.peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0
-    assert script.peak_tflops("cpu") is None
+def test_peak_table():
+    assert benchmark.peak_tflops("NVIDIA H100 80GB HBM3") == 989.0
+    assert benchmark.peak_tflops("NVIDIA H100 PCIe") == 756.0
+    assert benchmark.peak_tflops("NVIDIA H200") == 989.0
+    assert benchmark.peak_tflops("NVIDIA A100-SXM4-80GB") == 312.0
+    assert benchmark.peak_tflops("cpu") is None
+
+
+def test_command_line():
+    """The script's flags become the library's Settings; defaults come from the size."""
+    spec = importlib.util.spec_from_file_location("throughput", SCRIPT)
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    settings, out = script._parse_args(
+        ["--size=cpu", "--encoders=rope,shaw", "--steps=2", "--isolate=never", "--out=x"]
+    )
+    assert out == "x" and settings.encoders == ("rope", "shaw")
+    assert settings.steps == 2 and settings.warmup == 3 and settings.isolate == "never"
+    assert settings.eval_lengths == benchmark.SIZES["cpu"]["eval_lengths"]
+    settings, _ = script._parse_args(["--eval-lengths=64,256", "--peak-tflops=1.5"])
+    assert settings.size == "small" and settings.eval_lengths == (64, 256)
+    assert settings.peak_tflops == 1.5 and settings.encoders == encodings.names()
+    with pytest.raises(SystemExit):
+        script._parse_args(["--encoders=rope,nonsense"])
 
 
 @pytest.mark.slow
-def test_isolated_workers(script, tmp_path):
+def test_isolated_workers(tmp_path):
     """One process per measurement (the GPU mode), exercised on CPU, with a failing worker."""
-    report = script.main(
-        [
-            "--size=cpu",
-            "--encoders=rope,shaw",
-            "--eval-lengths=64",
-            "--steps=1",
-            "--warmup=0",
-            "--eval-repeats=1",
-            "--attention-impl=einsum",
-            "--isolate=always",
-            f"--out={tmp_path}",
-        ]
+    report = _run(
+        tmp_path,
+        encoders=["rope", "shaw"],
+        eval_lengths=[64],
+        steps=1,
+        warmup=0,
+        eval_repeats=1,
+        attention_impl="einsum",
+        isolate="always",
     )
     rope_train, shaw_train = report["train"]
     assert rope_train["tokens_per_s"] > 0 and rope_train["path"] == "einsum"
@@ -178,16 +186,13 @@ def test_isolated_workers(script, tmp_path):
     # CPU devices have no allocator statistics: the workers fall back to the compiled figure.
     assert rope_train["peak_bytes_in_use"] is None
     assert rope_train["memory_source"] == "compiled"
-    failed = script.main(
-        [
-            "--size=cpu",
-            "--encoders=shaw",
-            "--eval-lengths=64",
-            "--steps=1",
-            "--attention-impl=xla",
-            "--isolate=always",
-            f"--out={tmp_path}",
-        ]
+    failed = _run(
+        tmp_path,
+        encoders=["shaw"],
+        eval_lengths=[64],
+        steps=1,
+        attention_impl="xla",
+        isolate="always",
     )
     assert "worker exited with 1" in failed["train"][0]["error"]
     assert "value term" in failed["train"][0]["error"]

@@ -1,0 +1,251 @@
+"""The measurements of one encoder: training steps and long-window scoring, FLOPs and memory.
+
+Each function runs in the calling process; :mod:`posenc.benchmark.worker` runs them in a fresh
+one where the allocator's peak must belong to one measurement.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import flax
+import jax
+import numpy as np
+from flax import nnx
+
+from posenc import data as data_lib
+from posenc.attention import choose_implementation
+from posenc.benchmark.settings import Settings, make_config
+from posenc.config import build_model, open_source
+from posenc.evaluate import Scorer
+from posenc.model import EncoderParam, Transformer
+from posenc.train import Trainer
+
+# bf16 dense peak TFLOP/s per device (datasheet figures with sparsity, halved), matched in order
+# against jax.devices()[0].device_kind, e.g. "NVIDIA H100 80GB HBM3" or "NVIDIA H100 PCIe".
+PEAK_TFLOPS: tuple[tuple[tuple[str, ...], float], ...] = (
+    (("H100", "PCIe"), 756.0),
+    (("H100", "NVL"), 835.0),
+    (("H100",), 989.0),
+    (("H200", "NVL"), 835.0),
+    (("H200",), 989.0),
+    (("A100",), 312.0),
+)
+
+
+def peak_tflops(device_kind: str) -> float | None:
+    """bf16 dense peak TFLOP/s of one device of this kind, or None when unknown (e.g. CPU)."""
+    for words, tflops in PEAK_TFLOPS:
+        if all(w.lower() in device_kind.lower() for w in words):
+            return tflops
+    return None
+
+
+def flops_per_token(matmul_params: int, num_layers: int, seq_len: int, attn_dim: int) -> float:
+    """Training FLOPs per token, ``6 N + 12 L T D`` (forward and backward, PaLM App. B)."""
+    return 6.0 * matmul_params + 12.0 * num_layers * seq_len * attn_dim
+
+
+def compiled_memory(compiled) -> dict[str, int]:
+    """XLA's compiled memory analysis: the bytes the program needs on the device ({} if none)."""
+    try:
+        m = compiled.memory_analysis()
+    except Exception:  # noqa: BLE001 - some backends do not implement it
+        return {}
+    if m is None:
+        return {}
+    total = (
+        m.argument_size_in_bytes
+        + m.output_size_in_bytes
+        - m.alias_size_in_bytes
+        + m.temp_size_in_bytes
+    )
+    return {
+        "compiled_bytes": int(total),
+        "compiled_temp_bytes": int(m.temp_size_in_bytes),
+        "compiled_argument_bytes": int(m.argument_size_in_bytes),
+        "compiled_output_bytes": int(m.output_size_in_bytes),
+    }
+
+
+def peak_bytes_in_use() -> int | None:
+    """The allocator's peak over this process's life (max over local devices), None on CPU."""
+    stats = [d.memory_stats() for d in jax.local_devices()]
+    if not stats or any(s is None or "peak_bytes_in_use" not in s for s in stats):
+        return None
+    return max(int(s["peak_bytes_in_use"]) for s in stats)
+
+
+def short_error(e: BaseException) -> str:
+    """The first line of an error, for a table cell."""
+    text = f"{type(e).__name__}: {e}".strip()
+    return text.splitlines()[0][:300] if text else type(e).__name__
+
+
+def probe() -> dict[str, Any]:
+    """The device this process sees and whether it reports allocator statistics."""
+    devices = jax.devices()
+    return {
+        "device_kind": devices[0].device_kind,
+        "platform": devices[0].platform,
+        "device_count": len(devices),
+        "jax_version": jax.__version__,
+        "flax_version": flax.__version__,
+        "memory_stats": peak_bytes_in_use() is not None,
+    }
+
+
+def _chosen_path(model: Transformer, length: int, impl: str) -> str:
+    if impl != "auto":
+        return impl
+    m = model.config
+    return choose_implementation(model.encoding, length, m.dtype, m.attention_block_size)
+
+
+def _matmul_params(model: Transformer) -> int:
+    """Parameters used in matmuls: all but the encoders' (EncoderParam) position tables."""
+
+    def size(variable: nnx.Variable) -> int:
+        return 0 if isinstance(variable, EncoderParam) else int(variable[...].size)
+
+    params = nnx.state(model, nnx.Param)
+    sizes = jax.tree.map(size, params, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    return sum(jax.tree.leaves(sizes))
+
+
+# -- training ---------------------------------------------------------------------------------
+
+
+def measure_train(settings: Settings, encoder: str) -> tuple[dict[str, Any], Transformer]:
+    """Compiles and times ``settings.steps`` training steps after ``settings.warmup`` steps.
+
+    Returns:
+      ``(row, model)``: the measurements and the model holding the trained parameters.
+    """
+    config = make_config(settings, encoder)
+    t = config.train
+    stream = open_source(config).split_stream("train")
+    windows = data_lib.TrainWindows(stream, t.seq_len, t.batch_size, seed=config.seed)
+    trainer = Trainer(config)
+    state = trainer.init_state()
+    model = trainer.model(state)
+    result: dict[str, Any] = {
+        "encoder": encoder,
+        "path": _chosen_path(model, t.seq_len, config.model.attention_impl),
+        "num_params": model.num_params(),
+        "matmul_params": _matmul_params(model),
+        "devices": int(trainer.mesh.devices.size),
+    }
+    del model
+    batch = trainer.global_batch(windows.batch(0))
+    start = time.perf_counter()
+    # The jitted step Trainer.step calls: the compiled program is cached and reused by it.
+    compiled = trainer._step.lower(state, batch).compile()
+    result["compile_s"] = time.perf_counter() - start
+    result.update(compiled_memory(compiled))
+
+    state, metrics, elapsed = _timed_steps(trainer, state, windows, settings)
+    metrics = jax.device_get(metrics)
+    loss = float(metrics["loss_sum"]) / float(metrics["tokens"])
+    if not np.isfinite(loss):
+        raise FloatingPointError(f"loss is {loss} after {settings.warmup + settings.steps} steps")
+    m = config.model
+    attn_dim = m.num_heads * (m.head_dim or m.model_dim // m.num_heads)
+    tokens_per_step = t.batch_size * t.seq_len
+    result.update(
+        steps=settings.steps,
+        tokens_per_step=tokens_per_step,
+        seconds=elapsed,
+        step_time_s=elapsed / settings.steps,
+        tokens_per_s=settings.steps * tokens_per_step / elapsed,
+        loss=loss,
+        flops_per_token=flops_per_token(result["matmul_params"], m.num_layers, t.seq_len, attn_dim),
+    )
+    result["model_tflops_per_s"] = result["flops_per_token"] * result["tokens_per_s"] / 1e12
+    return result, trainer.model(state)
+
+
+def _timed_steps(trainer: Trainer, state, windows: data_lib.TrainWindows, settings: Settings):
+    """Runs the warm-up steps, then times the steady-state ones (host batching included).
+
+    Returns:
+      ``(state, metrics, seconds)``: the state and metrics after the last step, and the seconds
+      the timed steps took up to ``jax.block_until_ready``.
+    """
+    step = 0
+    for _ in range(settings.warmup):
+        state, metrics = trainer.step(state, trainer.global_batch(windows.batch(step)))
+        step += 1
+    jax.block_until_ready(state)
+    start = time.perf_counter()
+    for _ in range(settings.steps):
+        state, metrics = trainer.step(state, trainer.global_batch(windows.batch(step)))
+        step += 1
+    jax.block_until_ready((state, metrics))
+    return state, metrics, time.perf_counter() - start
+
+
+# -- evaluation -------------------------------------------------------------------------------
+
+
+def measure_eval(
+    settings: Settings,
+    encoder: str,
+    lengths: Sequence[int],
+    model: Transformer | None = None,
+) -> list[dict[str, Any]]:
+    """Compiles and times scoring one window (batch 1) at each length; errors per length.
+
+    ``model``: the model to score with (default: freshly initialised; timing and memory do not
+    depend on the parameter values).
+    """
+    config = make_config(settings, encoder)
+    stream = open_source(config).split_stream("validation")
+    model = model or build_model(config)
+    # One window on one device: a batch of 1 cannot be split over a mesh.
+    mesh = jax.sharding.Mesh(np.array(jax.local_devices()[:1]), ("data",))
+    scorer = Scorer(model, mesh)
+    results = []
+    for length in lengths:
+        entry: dict[str, Any] = {"encoder": encoder, "length": int(length)}
+        results.append(entry)
+        try:
+            model.encoding.check_length(length)
+            entry["path"] = _chosen_path(model, length, config.model.attention_impl)
+            _time_one_window(entry, scorer, stream, settings.eval_repeats)
+        except Exception as e:  # noqa: BLE001 - reported per length (e.g. out of memory)
+            entry["error"] = short_error(e)
+    return results
+
+
+def _time_one_window(entry: dict[str, Any], scorer: Scorer, stream, repeats: int) -> None:
+    """Adds compile time, memory, the median seconds of ``repeats`` runs, tokens/s and loss.
+
+    Fills ``entry`` in place, so that what was measured before an error stays in the row.
+    """
+    length = entry["length"]
+    windows = data_lib.eval_windows(stream, length, max_windows=1)
+    local = next(windows.iter_batches(1))
+    batch = {
+        k: jax.make_array_from_process_local_data(scorer.batch_sharding, v)
+        for k, v in local.items()
+    }
+    start = time.perf_counter()
+    # The jitted function Scorer.score calls; its compiled program is reused there.
+    compiled = scorer._score.lower(scorer.state, batch).compile()
+    entry["compile_s"] = time.perf_counter() - start
+    entry.update(compiled_memory(compiled))
+    scorer.score(windows, 1)  # first run
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        loss_sum, count = scorer.score(windows, 1)  # fetched to the host: synchronous
+        times.append(time.perf_counter() - start)
+    entry["seconds"] = statistics.median(times)
+    entry["tokens_per_s"] = length / entry["seconds"]
+    entry["loss"] = float(loss_sum.sum() / count.sum())
+    if not np.isfinite(entry["loss"]):
+        raise FloatingPointError(f"loss is {entry['loss']}")
