@@ -255,26 +255,36 @@ def evaluate_workdir(
             progress=progress,
         )
         report = {
+            **_run_record(config, model, step),
             "file": name,
-            "encoding": config.encoding.name,
-            "encoding_hparams": config.encoding.hparams.to_dict(),
-            "train_seq_len": config.train.seq_len,
-            "train_steps": config.train.steps,
-            "checkpoint_step": step,
-            "finished": step == config.train.steps if step is not None else None,
             "changes": changes,
-            "seed": config.seed,
-            "model": {**config.model.to_dict(), "num_params": model.num_params()},
             "data": {"source": config.data.source, "split": e.split, **_short_info(source.info())},
-            "mode": e.mode,
-            "stride": e.stride if e.mode == "sliding" else None,
-            "device": device_description(),
             "results": results,
             "time": time.time(),
         }
         if is_main:
             run.write_eval(report, name)
     return report
+
+
+def _run_record(
+    config: ml_collections.ConfigDict, model: Transformer, step: int | None
+) -> dict[str, Any]:
+    """What a report says about the run it scored: encoder, training, checkpoint, model."""
+    e = config.eval
+    return {
+        "encoding": config.encoding.name,
+        "encoding_hparams": config.encoding.hparams.to_dict(),
+        "train_seq_len": config.train.seq_len,
+        "train_steps": config.train.steps,
+        "checkpoint_step": step,
+        "finished": step == config.train.steps if step is not None else None,
+        "seed": config.seed,
+        "model": {**config.model.to_dict(), "num_params": model.num_params()},
+        "mode": e.mode,
+        "stride": e.stride if e.mode == "sliding" else None,
+        "device": device_description(),
+    }
 
 
 def _short_info(info: dict[str, Any]) -> dict[str, Any]:

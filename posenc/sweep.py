@@ -36,7 +36,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import ml_collections
@@ -285,30 +285,36 @@ def run_sweep(
             )
 
         save()
-        todo = [e for e in entries if e["status"] == "pending"]
-        if verbose:
-            print(
-                f"sweep {config_spec}: {len(entries)} points, {len(entries) - len(todo)} "
-                f"finished before, {len(todo)} to run with jobs={jobs} in {workdir}",
-                flush=True,
-            )
         start = time.perf_counter()
-        try:
-            if jobs == 1:
-                _run_in_process(workdir, todo, save, verbose)
-            else:
-                _run_in_children(workdir, todo, save, verbose, jobs)
-        except KeyboardInterrupt:
-            for e in entries:
-                if e["status"] in ("pending", "running"):
-                    e["status"] = "interrupted"
-            save()
-            raise
-        _summarize(workdir, entries)
-        save()
+        _run_points(config_spec, workdir, entries, save, jobs, verbose)
     if verbose:
         print(format_summary(entries, time.perf_counter() - start), flush=True)
     return entries
+
+
+def _run_points(config_spec, workdir, entries, save: Callable[[], None], jobs, verbose) -> None:
+    """Runs the pending points (in this process or in children), then summarises every point;
+    on Ctrl-C records the points left as ``interrupted`` before re-raising."""
+    todo = [e for e in entries if e["status"] == "pending"]
+    if verbose:
+        print(
+            f"sweep {config_spec}: {len(entries)} points, {len(entries) - len(todo)} "
+            f"finished before, {len(todo)} to run with jobs={jobs} in {workdir}",
+            flush=True,
+        )
+    try:
+        if jobs == 1:
+            _run_in_process(workdir, todo, save, verbose)
+        else:
+            _run_in_children(workdir, todo, save, verbose, jobs)
+    except KeyboardInterrupt:
+        for e in entries:
+            if e["status"] in ("pending", "running"):
+                e["status"] = "interrupted"
+        save()
+        raise
+    _summarize(workdir, entries)
+    save()
 
 
 def _prepare_points(workdir, points, configs) -> list[dict[str, Any]]:

@@ -1,0 +1,142 @@
+"""Reports: the ``eval.json`` files of a sweep as the papers' tables, and plots.
+
+:func:`write_report` gathers every evaluated run under a sweep directory (the points listed in
+``sweep.json``, or every ``*/eval.json``, or the directory's own ``eval.json``) and writes:
+
+- ``report.md``: per training length, a table with evaluation lengths as rows (first column
+  ``L_valid``) and encoders as columns, laid out like ALiBi's Tables 2-3, preceded by what was
+  measured (data set and its hash, model size, training length and steps, device). Several seeds
+  of one configuration are one entry ``mean ± sample standard deviation``. A length an encoder
+  cannot represent (a learned table shorter than the window) shows ``—`` with a footnote.
+- ``report.csv``: the same tables, wide (``train_seq_len, L_valid``, one column per encoder, plus
+  ``<encoder> spread`` and ``<encoder> n`` columns when some entry has several seeds; ``—`` cells
+  are empty), full float precision.
+- ``runs.csv``: one row per run and length (the raw numbers every table entry comes from, with
+  the checkpoint step each run was scored at).
+- ``<metric>_vs_length_L<train length>.png``: the metric against evaluation length (log x), one
+  line per encoder, the training length marked.
+- ``loss_by_position_L<train length>.png``: loss against position inside the window at the
+  longest evaluation length (log-spaced buckets), one line per encoder.
+
+A run evaluated before its training finished (``posenc eval`` on an interrupted run) is marked
+``†`` in its column's name, with a note giving the step it was scored at. A perplexity that
+overflowed is shown as ``inf``.
+
+Columns are named by encoder; two configurations of one encoder in the same table (a sweep over
+RoPE's base, say) get the config fields that tell them apart appended to the name.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from posenc.report.plots import bucket, line_colors, plot_metric, plot_positions, position_curve
+from posenc.report.runs import METRICS, Cell, Column, Run, cell, find_runs, group_runs
+from posenc.report.tables import (
+    DASH,
+    METRIC_TEXT,
+    describe,
+    footnote_lines,
+    markdown_table,
+    sweep_failures,
+    unfinished_notes,
+    write_csv,
+    write_runs_csv,
+)
+from posenc.workdir import EVAL_FILE
+
+__all__ = [
+    "DASH",
+    "METRICS",
+    "Cell",
+    "Column",
+    "Run",
+    "bucket",
+    "cell",
+    "describe",
+    "find_runs",
+    "group_runs",
+    "markdown_table",
+    "plot_metric",
+    "plot_positions",
+    "position_curve",
+    "write_csv",
+    "write_report",
+    "write_runs_csv",
+]
+
+
+def _table_section(
+    sweep_dir: str,
+    train_len: int,
+    columns: list[Column],
+    metric: str,
+    footnotes: dict[str, dict[str, Any]],
+    colors: dict[str, Any],
+    several: bool,
+) -> tuple[list[str], list[str]]:
+    """The markdown of one training length (table, plots, notes) and the plot files written."""
+    md = [f"## Trained at L = {train_len}: {METRIC_TEXT[metric]}", ""]
+    name = f" (trained at L = {train_len})" if several else ""
+    md += markdown_table(columns, metric, footnotes, name) + [""]
+    md += unfinished_notes(columns, sweep_dir)
+    plots = [f"{metric}_vs_length_L{train_len}.png"]
+    plot_metric(os.path.join(sweep_dir, plots[0]), columns, train_len, metric, colors)
+    md.append(f"![{metric} against evaluation length]({plots[0]})")
+    name = f"loss_by_position_L{train_len}.png"
+    longest = plot_positions(os.path.join(sweep_dir, name), columns, train_len, colors)
+    if longest is not None:
+        plots.append(name)
+        md.append(f"![loss by position at L_valid = {longest}]({name})")
+    return md + [""], plots
+
+
+def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
+    """Writes the tables and plots of ``sweep_dir`` (see the module docstring).
+
+    Args:
+      sweep_dir: a directory written by ``posenc sweep`` (or any folder of work directories,
+        or one work directory).
+      metric: ``perplexity``, ``bits_per_byte`` or ``loss``.
+
+    Returns:
+      The paths written (report.md first).
+
+    Raises:
+      ValueError: an unknown metric.
+      FileNotFoundError: no ``eval.json`` under ``sweep_dir``.
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    if metric not in METRICS:
+        raise ValueError(f"--metric must be one of {list(METRICS)}, got {metric!r}")
+    runs = find_runs(sweep_dir)
+    if not runs:
+        raise FileNotFoundError(
+            f"no {EVAL_FILE} under {sweep_dir}; run `posenc sweep` (or `posenc train`) first"
+        )
+    tables = group_runs(runs)
+    colors = line_colors(tables)
+    all_columns = [c for cols in tables.values() for c in cols]
+    md = [f"# {os.path.basename(os.path.abspath(sweep_dir))}: {metric} by evaluation length", ""]
+    md += describe(runs, all_columns) + [""]
+    footnotes: dict[str, dict[str, Any]] = {}
+    plots = []
+    for train_len, columns in tables.items():
+        section, written = _table_section(
+            sweep_dir, train_len, columns, metric, footnotes, colors, len(tables) > 1
+        )
+        md += section
+        plots += written
+    md += footnote_lines(footnotes)
+    failures = sweep_failures(sweep_dir)
+    if failures:
+        md += ["Points without results:", ""] + failures + [""]
+    paths = [os.path.join(sweep_dir, n) for n in ("report.md", "report.csv", "runs.csv")]
+    with open(paths[0], "w") as f:
+        f.write("\n".join(md))
+    write_csv(paths[1], tables, metric)
+    write_runs_csv(paths[2], runs, sweep_dir)
+    return paths + [os.path.join(sweep_dir, p) for p in plots]

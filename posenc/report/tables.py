@@ -1,0 +1,206 @@
+"""The report's text: markdown tables laid out like ALiBi's Tables 2-3, what was measured,
+notes, and the CSV files."""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Sequence
+from typing import Any
+
+from posenc.report.runs import Column, Run, cell, table_lengths
+from posenc.workdir import SWEEP_FILE, read_json
+
+DASH = "—"
+_DIGITS = {"perplexity": 2, "bits_per_byte": 4, "loss": 4}
+METRIC_TEXT = {
+    "perplexity": "perplexity (per token; tokens are bytes)",
+    "bits_per_byte": "bits per byte",
+    "loss": "loss (nats per token)",
+}
+
+
+def _fmt(value: float, metric: str) -> str:
+    return f"{value:.{_DIGITS[metric]}f}"
+
+
+def _superscript(i: int) -> str:
+    return str(i).translate(str.maketrans("0123456789", "⁰¹²³⁴⁵⁶⁷⁸⁹"))
+
+
+def markdown_table(
+    columns: Sequence[Column], metric: str, footnotes: dict[str, dict[str, Any]], name: str = ""
+) -> list[str]:
+    """Rows of one markdown table. Errors get one footnote per column, collected in
+    ``footnotes`` (``name`` + label -> number, lengths, first message)."""
+    rows = []
+    for length in table_lengths(columns):
+        cells = []
+        for column in columns:
+            entry = cell(column, length, metric)
+            if entry is None:
+                cells.append("")
+            elif entry.error:
+                note = footnotes.setdefault(
+                    f"{column.label}{name}",
+                    {"number": len(footnotes) + 1, "lengths": [], "error": entry.error},
+                )
+                note["lengths"].append(length)
+                cells.append(DASH + _superscript(note["number"]))
+            elif entry.spread is not None:
+                cells.append(f"{_fmt(entry.mean, metric)} ± {_fmt(entry.spread, metric)}")
+            else:
+                cells.append(_fmt(entry.mean, metric))
+        rows.append([str(length), *cells])
+    header = ["L_valid", *(c.label for c in columns)]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = ["| " + " | ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)) + " |"]
+    lines.append("|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
+    for row in rows:
+        lines.append("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) + " |")
+    return lines
+
+
+def _common(values: Sequence[Any]) -> Any:
+    """The value if all are equal, else None."""
+    return values[0] if values and all(v == values[0] for v in values) else None
+
+
+def describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
+    """What was measured: data, model, training, evaluation and device."""
+    evals = [r.eval for r in runs]
+    lines = []
+    data = [e["data"] for e in evals]
+    split = _common([d.get("split") for d in data])
+    for source in sorted({d["source"] for d in data}):
+        d = next(x for x in data if x["source"] == source)
+        split_info = d.get("splits", {}).get(d.get("split"), {})
+        text = f"- Data: `{source}`"
+        if d.get("content_sha256"):
+            text += f", content sha256 `{d['content_sha256'][:16]}`"
+        text += f"; scored split `{d.get('split')}`"
+        if split_info.get("tokens"):
+            text += f" ({split_info['tokens']:,} tokens"
+            if split_info.get("stream_sha256"):
+                text += f", stream sha256 `{split_info['stream_sha256'][:16]}`"
+            text += ")"
+        lines.append(text + ".")
+    models = [{k: v for k, v in e["model"].items() if k != "num_params"} for e in evals]
+    m = _common(models)
+    if m:
+        head_dim = m.get("head_dim") or m["model_dim"] // m["num_heads"]
+        layers = f"{m['num_layers']} layer" + ("s" if m["num_layers"] != 1 else "")
+        lines.append(
+            f"- Model: {layers}, width {m['model_dim']}, {m['num_heads']} heads "
+            f"(head dim {head_dim}), MLP {m['mlp_dim']}, {m['norm']}, {m['dtype']}."
+        )
+    else:
+        lines.append("- Model: differs between runs (see each run's config.json).")
+    params = []
+    for c in columns:
+        counts = sorted({r.eval["model"]["num_params"] for r in c.runs})
+        params.append(f"{c.label} {'/'.join(f'{n:,}' for n in counts)}")
+    lines.append("- Parameters: " + "; ".join(params) + ".")
+    batch = _common([r.identity.get("train.batch_size") for r in runs])
+    steps = _common([e["train_steps"] for e in evals])
+    train_lens = sorted({e["train_seq_len"] for e in evals})
+    text = f"- Training: L = {', '.join(map(str, train_lens))}"
+    text += f", {steps:,} steps" if steps is not None else ", steps differ between runs"
+    if batch:
+        text += f" of {batch} windows"
+    seeds = sorted({e["seed"] for e in evals})
+    per_entry = sorted({len(c.runs) for c in columns})
+    text += f"; seeds {', '.join(map(str, seeds))}"
+    if max(per_entry) > 1:
+        text += " (entries are mean ± sample standard deviation over seeds)"
+    lines.append(text + ".")
+    mode = _common([e["mode"] for e in evals])
+    tokens = [r["tokens"] for e in evals for r in e["results"] if "tokens" in r]
+    text = f"- Evaluation: {mode or 'mixed'} windows"
+    if mode == "sliding":
+        text += f" (stride {_common([e['stride'] for e in evals])})"
+    if tokens:
+        text += f", {min(tokens):,}-{max(tokens):,} tokens scored per length"
+    lines.append(text + (f" of the {split} split." if split else "."))
+    devices = sorted({e.get("device", "?") for e in evals})
+    lines.append(f"- Device (evaluation): {', '.join(devices)}.")
+    return lines
+
+
+def sweep_failures(sweep_dir: str) -> list[str]:
+    sweep = read_json(os.path.join(sweep_dir, SWEEP_FILE))
+    if sweep is None:
+        return []
+    out = []
+    for p in sweep["points"]:
+        if p["status"] not in ("done", "skipped"):
+            error = (p.get("error") or "").splitlines()[0][:300] if p.get("error") else ""
+            out.append(f"- `{p['dir']}`: {p['status']}" + (f" ({error})" if error else ""))
+    return out
+
+
+def write_csv(path: str, tables: dict[int, list[Column]], metric: str) -> None:
+    labels = list(dict.fromkeys(c.label for cols in tables.values() for c in cols))
+    seeded = any(len(c.runs) > 1 for cols in tables.values() for c in cols)
+    header = ["train_seq_len", "L_valid"]
+    for label in labels:
+        header += [label] + ([f"{label} spread", f"{label} n"] if seeded else [])
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(header)
+        for train_len, columns in tables.items():
+            by_label = {c.label: c for c in columns}
+            for length in table_lengths(columns):
+                row: list[Any] = [train_len, length]
+                for label in labels:
+                    entry = cell(by_label[label], length, metric) if label in by_label else None
+                    ok = entry is not None and entry.error is None
+                    row.append(repr(entry.mean) if ok else "")
+                    if seeded:
+                        spread = entry.spread if ok else None
+                        row += [repr(spread) if spread is not None else "", entry.n if ok else ""]
+                writer.writerow(row)
+
+
+def write_runs_csv(path: str, runs: Sequence[Run], sweep_dir: str) -> None:
+    fields = ["loss", "perplexity", "bits_per_byte", "tokens", "windows", "seconds"]
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(
+            ["dir", "encoding", "train_seq_len", "seed", "checkpoint_step", "train_steps"]
+            + ["length", *fields, "error"]
+        )
+        for run in runs:
+            step = run.eval.get("checkpoint_step")
+            for r in run.eval["results"]:
+                writer.writerow(
+                    [os.path.relpath(run.dir, sweep_dir), run.encoding, run.train_len, run.seed]
+                    + ["" if step is None else step, run.eval["train_steps"], r["length"]]
+                    + [repr(r[k]) if k in r else "" for k in fields]
+                    + [r.get("error", "")]
+                )
+
+
+def unfinished_notes(columns: Sequence[Column], sweep_dir: str) -> list[str]:
+    """One line per run scored before its training finished (the ``†`` columns)."""
+    lines = []
+    for column in columns:
+        for run in column.unfinished:
+            step = run.eval.get("checkpoint_step")
+            lines.append(
+                f"† {column.label.removesuffix(' †')}: `{os.path.relpath(run.dir, sweep_dir)}` "
+                f"was scored at step {step} of {run.eval['train_steps']} (training unfinished)."
+            )
+    return lines
+
+
+def footnote_lines(footnotes: dict[str, dict[str, Any]]) -> list[str]:
+    md = []
+    for label, note in footnotes.items():
+        lengths = ", ".join(map(str, sorted(set(note["lengths"]))))
+        md.append(
+            f"{DASH}{_superscript(note['number'])} {label} cannot be evaluated at L_valid = "
+            f"{lengths}: {note['error']}"
+        )
+        md.append("")
+    return md
