@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-import json
 import pathlib
 from collections.abc import Callable, Sequence
 from typing import Any
+
+from posenc.workdir import write_json
 
 _GIB = 2.0**30
 
@@ -24,7 +25,7 @@ def write_report(report: dict[str, Any], out: str | pathlib.Path) -> str:
     out = pathlib.Path(out)
     out.mkdir(parents=True, exist_ok=True)
     stem = output_stem(report["meta"]["size"])
-    (out / f"{stem}.json").write_text(json.dumps(report, indent=1))
+    write_json(out / f"{stem}.json", report)
     text = markdown(report)
     (out / f"{stem}.md").write_text(text)
     return text
