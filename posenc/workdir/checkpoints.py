@@ -2,7 +2,8 @@
 
 Each step is an orbax ``CheckpointManager`` step under ``<workdir>/checkpoints/<step>/`` with two
 items, ``params`` (the model's parameters) and ``train_state`` (optimizer state and step), so
-evaluation restores the parameters alone. After orbax finishes writing a step, process 0
+evaluation restores the parameters alone. (Steps written by posenc 0.1, one ``state`` item
+holding both, are still restored.) After orbax finishes writing a step, process 0
 records the size and sha256 of every file in it (``posenc_sha256.json`` inside the step).
 Orbax has no content verification of its own: a truncated file fails deep inside TensorStore,
 and flipped bytes load silently.
@@ -190,11 +191,27 @@ class Checkpoints:
     def _restore(self, step: int, abstract_params: Any, abstract_train_state: Any | None):
         import orbax.checkpoint as ocp
 
+        if _is_legacy(self.step_dir(step)):
+            return self._restore_legacy(step, abstract_params, abstract_train_state)
         items = {"params": ocp.args.StandardRestore(abstract_params)}
         if abstract_train_state is not None:
             items["train_state"] = ocp.args.StandardRestore(abstract_train_state)
         restored = self._manager.restore(step, args=ocp.args.Composite(**items))
         return restored["params"], restored.get("train_state")
+
+    def _restore_legacy(self, step: int, abstract_params: Any, abstract_train_state: Any | None):
+        """posenc 0.1 saved one item, ``state = {params, opt_state, step}``."""
+        import orbax.checkpoint as ocp
+
+        target = {"params": abstract_params, **(abstract_train_state or {})}
+        args = ocp.args.PyTreeRestore(
+            item=target,
+            restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+            partial_restore=abstract_train_state is None,
+        )
+        state = self._manager.restore(step, args=ocp.args.Composite(state=args))["state"]
+        params = state.pop("params")
+        return params, (state if abstract_train_state is not None else None)
 
     def _set_aside(self, step: int) -> str:
         target = os.path.join(
@@ -207,6 +224,12 @@ class Checkpoints:
 
     def close(self) -> None:
         self._manager.close()
+
+
+def _is_legacy(step_dir: str) -> bool:
+    return os.path.isdir(os.path.join(step_dir, "state")) and not os.path.isdir(
+        os.path.join(step_dir, "params")
+    )
 
 
 def _first_line(e: BaseException) -> str:

@@ -124,3 +124,30 @@ def test_a_step_without_a_record_is_restored_unverified_and_falls_back_if_unread
     open(_largest_file(os.path.join(saved, "3")), "wb").write(b"garbage")
     with pytest.warns(CheckpointWarning, match=r"step 3 .*orbax cannot read it"):
         assert _restore(saved)[0] == 2
+
+
+def test_steps_written_by_posenc_0_1_still_restore(tmp_path):
+    """posenc 0.1 saved one orbax item, ``state = {params, opt_state, step}``."""
+    import orbax.checkpoint as ocp
+
+    directory = str(tmp_path / "checkpoints")
+    params, train_state = _state(5)
+    manager = ocp.CheckpointManager(
+        directory,
+        options=ocp.CheckpointManagerOptions(create=True, enable_async_checkpointing=False),
+    )
+    legacy = {"params": params, **train_state}
+    manager.save(5, args=ocp.args.Composite(state=ocp.args.StandardSave(legacy)))
+    manager.wait_until_finished()
+    manager.close()
+    step, got_params, got_state = _restore(directory)
+    assert step == 5
+    for got, want in zip(
+        jax.tree.leaves((got_params, got_state)),
+        jax.tree.leaves((params, train_state)),
+        strict=True,
+    ):
+        np.testing.assert_array_equal(got, want)
+    step, only_params, none = Checkpoints(directory, writer=False).restore_latest(_abstract(params))
+    assert (step, none) == (5, None)
+    np.testing.assert_array_equal(only_params["w"], params["w"])
