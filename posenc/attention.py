@@ -4,16 +4,21 @@ There is no dispatch on encoder names. The encoder's hooks (see :mod:`posenc.enc
 decide what enters the computation and, with the device and the lengths, which path runs:
 
 - ``"cudnn"``: ``jax.nn.dot_product_attention(implementation="cudnn")``, the fused (flash) kernel on
-  NVIDIA GPUs. Content-free biases and content logits enter through the kernel's bias input.
-- ``"xla"``: the same call with XLA's implementation (any device).
+  NVIDIA GPUs. Content-free biases and content logits enter through the kernel's bias input,
+  which cuDNN takes only in the compute dtype: on this path they are rounded to ``q.dtype``.
+- ``"xla"``: the same call with XLA's implementation (any device); the bias stays float32 (XLA
+  adds it to float32 logits), so large biases such as ALiBi's at long distances keep their
+  precision with bfloat16 queries and keys.
 - ``"einsum"``: the reference: explicit logits, float32 softmax, explicit probabilities. The only
   path for encoders with a ``value_term`` (their output needs the probabilities).
-- ``"blocked"``: the reference computed one block of queries at a time (``lax.map``), so memory
-  grows as ``T x block`` instead of ``T x S``; used for long evaluation windows.
+- ``"blocked"``: the reference over ``block x block`` tiles of queries *and* keys with an online
+  softmax (queries by ``lax.map``, keys by ``lax.scan``), so memory grows as ``T x block``
+  instead of ``T x S``; used for long evaluation windows.
 - ``"auto"``: :func:`choose_implementation`.
 
 Every path masks causally by index (key ``j`` is visible to query ``i`` when
-``j <= i + S - T``), computes logits and softmax in float32, and returns ``q``'s dtype.
+``j <= i + S - T``), computes logits and softmax in float32 (on ``cudnn``, with the bias in the
+compute dtype, as the kernel requires), and returns ``q``'s dtype.
 """
 
 from __future__ import annotations
@@ -120,7 +125,7 @@ def attend(
     q_pos = jnp.atleast_2d(q_pos).astype(jnp.int32)  # [B|1, T]
     k_pos = jnp.atleast_2d(k_pos).astype(jnp.int32)  # [B|1, S]
     if "rotate" in encoding.hooks:
-        q, k = encoding.rotate(q, k, q_pos, k_pos)
+        q, k = encoding.rotate(params, q, k, q_pos, k_pos)
     if implementation == "auto":
         implementation = choose_implementation(
             encoding, q.shape[1], q.dtype, block_size, head_dim=q.shape[-1], k_len=k.shape[1]
@@ -257,16 +262,21 @@ def _blocked(q, k, v, encoding, params, q_pos, k_pos, causal, block_size):
 
 
 def _fused(q, k, v, encoding, params, q_pos, k_pos, causal, implementation):
-    """``jax.nn.dot_product_attention`` with the encoder's logits as its bias input."""
+    """``jax.nn.dot_product_attention`` with the encoder's logits as its bias input.
+
+    The bias is summed in float32. XLA's implementation adds it to its float32 logits as it is;
+    cuDNN requires the bias in the compute dtype, so only that path rounds it to ``q.dtype``.
+    """
     hooks = encoding.hooks
     t, s, head_dim = q.shape[1], k.shape[1], q.shape[-1]
     bias = None
     if "content_logits" in hooks:
-        bias = encoding.content_logits(params, q, k, q_pos, k_pos) / math.sqrt(head_dim)
+        content = encoding.content_logits(params, q, k, q_pos, k_pos).astype(jnp.float32)
+        bias = content / math.sqrt(head_dim)
     if "bias" in hooks:
-        extra = encoding.bias(params, q_pos, k_pos)
+        extra = encoding.bias(params, q_pos, k_pos).astype(jnp.float32)
         bias = extra if bias is None else bias + extra
-    if bias is not None:
+    if bias is not None and implementation == "cudnn":
         bias = bias.astype(q.dtype)
     mask = None
     if causal and t != s:

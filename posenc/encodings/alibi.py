@@ -18,6 +18,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posenc.encodings.base import Encoding, Params
+from posenc.encodings.registry import register
 from posenc.encodings.relative import pairwise_offsets
 
 
@@ -45,12 +46,14 @@ def alibi_slopes(num_heads: int) -> np.ndarray:
     return np.asarray(slopes, dtype=np.float32)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class ALiBi(Encoding):
     """Linear distance penalties with the paper's fixed per-head slopes; no parameters."""
 
     name = "alibi"
     paper = "Press, Smith, Lewis 2022, Train Short, Test Long (ALiBi)"
+    relative = True
 
     def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
         """``[B|1, T]``, ``[B|1, S]`` positions -> ``[B|1, H, T, S]`` float32 logits."""

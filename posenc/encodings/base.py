@@ -7,7 +7,7 @@ provides only the hooks it needs, and attention calls whichever are present:
 hook                                               returns
 =================================================  =============================================
 ``embed(params, positions)``                       ``[B|1, T, D]`` term added to token embeddings
-``rotate(q, k, q_pos, k_pos)``                     rotated ``q`` and ``k`` (same shapes)
+``rotate(params, q, k, q_pos, k_pos)``             rotated ``q`` and ``k`` (same shapes)
 ``bias(params, q_pos, k_pos)``                     content-free logits ``[B|1, H, T, S]``
 ``content_logits(params, q, k, q_pos, k_pos)``     content-dependent logits ``[B, H, T, S]``
 ``value_term(params, probs, q_pos, k_pos)``        ``[B, T, H, Dh]`` added to attention output
@@ -15,7 +15,7 @@ hook                                               returns
 
 Shapes: ``q: [B, T, H, Dh]``, ``k: [B, S, H, Dh]``, ``probs: [B, H, T, S]``; positions are integer
 arrays ``[B|1, T]`` (queries) and ``[B|1, S]`` (keys) — attention normalises ``[T]`` to ``[1, T]``
-before calling a hook.
+before calling a hook. Every hook takes the encoder's parameters first (``{}`` when it has none).
 
 Tiling: the ``blocked`` attention path calls ``bias``, ``content_logits`` and ``value_term`` on
 tiles of queries and keys, each with that tile's positions, and accumulates ``value_term`` with
@@ -26,14 +26,27 @@ Logit units: ``content_logits`` are *unscaled* terms added to ``q . k`` (both ar
 ``1/sqrt(Dh)`` together, as in Shaw et al. and Transformer-XL); ``bias`` terms are added after
 scaling (as in T5 and ALiBi).
 
-Learned parameters are created by ``init(rng, dims)`` as a flat ``dict`` of arrays and passed back
-into the hooks; nothing lives in hidden module state. ``param_scope`` says where the model keeps
-them: ``"layer"`` (one set per attention layer) or ``"shared"`` (one set for the whole model, e.g.
-T5's bias table, or a learned absolute table used once at the input).
+Learned parameters are created by ``init(rng, dims)`` as a flat ``dict`` of float32 arrays and
+passed back into the hooks; nothing lives in hidden module state. ``param_scope`` says where the
+model keeps them: ``"layer"`` (one set per attention layer) or ``"shared"`` (one set for the whole
+model, e.g. T5's bias table, or a learned absolute table used once at the input).
+
+Declarations (class attributes and methods that describe the encoder; :mod:`posenc.testing`
+checks each one against what the encoder does):
+
+- ``relative``: True when attention depends on positions only through differences ``j - i``
+  (shifting every position by a constant changes nothing), False for absolute encoders. The
+  default is False, the claim that promises nothing.
+- ``param_shapes(dims)``: ``{name: shape}`` of what ``init`` returns (default ``{}``), so code
+  can know an encoder's parameters without initialising them.
+- ``eval_safe_hparams``: hyperparameters that may differ between training and evaluation without
+  changing what was trained (Transformer-XL's ``clamp_len``: the original code clamps relative
+  distances only at evaluation). ``posenc eval`` refuses to change any other.
 
 An encoder is created unbound (``posenc.encodings.get("rope", base=1e4)``); the model binds it to
 its shape with :meth:`Encoding.bind`, which validates the combination (e.g. RoPE needs an even
-number of rotated dimensions) and fills :attr:`Encoding.dims`.
+number of rotated dimensions) and fills :attr:`Encoding.dims`. Each encoder module registers its
+class with :func:`posenc.encodings.register` (see :mod:`posenc.encodings.registry`).
 """
 
 from __future__ import annotations
@@ -67,14 +80,19 @@ class Dims:
 class Encoding:
     """Base class: hyperparameters as dataclass fields, hooks as methods of subclasses.
 
-    Subclasses set ``name`` (the registry key), ``paper`` (a one-line citation) and, when their
-    parameters are shared by all layers, ``param_scope = "shared"``. They define only the hooks
-    they need (see the module docstring); the base class defines none of them.
+    Subclasses set ``name`` (the registry key), ``paper`` (a one-line citation), ``relative``
+    when attention sees only position differences and, when their parameters are shared by all
+    layers, ``param_scope = "shared"``. They define only the hooks they need (see the module
+    docstring); the base class defines none of them.
     """
 
     name: ClassVar[str] = ""
     paper: ClassVar[str] = ""
     param_scope: ClassVar[str] = "layer"
+    # Attention depends on positions only through differences (invariant to shifting them all).
+    relative: ClassVar[bool] = False
+    # Hyperparameters that evaluation may change without changing what was trained.
+    eval_safe_hparams: ClassVar[tuple[str, ...]] = ()
     # Set by `bind`; None while unbound.
     dims: Dims | None = dataclasses.field(default=None, kw_only=True)
 
@@ -93,8 +111,13 @@ class Encoding:
         del dims
 
     def init(self, rng: jax.Array, dims: Dims) -> Params:
-        """Creates the learned parameters (a flat dict of arrays). Default: none."""
+        """Creates the learned parameters (a flat dict of float32 arrays). Default: none."""
         del rng, dims
+        return {}
+
+    def param_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:
+        """The names and shapes of the arrays :meth:`init` returns for ``dims``. Default: none."""
+        del dims
         return {}
 
     def check_length(self, length: int) -> None:

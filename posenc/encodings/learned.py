@@ -8,8 +8,10 @@ import jax
 import jax.numpy as jnp
 
 from posenc.encodings.base import Dims, Encoding, Params
+from posenc.encodings.registry import register
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Learned(Encoding):
     """A learned table of ``max_len`` position vectors added to the token embeddings.
@@ -25,6 +27,7 @@ class Learned(Encoding):
 
     name = "learned"
     paper = "Learned absolute positions (Gehring et al. 2017; Vaswani et al. 2017, Table 3)"
+    relative = False  # positions enter the embeddings, not differences
     param_scope = "shared"
 
     max_len: int = 2048
@@ -34,8 +37,12 @@ class Learned(Encoding):
         if not isinstance(self.max_len, int) or self.max_len < 1:
             raise ValueError(f"encoding.max_len must be a positive integer, got {self.max_len!r}")
 
+    def param_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:
+        return {"table": (self.max_len, dims.model_dim)}
+
     def init(self, rng: jax.Array, dims: Dims) -> Params:
-        table = self.init_std * jax.random.normal(rng, (self.max_len, dims.model_dim))
+        (shape,) = self.param_shapes(dims).values()
+        table = self.init_std * jax.random.normal(rng, shape)
         return {"table": table.astype(jnp.float32)}
 
     def check_length(self, length: int) -> None:

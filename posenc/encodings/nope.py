@@ -10,11 +10,14 @@ from __future__ import annotations
 import dataclasses
 
 from posenc.encodings.base import Encoding
+from posenc.encodings.registry import register
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class NoPE(Encoding):
     """No positional information beyond the causal mask."""
 
     name = "nope"
     paper = "Kazemnejad et al. 2023, The Impact of Positional Encoding on Length Generalization"
+    relative = True

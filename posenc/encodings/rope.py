@@ -23,7 +23,8 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from posenc.encodings.base import Dims, Encoding, check_choice, check_positive
+from posenc.encodings.base import Dims, Encoding, Params, check_choice, check_positive
+from posenc.encodings.registry import register
 
 LAYOUTS = ("half", "interleaved")
 
@@ -81,6 +82,7 @@ def apply_rope(
     return jnp.concatenate([out.astype(x.dtype), rest], axis=-1)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class RoPE(Encoding):
     """Rotary position embedding applied to queries and keys in every layer.
@@ -93,6 +95,7 @@ class RoPE(Encoding):
 
     name = "rope"
     paper = "Su et al. 2021, RoFormer: Enhanced Transformer with Rotary Position Embedding"
+    relative = True
 
     base: float = 10000.0
     layout: str = "half"
@@ -119,8 +122,9 @@ class RoPE(Encoding):
             )
 
     def rotate(
-        self, q: jax.Array, k: jax.Array, q_pos: jax.Array, k_pos: jax.Array
+        self, params: Params, q: jax.Array, k: jax.Array, q_pos: jax.Array, k_pos: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
         """``q: [B, T, H, Dh]``, ``k: [B, S, H, Dh]`` -> both rotated by their positions."""
+        del params  # fixed frequencies; learned rotary variants read theirs from here
         kw = dict(base=self.base, layout=self.layout, fraction=self.fraction)
         return apply_rope(q, q_pos, **kw), apply_rope(k, k_pos, **kw)

@@ -23,6 +23,7 @@ import jax
 import jax.numpy as jnp
 
 from posenc.encodings.base import Dims, Encoding, Params
+from posenc.encodings.registry import register
 from posenc.encodings.relative import rel_shift, rel_unshift, relative_offsets
 
 
@@ -59,6 +60,7 @@ def _einsum_batch1(spec: str, x: jax.Array, one_hot: jax.Array) -> jax.Array:
     return jnp.einsum(spec, x, one_hot)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Shaw(Encoding):
     """Clipped relative key and value embeddings, one pair of tables per layer.
@@ -74,6 +76,7 @@ class Shaw(Encoding):
 
     name = "shaw"
     paper = "Shaw, Uszkoreit, Vaswani 2018, Self-Attention with Relative Position Representations"
+    relative = True
 
     max_distance: int = 16
     values: bool = True
@@ -86,13 +89,16 @@ class Shaw(Encoding):
                 f"got {self.max_distance!r}"
             )
 
+    def param_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:
+        shape = (2 * self.max_distance + 1, dims.head_dim)  # [2k+1, Dh], shared by heads
+        return {"key_table": shape, "value_table": shape} if self.values else {"key_table": shape}
+
     def init(self, rng: jax.Array, dims: Dims) -> Params:
-        shape = (2 * self.max_distance + 1, dims.head_dim)
-        rk, rv = jax.random.split(rng)
-        params = {"key_table": self.init_std * jax.random.normal(rk, shape)}
-        if self.values:
-            params["value_table"] = self.init_std * jax.random.normal(rv, shape)
-        return params
+        rngs = dict(zip(("key_table", "value_table"), jax.random.split(rng), strict=True))
+        return {
+            name: (self.init_std * jax.random.normal(rngs[name], shape)).astype(jnp.float32)
+            for name, shape in self.param_shapes(dims).items()
+        }
 
     def content_logits(
         self, params: Params, q: jax.Array, k: jax.Array, q_pos: jax.Array, k_pos: jax.Array

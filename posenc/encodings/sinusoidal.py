@@ -8,6 +8,7 @@ import jax
 import jax.numpy as jnp
 
 from posenc.encodings.base import Dims, Encoding, Params, check_positive
+from posenc.encodings.registry import register
 
 
 def sinusoidal_table(positions: jax.Array, dim: int, base: float = 10000.0) -> jax.Array:
@@ -33,6 +34,7 @@ def sinusoidal_table(positions: jax.Array, dim: int, base: float = 10000.0) -> j
     return table.reshape(*positions.shape, dim)  # [..., d]
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class Sinusoidal(Encoding):
     """Fixed sinusoids added to the token embeddings.
@@ -43,6 +45,7 @@ class Sinusoidal(Encoding):
 
     name = "sinusoidal"
     paper = "Vaswani et al. 2017, Attention Is All You Need"
+    relative = False  # positions enter the embeddings, not differences
     param_scope = "shared"
 
     base: float = 10000.0

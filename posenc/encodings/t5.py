@@ -16,6 +16,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from posenc.encodings.base import Dims, Encoding, Params
+from posenc.encodings.registry import register
 from posenc.encodings.relative import pairwise_offsets
 
 
@@ -69,6 +70,7 @@ def relative_position_bucket(
     return bucket + jnp.where(n < max_exact, n, large)
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class T5Bias(Encoding):
     """Bucketed relative position bias, one learned scalar per (bucket, head), shared by layers.
@@ -82,6 +84,7 @@ class T5Bias(Encoding):
 
     name = "t5"
     paper = "Raffel et al. 2020, Exploring the Limits of Transfer Learning (T5)"
+    relative = True
     param_scope = "shared"
 
     num_buckets: int = 32
@@ -106,8 +109,11 @@ class T5Bias(Encoding):
                 f"got {self.max_distance!r}"
             )
 
+    def param_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:
+        return {"table": (self.num_buckets, dims.num_heads)}
+
     def init(self, rng: jax.Array, dims: Dims) -> Params:
-        table = self.init_std * jax.random.normal(rng, (self.num_buckets, dims.num_heads))
+        table = self.init_std * jax.random.normal(rng, self.param_shapes(dims)["table"])
         return {"table": table.astype(jnp.float32)}
 
     def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:

@@ -25,10 +25,12 @@ import jax
 import jax.numpy as jnp
 
 from posenc.encodings.base import Dims, Encoding, Params
+from posenc.encodings.registry import register
 from posenc.encodings.relative import rel_shift, relative_offsets
 from posenc.encodings.sinusoidal import sinusoidal_table
 
 
+@register
 @dataclasses.dataclass(frozen=True)
 class TransformerXL(Encoding):
     """Relative sinusoids projected by ``W_kR`` plus global biases ``u`` and ``v``.
@@ -44,6 +46,9 @@ class TransformerXL(Encoding):
 
     name = "xl"
     paper = "Dai et al. 2019, Transformer-XL: Attentive Language Models Beyond a Fixed-Length..."
+    relative = True
+    # The original code clamps relative distances at evaluation only (Dai et al. 2019).
+    eval_safe_hparams = ("clamp_len",)
 
     clamp_len: int | None = None
     base: float = 10000.0
@@ -64,14 +69,18 @@ class TransformerXL(Encoding):
                 f"got {dims.model_dim}"
             )
 
+    def param_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:
+        h, d, m = dims.num_heads, dims.head_dim, dims.model_dim
+        return {"u": (h, d), "v": (h, d), "w_r": (m, h, d)}
+
     def init(self, rng: jax.Array, dims: Dims) -> Params:
         ru, rv, rw = jax.random.split(rng, 3)
-        h, d, m = dims.num_heads, dims.head_dim, dims.model_dim
+        shapes = self.param_shapes(dims)
         return {
-            "u": self.init_std * jax.random.normal(ru, (h, d)),
-            "v": self.init_std * jax.random.normal(rv, (h, d)),
+            "u": self.init_std * jax.random.normal(ru, shapes["u"]),
+            "v": self.init_std * jax.random.normal(rv, shapes["v"]),
             # Scaled like a dense layer so that W_kR R has unit-ish variance per channel.
-            "w_r": jax.random.normal(rw, (m, h, d)) / jnp.sqrt(m),
+            "w_r": jax.random.normal(rw, shapes["w_r"]) / jnp.sqrt(dims.model_dim),
         }
 
     def relative_keys(self, params: Params, distances: jax.Array, dtype) -> jax.Array:

@@ -146,7 +146,7 @@ def test_encoder_rotate_hook_uses_its_hyperparameters():
     assert enc.hooks == ("rotate",)
     q, k = _x(7), _x(8, (2, 6, 3, 16))
     q_pos, k_pos = np.array([[1, 2, 3, 4, 5]]), np.array([[0, 1, 2, 3, 4, 5]])
-    rq, rk = enc.rotate(jnp.asarray(q), jnp.asarray(k), jnp.asarray(q_pos), jnp.asarray(k_pos))
+    rq, rk = enc.rotate({}, jnp.asarray(q), jnp.asarray(k), jnp.asarray(q_pos), jnp.asarray(k_pos))
     q_pos2, k_pos2 = np.repeat(q_pos, 2, 0), np.repeat(k_pos, 2, 0)
     np.testing.assert_allclose(
         np.asarray(rq[..., :8]), _naive_rope(q[..., :8], q_pos2, 5e5, "interleaved", 8), atol=1e-5

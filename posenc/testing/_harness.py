@@ -1,0 +1,185 @@
+"""Settings, tiny models and the compiled programs the contract checks share.
+
+Compiling dominates the battery's run time, so each compiled program (a forward pass, a training
+step, a Jacobian) is built once per (encoder, settings) and process and shared by the checks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from posenc import encodings
+from posenc.encodings.base import Dims, Encoding
+from posenc.model import ModelConfig, Transformer
+
+# Hyperparameters the battery uses for registered encoders that need something other than their
+# defaults to be exercised at the battery's tiny sizes. A new encoder needs no entry.
+HPARAMS: dict[str, dict[str, Any]] = {
+    # Longer than the offset windows of the shift check (17 + 12 <= 32), shorter than 4 x 12, so
+    # the extrapolation check meets the learned table's clear error.
+    "learned": {"max_len": 32},
+    # Clip distance and buckets inside the 12-token window, so clipping and log buckets happen.
+    "shaw": {"max_distance": 4},
+    "t5": {"num_buckets": 8, "max_distance": 16},
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """Sizes and tolerances of the contract checks; the defaults suit any encoder.
+
+    Attributes:
+      length: ``T``, the window the model is built, trained and checked at.
+      block_size: tile of the ``blocked`` path; below ``length`` so that it really tiles (and
+        does not divide it, so the last tile is padded).
+      extra_keys: the attention check uses ``S = T + extra_keys`` keys, queries the last ``T``.
+      offsets: first position of each batch row (the batch size is ``len(offsets)``); the shift
+        check moves row ``b`` by ``offsets[b]``.
+      extrapolation: the extrapolation check runs at ``extrapolation * length`` tokens; the
+        bf16 check uses the same window (several blocks long).
+      vocab_size, num_layers, model_dim, num_heads, mlp_dim: the tiny model.
+      train_steps, learning_rate: the training check's Adam loop on one fixed batch.
+      tolerance: float32 agreement of attention paths and of shifted logits (absolute and
+        relative).
+      bf16_tolerance: bf16 logits may differ from float32 by this fraction of the largest
+        float32 logit.
+      seed: parameters, tokens and attention inputs.
+    """
+
+    length: int = 12
+    block_size: int = 5
+    extra_keys: int = 4
+    offsets: tuple[int, ...] = (3, 17)
+    extrapolation: int = 4
+    vocab_size: int = 64
+    num_layers: int = 1
+    model_dim: int = 32
+    num_heads: int = 2
+    mlp_dim: int = 64
+    train_steps: int = 8
+    learning_rate: float = 1e-2
+    tolerance: float = 1e-5
+    bf16_tolerance: float = 0.05
+    seed: int = 0
+
+    @property
+    def dims(self) -> Dims:
+        return Dims(self.num_heads, self.model_dim // self.num_heads, self.model_dim)
+
+
+def resolve(encoder: str | Encoding) -> Encoding:
+    """A registered name (with the battery's :data:`HPARAMS`) or an unbound encoder instance."""
+    if isinstance(encoder, str):
+        return encodings.get(encoder, **HPARAMS.get(encoder, {}))
+    if not isinstance(encoder, Encoding):
+        raise TypeError(f"expected an encoder name or an Encoding instance, got {encoder!r}")
+    if encoder.dims is not None:
+        raise ValueError(f"pass the unbound encoder (encodings.get(...)), not {encoder!r}")
+    return encoder
+
+
+def label(encoder: Encoding) -> str:
+    """How failures name an encoder: its registry name and hyperparameters."""
+    args = ", ".join(f"{k}={v!r}" for k, v in encoder.hparams().items())
+    return f"encoder {encoder.name!r} ({type(encoder).__name__}({args}))"
+
+
+def memo(fn: Callable) -> Callable:
+    """``functools.lru_cache`` for hashable arguments; calls straight through otherwise (an
+    encoder with an unhashable hyperparameter is still checked, only without sharing)."""
+    cached = functools.lru_cache(maxsize=64)(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            hash((args, tuple(kwargs.items())))
+        except TypeError:
+            return fn(*args, **kwargs)
+        return cached(*args, **kwargs)
+
+    return wrapper
+
+
+# Compiling dominates these tiny programs' run time; LLVM at -O0 compiles about twice as fast and
+# computes the same program (XLA's graph passes still run).
+def jit(fn: Callable, **kwargs) -> Callable:
+    return jax.jit(fn, compiler_options={"xla_backend_optimization_level": 0}, **kwargs)
+
+
+def model_config(settings: Settings, **overrides: Any) -> ModelConfig:
+    """The battery's tiny float32 model: untied output (the causality check needs it)."""
+    base = dict(
+        vocab_size=settings.vocab_size,
+        num_layers=settings.num_layers,
+        model_dim=settings.model_dim,
+        num_heads=settings.num_heads,
+        mlp_dim=settings.mlp_dim,
+        dtype="float32",
+        tie_embeddings=False,
+        attention_impl="auto",
+        attention_block_size=settings.block_size,
+    )
+    return ModelConfig(**{**base, **overrides})
+
+
+def build(encoder: Encoding, settings: Settings, **overrides: Any) -> Transformer:
+    """A fresh model; the same ``settings.seed`` gives the same float32 parameters."""
+    return Transformer(model_config(settings, **overrides), encoder, rngs=nnx.Rngs(settings.seed))
+
+
+def tokens(settings: Settings, length: int, seed: int = 0) -> jax.Array:
+    """``[len(offsets), length]`` random token ids."""
+    rng = np.random.default_rng(settings.seed + seed)
+    shape = (len(settings.offsets), length)
+    return jnp.asarray(rng.integers(0, settings.vocab_size, shape), jnp.int32)
+
+
+@memo
+def forward(encoder: Encoding, settings: Settings, positions: bool, **overrides: Any):
+    """``(run, state)``: ``run(state, tokens[, positions]) -> [B, T, V]`` logits, compiled once.
+
+    With ``positions=False`` the model uses its default positions (and ``check_length``).
+    """
+    graphdef, state = nnx.split(build(encoder, settings, **overrides))
+    if positions:
+        run = jit(lambda state, tokens, pos: nnx.merge(graphdef, state)(tokens, pos))
+    else:
+        run = jit(lambda state, tokens: nnx.merge(graphdef, state)(tokens))
+    return run, state
+
+
+def train_losses(encoder: Encoding, settings: Settings) -> tuple[float, ...]:
+    """The loss at every step of Adam on one fixed batch of ``length + 1`` tokens.
+
+    A functional loop like :mod:`posenc.train`'s (split once, a jitted step returning the new
+    state), but self-contained so the battery does not depend on the training stack.
+    """
+    graphdef, params, rest = nnx.split(build(encoder, settings), nnx.Param, ...)
+    batch = tokens(settings, settings.length + 1, seed=1)
+    tx = optax.adam(settings.learning_rate)
+
+    def loss_fn(params):
+        logits = nnx.merge(graphdef, params, rest)(batch[:, :-1])
+        return optax.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()
+
+    @jit
+    def step(params, opt_state):
+        loss, grads = jax.value_and_grad(loss_fn)(params)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    opt_state = tx.init(params)
+    losses = []
+    for _ in range(settings.train_steps):
+        params, opt_state, loss = step(params, opt_state)
+        losses.append(float(loss))
+    return tuple(losses)

@@ -1,0 +1,381 @@
+"""The contract checks: one function per promise an encoder makes.
+
+Each check takes a registered name or an unbound :class:`~posenc.encodings.base.Encoding`
+(``encodings.get(...)`` or your class's instance) and optional :class:`Settings`, returns None
+when the encoder keeps the promise, and raises ``AssertionError`` naming the encoder and what
+failed otherwise. Expected values are fixed properties (zero gradient, invariance, declared
+shapes, agreement with the reference path), never the code's own earlier output.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from posenc import attention
+from posenc.encodings.base import Encoding
+from posenc.model import EncoderParam
+from posenc.testing._harness import (
+    Settings,
+    build,
+    forward,
+    jit,
+    label,
+    memo,
+    resolve,
+    tokens,
+    train_losses,
+)
+
+SCOPES = ("layer", "shared")
+
+
+def _fail(encoder: Encoding, check: str, message: str) -> AssertionError:
+    return AssertionError(f"{label(encoder)} fails {check}: {message}")
+
+
+def _max_error(got: np.ndarray, expected: np.ndarray) -> str:
+    return f"max |difference| {np.nanmax(np.abs(got - expected)):.3g}"
+
+
+def check_declarations(encoder: str | Encoding, settings: Settings | None = None) -> None:
+    """The class attributes are well formed and the encoder is a frozen, rebuildable dataclass."""
+    enc = resolve(encoder)
+
+    def fail(message):
+        return _fail(enc, "declarations", message)
+
+    cls = type(enc)
+    if not (isinstance(cls.name, str) and cls.name):
+        raise fail("`name` must be a non-empty string (it is the registry key)")
+    if not (isinstance(cls.paper, str) and cls.paper):
+        raise fail("`paper` must cite where the encoding comes from")
+    if cls.param_scope not in SCOPES:
+        raise fail(f"param_scope must be one of {list(SCOPES)}, got {cls.param_scope!r}")
+    if not isinstance(cls.relative, bool):
+        raise fail(f"`relative` must be True or False, got {cls.relative!r}")
+    hparams = enc.hparams()
+    safe = cls.eval_safe_hparams
+    if not isinstance(safe, tuple) or not set(safe) <= set(hparams):
+        raise fail(f"eval_safe_hparams {safe!r} must be a tuple of hyperparameters {list(hparams)}")
+    if "embed" in enc.hooks and cls.param_scope != "shared":
+        raise fail("an encoder with an `embed` hook must set param_scope = 'shared'")
+    if not cls.__dataclass_params__.frozen:
+        raise fail("must be a frozen dataclass (@dataclasses.dataclass(frozen=True))")
+    if cls(**hparams) != enc:
+        raise fail("cls(**encoder.hparams()) must rebuild an equal encoder (configs rely on it)")
+
+
+def _nvidia_gpu() -> bool:
+    device = jax.devices()[0]
+    return device.platform == "gpu" and "nvidia" in device.device_kind.lower()
+
+
+@memo
+def _attend(encoder: Encoding, implementation: str, block_size: int):
+    run = jit(
+        lambda q, k, v, params, q_pos, k_pos: attention.attend(
+            q,
+            k,
+            v,
+            encoding=encoder,
+            params=params,
+            q_pos=q_pos,
+            k_pos=k_pos,
+            implementation=implementation,
+            block_size=block_size,
+        )
+    )
+    return run
+
+
+def check_paths_agree(encoder: str | Encoding, settings: Settings | None = None) -> None:
+    """Every attention path that accepts the encoder here equals the ``einsum`` reference.
+
+    Causal attention of ``T`` queries (the last ``T`` of ``S = T + extra_keys`` keys), each batch
+    row at its own offset, ``blocked`` tiling with a padded last tile; ``cudnn`` only on an NVIDIA
+    GPU, in bfloat16 (its only dtypes) against the reference in bfloat16.
+    """
+    settings = settings or Settings()
+    enc = resolve(encoder)
+    dims = settings.dims
+    bound = enc.bind(dims)
+    params = bound.init(jax.random.key(settings.seed), dims)
+    b, t, s = len(settings.offsets), settings.length, settings.length + settings.extra_keys
+    rng = np.random.default_rng(settings.seed)
+    q, k, v = (
+        jnp.asarray(rng.standard_normal((b, n, dims.num_heads, dims.head_dim)), jnp.float32)
+        for n in (t, s, s)
+    )
+    k_pos = jnp.asarray(np.asarray(settings.offsets)[:, None] + np.arange(s), jnp.int32)
+    q_pos = k_pos[:, s - t :]
+
+    def run(impl, dtype=jnp.float32):
+        x = [a.astype(dtype) for a in (q, k, v)]
+        out = _attend(bound, impl, settings.block_size)(*x, params, q_pos, k_pos)
+        return np.asarray(out, np.float32)
+
+    reference = run("einsum")
+    if not np.isfinite(reference).all():
+        raise _fail(enc, "paths_agree", "the einsum reference gives non-finite outputs")
+    # The explicit paths first, so that a failure names the path itself rather than "auto".
+    for impl in sorted(attention.IMPLEMENTATIONS, key=lambda impl: impl == "auto"):
+        if impl == "einsum":
+            continue
+        try:
+            attention.check_implementation(bound, impl)
+        except ValueError:
+            continue  # this path does not take the encoder (e.g. a value term on a fused kernel)
+        dtype, expected, tol = jnp.float32, reference, settings.tolerance
+        if impl == "cudnn":
+            has_bias = "bias" in bound.hooks or "content_logits" in bound.hooks
+            supported = attention.cudnn_supports(dims.head_dim, jnp.bfloat16, t, s, has_bias)
+            if not (_nvidia_gpu() and supported):
+                continue
+            dtype, expected, tol = jnp.bfloat16, run("einsum", jnp.bfloat16), 2e-2
+        got = run(impl, dtype)
+        if not np.allclose(got, expected, rtol=tol, atol=tol):
+            raise _fail(
+                enc,
+                "paths_agree",
+                f"attention path {impl!r} differs from the einsum reference "
+                f"({_max_error(got, expected)}, tolerance {tol:g}; T={t}, S={s}, "
+                f"block_size={settings.block_size}, offsets={settings.offsets})",
+            )
+
+
+@memo
+def _input_jacobian(encoder: Encoding, settings: Settings, implementation: str) -> np.ndarray:
+    """``[T, T, D]``: d (sum of logits[t]) / d (input embedding at s), for one window of
+    distinct tokens.
+
+    With distinct tokens and an untied output layer, row ``tokens[s]`` of the embedding table is
+    used only at input position ``s``, so the Jacobian with respect to that row is the dependence
+    of every output on input ``s``.
+    """
+    t = settings.length
+    model = build(encoder, settings, attention_impl=implementation)
+    ids = np.random.default_rng(settings.seed).permutation(settings.vocab_size)[:t]
+    window = jnp.asarray(ids[None], jnp.int32)  # [1, T]
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+
+    def per_position(embedding, params, rest):
+        params = jax.tree.map(lambda x: x, params)  # a copy to edit
+        params["embed"]["embedding"] = nnx.Param(embedding)
+        return nnx.merge(graphdef, params, rest)(window)[0].sum(-1)  # [T]
+
+    args = (params["embed"]["embedding"][...], params, rest)
+    jac = np.asarray(jit(jax.jacrev(per_position))(*args))  # [T, V, D]
+    if not np.isfinite(jac).all():
+        # At LLVM -O0, XLA:CPU can return NaN gradients through the blocked path's lax.cond
+        # (seen with content-free biases); the default optimisation level is exact.
+        jac = np.asarray(jax.jit(jax.jacrev(per_position))(*args))
+    return jac[:, ids]  # [t_out, s_in, D]
+
+
+def check_causal(encoder: str | Encoding, settings: Settings | None = None) -> None:
+    """No output sees a later input: ``d logits[t] / d input[s]`` is exactly 0 for ``s > t``.
+
+    Through the whole model, on the ``einsum`` path and on the ``blocked`` path with tiles of
+    ``block_size < length``. Also every output depends on some input at or before it, some
+    output on an earlier input (attention really mixes positions), and the two paths' Jacobians
+    agree (the tiled path trains like the reference).
+    """
+    settings = settings or Settings()
+    enc = resolve(encoder)
+    later = np.triu(np.ones((settings.length,) * 2, bool), k=1)
+    jacobians = {}
+    for impl in ("einsum", "blocked"):
+        jac = jacobians[impl] = _input_jacobian(enc, settings, impl)
+        where = f"on the {impl!r} path (block_size={settings.block_size})"
+        if not np.isfinite(jac).all():
+            raise _fail(enc, "causal", f"non-finite gradients {where}")
+        dep = np.abs(jac).sum(-1)  # [t_out, s_in]
+        if (dep[later] != 0).any():
+            pairs = [tuple(map(int, p)) for p in np.argwhere(dep * later)[:5]]
+            raise _fail(enc, "causal", f"outputs depend on later inputs {where}: (t, s) {pairs}")
+        if not (dep * ~later > 0).any(axis=1).all() or not np.tril(dep, k=-1).any():
+            raise _fail(enc, "causal", f"outputs do not depend on earlier inputs {where}")
+    ref, got = jacobians["einsum"], jacobians["blocked"]
+    if not np.allclose(got, ref, rtol=1e-4, atol=1e-5):
+        error = _max_error(got, ref)
+        raise _fail(enc, "causal", f"input gradients of 'blocked' and 'einsum' differ ({error})")
+
+
+def check_shift(encoder: str | Encoding, settings: Settings | None = None) -> None:
+    """``relative`` is true: logits at positions ``p + c`` equal those at ``p`` iff relative.
+
+    Row ``b`` moves by ``offsets[b]``. A relative encoder must agree within ``tolerance``; an
+    absolute one (``relative = False``) must change, so a wrong declaration fails either way.
+    """
+    settings = settings or Settings()
+    enc = resolve(encoder)
+    run, state = forward(enc, settings, True)
+    window = tokens(settings, settings.length)
+    base = jnp.broadcast_to(jnp.arange(settings.length), window.shape)
+    shifted = base + jnp.asarray(settings.offsets)[:, None]
+    at_base = np.asarray(run(state, window, base))
+    at_shift = np.asarray(run(state, window, shifted))
+    if not (np.isfinite(at_base).all() and np.isfinite(at_shift).all()):
+        raise _fail(enc, "shift", f"non-finite logits at positions shifted by {settings.offsets}")
+    same = np.allclose(at_shift, at_base, rtol=settings.tolerance, atol=settings.tolerance)
+    if enc.relative and not same:
+        raise _fail(
+            enc,
+            "shift",
+            f"declares relative = True but shifting positions by {settings.offsets} changes "
+            f"the logits ({_max_error(at_shift, at_base)}, tolerance {settings.tolerance:g})",
+        )
+    if not enc.relative and same:
+        raise _fail(
+            enc,
+            "shift",
+            f"declares relative = False but shifting positions by {settings.offsets} leaves the "
+            "logits unchanged; declare relative = True",
+        )
+
+
+def _encoder_params(model: nnx.Module) -> dict[str, tuple[type, tuple[int, ...], jnp.dtype]]:
+    """``'blocks/0/pos_params/table' -> (variable type, shape, dtype)`` of encoder variables."""
+    out = {}
+    for path, var in nnx.iter_graph(model):
+        if isinstance(var, nnx.Variable) and (
+            isinstance(var, EncoderParam) or "pos_params" in "/".join(map(str, path))
+        ):
+            value = var[...]
+            out["/".join(map(str, path))] = (type(var), tuple(value.shape), value.dtype)
+    return out
+
+
+def check_param_shapes(encoder: str | Encoding, settings: Settings | None = None) -> None:
+    """``init`` returns exactly what ``param_shapes`` promises, in float32, and a two-layer model
+    holds them as :class:`~posenc.model.EncoderParam` where ``param_scope`` says: one copy per
+    block (``blocks/<i>/pos_params/<name>``) or one at the model (``shared_pos_params/<name>``).
+    """
+    settings = settings or Settings()
+    enc = resolve(encoder)
+    dims = settings.dims
+    promised = {n: tuple(s) for n, s in enc.param_shapes(dims).items()}
+    params = enc.bind(dims).init(jax.random.key(settings.seed), dims)
+    got = {n: tuple(jnp.shape(x)) for n, x in params.items()}
+    if got != promised:
+        raise _fail(enc, "param_shapes", f"init returns {got} but param_shapes promises {promised}")
+    wrong = {n: str(jnp.asarray(x).dtype) for n, x in params.items() if x.dtype != jnp.float32}
+    if wrong:
+        raise _fail(enc, "param_shapes", f"init must return float32 arrays, got {wrong}")
+
+    layers = 2
+    model = build(enc, settings, num_layers=layers)
+    if enc.param_scope == "layer":
+        places = [f"blocks/{i}/pos_params" for i in range(layers)]
+    else:
+        places = ["shared_pos_params"]
+    expected = {
+        f"{place}/{n}": (EncoderParam, shape, jnp.dtype(jnp.float32))
+        for place in places
+        for n, shape in promised.items()
+    }
+    held = _encoder_params(model)
+    if held != expected:
+        raise _fail(
+            enc,
+            "param_shapes",
+            f"with param_scope={enc.param_scope!r} a {layers}-layer model should hold "
+            f"{ {p: s for p, (_, s, _) in expected.items()} } as EncoderParam, but holds "
+            f"{ {p: (t.__name__, s, str(d)) for p, (t, s, d) in held.items()} }",
+        )
+
+
+def _longest_accepted(encoder: Encoding, settings: Settings) -> int:
+    """``extrapolation * length`` tokens, or the longest multiple of ``length`` the encoder's
+    ``check_length`` accepts."""
+    bound = encoder.bind(settings.dims)
+    for factor in range(settings.extrapolation, 1, -1):
+        try:
+            bound.check_length(factor * settings.length)
+        except ValueError:
+            continue
+        return factor * settings.length
+    return settings.length
+
+
+def check_bf16(encoder: str | Encoding, settings: Settings | None = None) -> None:
+    """bfloat16 compute stays finite and close to float32.
+
+    At ``extrapolation * length`` tokens, or the longest multiple of ``length`` the encoder
+    accepts (several ``block_size`` tiles, so ``auto`` tiles on CPU), with the same float32
+    parameters: bfloat16 logits are finite, float32, and within ``bf16_tolerance`` times the
+    largest float32 logit of the float32 model's.
+    """
+    settings = settings or Settings()
+    enc = resolve(encoder)
+    length = _longest_accepted(enc, settings)
+    window = tokens(settings, length, seed=2)
+    run32, state = forward(enc, settings, False)
+    run16, _ = forward(enc, settings, False, dtype="bfloat16")  # same float32 parameters
+    ref = np.asarray(run32(state, window))
+    low = np.asarray(run16(state, window))
+    where = f"at {length} tokens (block_size={settings.block_size})"
+    if low.dtype != np.float32:
+        raise _fail(enc, "bf16", f"bfloat16 compute must still return float32 logits {where}")
+    if not np.isfinite(low).all():
+        raise _fail(enc, "bf16", f"non-finite logits in bfloat16 {where}")
+    if np.array_equal(low, ref):
+        raise _fail(enc, "bf16", f"bfloat16 logits equal float32's exactly {where}: no bf16 ran")
+    scale = np.abs(ref).max()
+    if not np.abs(low - ref).max() <= settings.bf16_tolerance * scale:
+        raise _fail(
+            enc,
+            "bf16",
+            f"bfloat16 logits are far from float32 {where}: {_max_error(low, ref)} against "
+            f"{settings.bf16_tolerance:g} x {scale:.3g}",
+        )
+
+
+def check_trains(encoder: str | Encoding, settings: Settings | None = None) -> None:
+    """A few Adam steps on one fixed batch lower the loss by at least 10 %, with finite losses."""
+    settings = settings or Settings()
+    enc = resolve(encoder)
+    losses = train_losses(enc, settings)
+    if not np.isfinite(losses).all():
+        raise _fail(enc, "trains", f"non-finite training loss: {losses}")
+    if not losses[-1] < 0.9 * losses[0]:
+        raise _fail(
+            enc, "trains", f"{len(losses)} Adam steps did not lower the loss by 10 %: {losses}"
+        )
+
+
+def check_extrapolates(encoder: str | Encoding, settings: Settings | None = None) -> None:
+    """A model built for ``length`` tokens runs at ``extrapolation * length`` with its default
+    positions and gives finite logits; or, if the encoder's ``check_length`` refuses that
+    length, the model call raises the same ``ValueError`` before computing anything."""
+    settings = settings or Settings()
+    enc = resolve(encoder)
+    length = settings.extrapolation * settings.length
+    try:
+        enc.bind(settings.dims).check_length(length)
+    except ValueError as err:
+        model = build(enc, settings)
+        try:
+            model(tokens(settings, length, seed=2))
+        except ValueError as raised:
+            if str(raised) != str(err):
+                raise _fail(
+                    enc, "extrapolates", f"the model raised {raised!r}, not check_length's {err!r}"
+                ) from raised
+            return
+        raise _fail(
+            enc, "extrapolates", f"check_length({length}) refuses but the model ran anyway"
+        ) from err
+    run, state = forward(enc, settings, False)
+    logits = np.asarray(run(state, tokens(settings, length, seed=2)))
+    if logits.shape != (len(settings.offsets), length, settings.vocab_size):
+        raise _fail(enc, "extrapolates", f"logits of shape {logits.shape} at {length} tokens")
+    if not np.isfinite(logits).all():
+        raise _fail(
+            enc,
+            "extrapolates",
+            f"built for {settings.length} tokens, non-finite logits at {length}",
+        )

@@ -1,0 +1,170 @@
+"""The encoder contract battery (posenc.testing): every registered encoder x every check, an
+encoder registered inside a test is picked up with no other edit, and each check fails an
+encoder that breaks its promise."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import pytest
+
+from posenc import encodings, testing
+from posenc.encodings import Encoding
+
+
+@pytest.mark.parametrize("name,check", testing.cases())
+def test_contract(name, check):
+    testing.CHECKS[check](name)
+
+
+# -- a new encoder is tested the day it is registered ---------------------------------------
+
+
+def test_an_encoder_registered_in_one_decorator_is_picked_up_by_the_battery():
+    with testing.temporary_registry():
+
+        @encodings.register
+        @dataclasses.dataclass(frozen=True)
+        class LearnedRotary(Encoding):
+            """RoPE with a learned frequency per channel pair (uses rotate's params)."""
+
+            name = "throwaway-learned-rotary"
+            paper = "a test"
+            relative = True
+
+            def param_shapes(self, dims):
+                return {"log_freq": (dims.head_dim // 2,)}
+
+            def init(self, rng, dims):
+                (shape,) = self.param_shapes(dims).values()
+                return {"log_freq": jax.random.uniform(rng, shape, jnp.float32, -4.0, 0.0)}
+
+            def rotate(self, params, q, k, q_pos, k_pos):
+                freq = jnp.exp(params["log_freq"])  # [Dh/2]
+
+                def turn(x, pos):  # x: [B, T, H, Dh], pos: [B|1, T]
+                    angle = pos.astype(jnp.float32)[:, :, None, None] * freq  # [B|1, T, 1, Dh/2]
+                    a, b = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+                    c, s = jnp.cos(angle), jnp.sin(angle)
+                    return jnp.concatenate([a * c - b * s, a * s + b * c], -1).astype(x.dtype)
+
+                return turn(q, q_pos), turn(k, k_pos)
+
+        picked = [check for name, check in testing.cases() if name == LearnedRotary.name]
+        assert picked == list(testing.CHECKS)
+        for check in picked:
+            testing.CHECKS[check](LearnedRotary.name)
+    assert LearnedRotary.name not in encodings.names()  # the registry is restored
+
+
+# -- the checks have teeth: encoders that break a promise fail ------------------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class PeeksAhead(Encoding):
+    """Adds q_i . k_{j+1} to the logit of (i, j): the diagonal reads the next, future key."""
+
+    name = "peeks-ahead"
+    paper = "a test"
+    relative = True
+
+    def content_logits(self, params, q, k, q_pos, k_pos):
+        return jnp.einsum("BTHD,BSHD->BHTS", q, jnp.roll(k, -1, axis=1))
+
+
+@dataclasses.dataclass(frozen=True)
+class AbsoluteBias(Encoding):
+    """Declares relative = True but biases each key by a function of its absolute position."""
+
+    name = "absolute-bias"
+    paper = "a test"
+    relative = True
+
+    def bias(self, params, q_pos, k_pos):
+        b, h = max(q_pos.shape[0], k_pos.shape[0]), self.bound_dims.num_heads
+        bias = jnp.sin(0.7 * k_pos.astype(jnp.float32))[:, None, None, :]  # [B|1, 1, 1, S]
+        return jnp.broadcast_to(bias, (b, h, q_pos.shape[-1], k_pos.shape[-1]))
+
+
+@dataclasses.dataclass(frozen=True)
+class SaysAbsolute(encodings.NoPE):
+    """NoPE is shift invariant; declaring it absolute is wrong."""
+
+    relative = False
+
+
+@dataclasses.dataclass(frozen=True)
+class BrokenPromise(Encoding):
+    """``init`` disagrees with ``param_shapes``."""
+
+    name = "broken-promise"
+    paper = "a test"
+    relative = True
+
+    def param_shapes(self, dims):
+        return {"w": (dims.num_heads, 4)}
+
+    def init(self, rng, dims):
+        return {"w": jnp.zeros((dims.num_heads, 3), jnp.float32)}
+
+
+@dataclasses.dataclass(frozen=True)
+class HalfPrecisionInit(BrokenPromise):
+    name = "half-precision-init"
+
+    def init(self, rng, dims):
+        return {"w": jnp.zeros((dims.num_heads, 4), jnp.bfloat16)}
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexBias(Encoding):
+    """Biases by the key's index within the call, not its position: tiles see other indices."""
+
+    name = "index-bias"
+    paper = "a test"
+    relative = True
+
+    def bias(self, params, q_pos, k_pos):
+        s = k_pos.shape[-1]
+        return jnp.broadcast_to(-0.5 * jnp.arange(s, dtype=jnp.float32), (1, 1, 1, s))
+
+
+def test_an_encoder_that_reads_a_future_key_fails_the_causality_check():
+    with pytest.raises(AssertionError, match=r"'peeks-ahead'.*causal.*later inputs.*'einsum'"):
+        testing.check_causal(PeeksAhead())
+
+
+def test_a_wrong_relative_declaration_fails_the_shift_check():
+    with pytest.raises(AssertionError, match=r"'absolute-bias'.*declares relative = True"):
+        testing.check_shift(AbsoluteBias())
+    with pytest.raises(AssertionError, match=r"'nope'.*declares relative = False"):
+        testing.check_shift(SaysAbsolute())
+
+
+def test_init_that_breaks_param_shapes_fails_the_shape_check():
+    with pytest.raises(AssertionError, match=r"init returns \{'w': \(2, 3\)\}.*\{'w': \(2, 4\)\}"):
+        testing.check_param_shapes(BrokenPromise())
+    with pytest.raises(AssertionError, match="float32.*bfloat16"):
+        testing.check_param_shapes(HalfPrecisionInit())
+
+
+def test_a_hook_that_depends_on_the_tile_fails_the_path_check():
+    with pytest.raises(AssertionError, match=r"'index-bias'.*path 'blocked' differs"):
+        testing.check_paths_agree(IndexBias())
+
+
+def test_check_encoder_lists_every_failed_check():
+    with pytest.raises(AssertionError) as info:
+        testing.check_encoder(BrokenPromise(), checks=("declarations", "param_shapes"))
+    message = str(info.value)
+    assert message.startswith("1 of 2 contract checks failed")
+    assert "- param_shapes:" in message and "- declarations" not in message
+    testing.check_encoder("nope", checks=("declarations", "param_shapes"))  # passes quietly
+
+
+def test_checks_refuse_a_bound_encoder():
+    bound = encodings.get("nope").bind(testing.Settings().dims)
+    with pytest.raises(ValueError, match="unbound"):
+        testing.check_declarations(bound)
