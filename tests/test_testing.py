@@ -5,6 +5,9 @@ encoder that breaks its promise."""
 from __future__ import annotations
 
 import dataclasses
+import pathlib
+import sys
+import types
 
 import jax
 import jax.numpy as jnp
@@ -57,6 +60,20 @@ def test_an_encoder_registered_in_one_decorator_is_picked_up_by_the_battery():
         for check in picked:
             testing.CHECKS[check](LearnedRotary.name)
     assert LearnedRotary.name not in encodings.names()  # the registry is restored
+
+
+def test_the_readme_example_encoder_registers_and_keeps_the_contract(monkeypatch):
+    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
+    section = readme[readme.index("### Adding an encoder") :]
+    start = section.index("```python\n") + len("```python\n")
+    source = section[start : section.index("\n```", start)]
+    with testing.temporary_registry():
+        module = types.ModuleType("readme_example")  # dataclasses look their module up
+        monkeypatch.setitem(sys.modules, module.__name__, module)
+        exec(compile(source, "README.md", "exec"), module.__dict__)
+        assert encodings.get_class("kerple_log") is module.KerpleLog
+        for check in ("declarations", "param_shapes", "shift"):  # the cheap ones
+            testing.CHECKS[check]("kerple_log")
 
 
 # -- the checks have teeth: encoders that break a promise fail ------------------------------
