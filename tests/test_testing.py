@@ -172,6 +172,20 @@ def test_a_hook_that_depends_on_the_tile_fails_the_path_check():
         testing.check_paths_agree(IndexBias())
 
 
+@dataclasses.dataclass(frozen=True)
+class RelativeAsAField(Encoding):
+    """Annotating a declaration in a dataclass subclass turns it into a hyperparameter."""
+
+    name = "relative-as-a-field"
+    paper = "a test"
+    relative: bool = True
+
+
+def test_a_declaration_written_as_a_field_fails_the_declarations_check():
+    with pytest.raises(AssertionError, match=r"\['relative'\] became hyperparameters"):
+        testing.check_declarations(RelativeAsAField())
+
+
 def test_check_encoder_lists_every_failed_check():
     with pytest.raises(AssertionError) as info:
         testing.check_encoder(BrokenPromise(), checks=("declarations", "param_shapes"))

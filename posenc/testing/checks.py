@@ -30,6 +30,8 @@ from posenc.testing._harness import (
 )
 
 SCOPES = ("layer", "shared")
+# Class-level declarations of the contract (never hyperparameters).
+DECLARATIONS = ("name", "paper", "param_scope", "relative", "eval_safe_hparams")
 
 
 def _fail(encoder: Encoding, check: str, message: str) -> AssertionError:
@@ -57,6 +59,12 @@ def check_declarations(encoder: str | Encoding, settings: Settings | None = None
     if not isinstance(cls.relative, bool):
         raise fail(f"`relative` must be True or False, got {cls.relative!r}")
     hparams = enc.hparams()
+    as_fields = sorted(set(hparams) & set(DECLARATIONS))
+    if as_fields:
+        raise fail(
+            f"{as_fields} became hyperparameters (dataclass fields): set them as plain class "
+            "attributes, without a type annotation"
+        )
     safe = cls.eval_safe_hparams
     if not isinstance(safe, tuple) or not set(safe) <= set(hparams):
         raise fail(f"eval_safe_hparams {safe!r} must be a tuple of hyperparameters {list(hparams)}")
@@ -64,8 +72,15 @@ def check_declarations(encoder: str | Encoding, settings: Settings | None = None
         raise fail("an encoder with an `embed` hook must set param_scope = 'shared'")
     if not cls.__dataclass_params__.frozen:
         raise fail("must be a frozen dataclass (@dataclasses.dataclass(frozen=True))")
-    if cls(**hparams) != enc:
-        raise fail("cls(**encoder.hparams()) must rebuild an equal encoder (configs rely on it)")
+    try:
+        rebuilt = cls(**hparams)
+    except (TypeError, ValueError) as err:
+        rebuilt = err
+    if rebuilt != enc:
+        raise fail(
+            f"cls(**encoder.hparams()) must rebuild an equal encoder (configs rely on it); got "
+            f"{rebuilt!r}"
+        )
 
 
 def _nvidia_gpu() -> bool:
@@ -205,7 +220,8 @@ def check_causal(encoder: str | Encoding, settings: Settings | None = None) -> N
 
 
 def check_shift(encoder: str | Encoding, settings: Settings | None = None) -> None:
-    """``relative`` is true: logits at positions ``p + c`` equal those at ``p`` iff relative.
+    """The ``relative`` declaration holds: logits at positions ``p + c`` equal those at ``p``
+    if and only if the encoder declares ``relative = True``.
 
     Row ``b`` moves by ``offsets[b]``. A relative encoder must agree within ``tolerance``; an
     absolute one (``relative = False``) must change, so a wrong declaration fails either way.
