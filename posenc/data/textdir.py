@@ -92,7 +92,7 @@ def _assign_splits(folder: Path, relpaths: Sequence[str]) -> tuple[str, dict[str
     """Returns ("split_dirs" | "hash", {split: relative paths}) for the text files."""
     top = {p.name for p in folder.iterdir() if p.is_dir() and p.name in _SPLIT_DIRS}
     if not top:
-        if len(relpaths) < len(SPLITS):
+        if 0 < len(relpaths) < len(SPLITS):  # none at all: the caller says no text was found
             raise ValueError(
                 f"{SOURCE_FIELD}='textdir:{folder}' has {len(relpaths)} text file(s) and no "
                 "train/, validation/ or test/ folders; without them files are split whole "

@@ -139,3 +139,23 @@ def test_missing_folder_and_not_prepared(tmp_path):
     (folder / "a.txt").write_bytes(b"\x00\x01")
     with pytest.warns(UserWarning), pytest.raises(DataNotFoundError, match="no UTF-8 text"):
         get_source(f"textdir:{folder}", tmp_path / "data")
+
+
+def test_a_file_or_a_folder_too_small_to_split_is_one_clear_error(tmp_path):
+    folder = tmp_path / "one"
+    folder.mkdir()
+    (folder / "a.txt").write_text("some text\n" * 100)
+    with pytest.raises(ValueError, match=r"has 1 text file\(s\) and no train/.*at least 3") as info:
+        get_source(f"textdir:{folder}", tmp_path / "data")
+    assert "\n" not in str(info.value)
+    assert not (tmp_path / "data" / "posenc" / "textdir").exists() or not any(
+        (tmp_path / "data" / "posenc" / "textdir").glob("*/tfds/*")
+    ), "nothing was prepared"
+    with pytest.raises(ValueError, match=r"is a file; textdir: takes a folder"):
+        get_source(f"textdir:{folder / 'a.txt'}", tmp_path / "data")
+    # With split folders one file per split is enough.
+    for split in ("train", "validation"):
+        (folder / split).mkdir()
+        (folder / split / "b.txt").write_text(f"{split} text\n" * 100)
+    source = get_source(f"textdir:{folder}", tmp_path / "data")
+    assert source.splits == ("train", "validation")
