@@ -157,5 +157,6 @@ def test_a_file_or_a_folder_too_small_to_split_is_one_clear_error(tmp_path):
     for split in ("train", "validation"):
         (folder / split).mkdir()
         (folder / split / "b.txt").write_text(f"{split} text\n" * 100)
-    source = get_source(f"textdir:{folder}", tmp_path / "data")
+    with pytest.warns(UserWarning, match=r"1 files outside the split folders"):
+        source = get_source(f"textdir:{folder}", tmp_path / "data")
     assert source.splits == ("train", "validation")
