@@ -234,9 +234,8 @@ class Transformer(nnx.Module):
 
         Args:
           tokens: ``[B, T]`` integer token ids.
-          positions: ``[B, T]`` or ``[T]`` integer positions; default ``arange(T)``. Shaw and
-            Transformer-XL read only the first position of each row and assume the rest
-            follow contiguously (their rel-shift needs it); the other encoders take any.
+          positions: ``[B, T]``, ``[1, T]`` or ``[T]`` integer positions, any values (e.g. the
+            randomized positions of Ruoss et al. 2023); default ``arange(T)``.
           rng: dropout key; None for a deterministic pass.
 
         Returns:

@@ -1,7 +1,9 @@
 """Index tricks shared by the relative encoders: the rel-shift (skew) and its transpose.
 
 Relative encoders (Shaw, Transformer-XL) score every query against a short *relative table*
-of ``R = T + S`` key-minus-query offsets instead of against an ``L x L x D`` tensor. For queries
+of ``R = T + S`` key-minus-query offsets instead of against an ``L x L x D`` tensor. That needs
+contiguous positions; for any others (randomized positions, Ruoss et al. 2023) they take a
+general path, chosen at run time by :func:`is_contiguous`. For queries
 at contiguous positions ``q0 + i`` (``i < T``) and keys at ``k0 + j`` (``j < S``), column ``r`` of
 the table holds the offset
 
@@ -88,3 +90,14 @@ def relative_offsets(q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
 def pairwise_offsets(q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
     """``k_pos[j] - q_pos[i]`` for every pair: ``[B|1, T]``, ``[B|1, S]`` -> ``[B|1, T, S]``."""
     return k_pos[:, None, :].astype(jnp.int32) - q_pos[:, :, None].astype(jnp.int32)
+
+
+def is_contiguous(q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+    """Whether every row of ``q_pos`` and ``k_pos`` counts up by one (a scalar bool array).
+
+    The relative table of :func:`relative_offsets` is exact only then; encoders branch on this
+    with ``jax.lax.cond`` so that one compiled program serves contiguous and arbitrary positions.
+    """
+    steps_q = jnp.diff(q_pos.astype(jnp.int32), axis=-1)
+    steps_k = jnp.diff(k_pos.astype(jnp.int32), axis=-1)
+    return jnp.all(steps_q == 1) & jnp.all(steps_k == 1)

@@ -13,6 +13,11 @@ table by a one-hot matmul, and skewed into ``[B, H, T, S]`` by :func:`rel_shift`
 probabilities are un-skewed with the transpose of that shift, summed per clipped distance by the
 transposed one-hot matmul, and multiplied by ``a^V``. Neither direction gathers or scatters, so
 the backward pass stays dense (a gather here turns into a slow scatter on GPUs).
+
+That relative table needs contiguous positions. For any others (randomized positions, Ruoss et
+al. 2023: sorted random subsets of a longer range) the same quantities go through a one-hot of
+each pair's clipped distance, ``[B|1, T, S, 2k+1]``, still dense matmuls and never ``L x L x Dh``;
+``jax.lax.cond`` picks the path at run time (:func:`~posenc.encodings.relative.is_contiguous`).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import jax.numpy as jnp
 
 from posenc.encodings.base import Dims, Encoding, Params
 from posenc.encodings.registry import register
-from posenc.encodings.relative import rel_shift, rel_unshift, relative_offsets
+from posenc.encodings.relative import is_contiguous, rel_shift, rel_unshift, relative_offsets
 
 
 def clipped_relative_index(q_pos: jax.Array, k_pos: jax.Array, max_distance: int) -> jax.Array:
@@ -51,6 +56,12 @@ def _offset_one_hot(q_pos: jax.Array, k_pos: jax.Array, max_distance: int, dtype
     return jax.nn.one_hot(index, 2 * max_distance + 1, dtype=dtype)
 
 
+def _pair_one_hot(q_pos: jax.Array, k_pos: jax.Array, max_distance: int, dtype) -> jax.Array:
+    """``[B|1, T, S, 2k + 1]``: which clipped distance each (query, key) pair uses."""
+    index = clipped_relative_index(q_pos, k_pos, max_distance)  # [B|1, T, S]
+    return jax.nn.one_hot(index, 2 * max_distance + 1, dtype=dtype)
+
+
 def _einsum_batch1(spec: str, x: jax.Array, one_hot: jax.Array) -> jax.Array:
     """``jnp.einsum`` where ``one_hot``'s leading ``B`` may be 1 (positions shared by the batch)."""
     if one_hot.shape[0] == 1:
@@ -65,8 +76,7 @@ def _einsum_batch1(spec: str, x: jax.Array, one_hot: jax.Array) -> jax.Array:
 class Shaw(Encoding):
     """Clipped relative key and value embeddings, one pair of tables per layer.
 
-    Positions must be contiguous within each row (``q0 + arange(T)``, ``k0 + arange(S)``), as
-    they are for every window posenc builds.
+    Any integer positions: contiguous rows take the rel-shift path, others the pairwise one.
 
     Attributes:
       max_distance: the clip distance ``k`` (the paper uses 16 for translation; any ``k >= 0``).
@@ -107,19 +117,55 @@ class Shaw(Encoding):
         del k
         table = params["key_table"].astype(q.dtype)
         per_distance = jnp.einsum("BTHD,KD->BHTK", q, table)  # [B, H, T, 2k+1]
-        one_hot = _offset_one_hot(q_pos, k_pos, self.max_distance, q.dtype)  # [B|1, R, 2k+1]
+        return jax.lax.cond(
+            is_contiguous(q_pos, k_pos),
+            self._keys_by_offset,
+            self._keys_by_pair,
+            per_distance,
+            q_pos,
+            k_pos,
+        )
+
+    def _keys_by_offset(self, per_distance, q_pos, k_pos):
+        """Contiguous positions: spread to the relative table, then skew."""
+        one_hot = _offset_one_hot(q_pos, k_pos, self.max_distance, per_distance.dtype)
         per_offset = _einsum_batch1("BHTK,BRK->BHTR", per_distance, one_hot)  # [B, H, T, T+S]
         return rel_shift(per_offset)  # [B, H, T, S]
+
+    def _keys_by_pair(self, per_distance, q_pos, k_pos):
+        """Any positions: each pair picks its clipped distance through a one-hot."""
+        one_hot = _pair_one_hot(q_pos, k_pos, self.max_distance, per_distance.dtype)
+        if one_hot.shape[0] == 1:
+            return jnp.einsum("BHTK,TSK->BHTS", per_distance, one_hot[0])
+        return jnp.einsum("BHTK,BTSK->BHTS", per_distance, one_hot)  # [B, H, T, S]
 
     def _value_term(
         self, params: Params, probs: jax.Array, q_pos: jax.Array, k_pos: jax.Array
     ) -> jax.Array:
         """``sum_j p_ij a^V_{clip(j-i)}``: ``probs: [B, H, T, S]`` -> ``[B, T, H, Dh]``."""
-        per_offset = rel_unshift(probs)  # [B, H, T, T+S]
-        one_hot = _offset_one_hot(q_pos, k_pos, self.max_distance, probs.dtype)
-        per_distance = _einsum_batch1("BHTR,BRK->BHTK", per_offset, one_hot)  # [B, H, T, 2k+1]
+        per_distance = jax.lax.cond(
+            is_contiguous(q_pos, k_pos),
+            self._probs_by_offset,
+            self._probs_by_pair,
+            probs,
+            q_pos,
+            k_pos,
+        )  # [B, H, T, 2k+1]
         table = params["value_table"].astype(probs.dtype)
         return jnp.einsum("BHTK,KD->BTHD", per_distance, table)
+
+    def _probs_by_offset(self, probs, q_pos, k_pos):
+        """Contiguous positions: un-skew, then sum per clipped distance."""
+        per_offset = rel_unshift(probs)  # [B, H, T, T+S]
+        one_hot = _offset_one_hot(q_pos, k_pos, self.max_distance, probs.dtype)
+        return _einsum_batch1("BHTR,BRK->BHTK", per_offset, one_hot)  # [B, H, T, 2k+1]
+
+    def _probs_by_pair(self, probs, q_pos, k_pos):
+        """Any positions: sum each pair's probability into its clipped distance."""
+        one_hot = _pair_one_hot(q_pos, k_pos, self.max_distance, probs.dtype)
+        if one_hot.shape[0] == 1:
+            return jnp.einsum("BHTS,TSK->BHTK", probs, one_hot[0])
+        return jnp.einsum("BHTS,BTSK->BHTK", probs, one_hot)  # [B, H, T, 2k+1]
 
     @property
     def value_term(self):

@@ -14,6 +14,13 @@ Attention computes (a); this module returns (b) + (c) + (d). Terms (b) and (d) a
 (query, key) pairs with the rel-shift trick (:func:`posenc.encodings.relative.rel_shift`); no
 ``L x L x D`` tensor is built.
 
+The relative table needs contiguous positions. For any others (randomized positions, Ruoss et
+al. 2023) the sinusoid of ``i - j`` is split with ``sin(a - b) = sin a cos b - cos a sin b`` (and
+the same for cos), so that (b) + (d) becomes a product of a query side at ``i`` and a key side at
+``j``, again without an ``L x L x D`` tensor; with ``clamp_len`` the pairs farther apart than it
+take the sinusoid of ``clamp_len`` instead. ``jax.lax.cond`` picks the path at run time
+(:func:`~posenc.encodings.relative.is_contiguous`).
+
 Parameters are kept per layer (the original code's ``untie_r=True`` setting).
 """
 
@@ -26,7 +33,7 @@ import jax.numpy as jnp
 
 from posenc.encodings.base import Dims, Encoding, Params
 from posenc.encodings.registry import register
-from posenc.encodings.relative import rel_shift, relative_offsets
+from posenc.encodings.relative import is_contiguous, pairwise_offsets, rel_shift, relative_offsets
 from posenc.encodings.sinusoidal import sinusoidal_table
 
 
@@ -35,8 +42,7 @@ from posenc.encodings.sinusoidal import sinusoidal_table
 class TransformerXL(Encoding):
     """Relative sinusoids projected by ``W_kR`` plus global biases ``u`` and ``v``.
 
-    Positions must be contiguous within each row (``q0 + arange(T)``, ``k0 + arange(S)``), as
-    they are for every window posenc builds.
+    Any integer positions: contiguous rows take the rel-shift path, others the separable one.
 
     Attributes:
       clamp_len: distances beyond this share the sinusoid of ``clamp_len`` (None: no clamping).
@@ -93,14 +99,62 @@ class TransformerXL(Encoding):
     def content_logits(
         self, params: Params, q: jax.Array, k: jax.Array, q_pos: jax.Array, k_pos: jax.Array
     ) -> jax.Array:
-        """Terms (b) + (c) + (d): ``q: [B, T, H, Dh]``, ``k: [B, S, H, Dh]`` -> ``[B, H, T, S]``."""
-        distances = -relative_offsets(q_pos, k_pos)  # [B|1, T + S], i - j per table column
-        rel_keys = self.relative_keys(params, distances, q.dtype)  # [B|1, R, H, Dh]
+        """Terms (b) + (d) + (c): ``q: [B, T, H, Dh]``, ``k: [B, S, H, Dh]`` -> ``[B, H, T, S]``."""
         query = q + params["v"].astype(q.dtype)  # [B, T, H, Dh]
+        position_terms = jax.lax.cond(
+            is_contiguous(q_pos, k_pos),
+            self._positions_by_offset,
+            self._positions_by_pair,
+            params["w_r"],
+            query,
+            q_pos,
+            k_pos,
+        )  # (b) + (d): [B, H, T, S]
+        content_bias = jnp.einsum("HD,BSHD->BHS", params["u"].astype(k.dtype), k)  # (c)
+        return position_terms + content_bias[:, :, None, :]
+
+    def _positions_by_offset(self, w_r, query, q_pos, k_pos):
+        """Contiguous positions: score the relative table, then skew."""
+        distances = -relative_offsets(q_pos, k_pos)  # [B|1, T + S], i - j per table column
+        rel_keys = self.relative_keys({"w_r": w_r}, distances, query.dtype)  # [B|1, R, H, Dh]
         if rel_keys.shape[0] == 1:
             per_offset = jnp.einsum("BTHD,RHD->BHTR", query, rel_keys[0])
         else:
             per_offset = jnp.einsum("BTHD,BRHD->BHTR", query, rel_keys)  # [B, H, T, T+S]
-        position_terms = rel_shift(per_offset)  # (b) + (d): [B, H, T, S]
-        content_bias = jnp.einsum("HD,BSHD->BHS", params["u"].astype(k.dtype), k)  # (c)
-        return position_terms + content_bias[:, :, None, :]
+        return rel_shift(per_offset)  # [B, H, T, S]
+
+    def _positions_by_pair(self, w_r, query, q_pos, k_pos):
+        """Any positions: ``x_i . W_kR R_{i-j}`` through the angle-difference identities.
+
+        With ``c = x_i W_kR`` split into its sin and cos channels (``R`` interleaves them),
+        ``c_s sin((i-j)w) + c_c cos((i-j)w) = A_i cos(jw) + B_i sin(jw)`` where
+        ``A_i = c_s sin(iw) + c_c cos(iw)`` and ``B_i = c_c sin(iw) - c_s cos(iw)``.
+        """
+        dims = self.bound_dims
+        c = jnp.einsum("BTHD,MHD->BHTM", query, w_r.astype(query.dtype)).astype(jnp.float32)
+        c = c.reshape(*c.shape[:-1], dims.model_dim // 2, 2)  # [B, H, T, D/2, 2]
+        c_sin, c_cos = c[..., 0], c[..., 1]
+        inv_freq = self.base ** (
+            -jnp.arange(0, dims.model_dim, 2, dtype=jnp.float32) / dims.model_dim
+        )
+        q_angle = q_pos.astype(jnp.float32)[:, None, :, None] * inv_freq  # [B|1, 1, T, D/2]
+        k_angle = k_pos.astype(jnp.float32)[..., None] * inv_freq  # [B|1, S, D/2]
+        a = c_sin * jnp.sin(q_angle) + c_cos * jnp.cos(q_angle)  # [B, H, T, D/2]
+        b = c_cos * jnp.sin(q_angle) - c_sin * jnp.cos(q_angle)
+        k_cos, k_sin = jnp.cos(k_angle), jnp.sin(k_angle)
+        if k_cos.shape[0] == 1:
+            terms = jnp.einsum("BHTF,SF->BHTS", a, k_cos[0]) + jnp.einsum(
+                "BHTF,SF->BHTS", b, k_sin[0]
+            )
+        else:
+            terms = jnp.einsum("BHTF,BSF->BHTS", a, k_cos) + jnp.einsum("BHTF,BSF->BHTS", b, k_sin)
+        if self.clamp_len is not None:  # pairs beyond clamp_len use R_{clamp_len}
+            clamped = jnp.einsum("BHTM,M->BHT", c.reshape(*c.shape[:-2], -1), self._r_clamp())
+            far = -pairwise_offsets(q_pos, k_pos) > self.clamp_len  # [B|1, T, S]
+            terms = jnp.where(far[:, None], clamped[..., None], terms)
+        return terms.astype(query.dtype)
+
+    def _r_clamp(self) -> jax.Array:
+        """``R_{clamp_len}``: ``[D]`` float32."""
+        distance = jnp.asarray(self.clamp_len, jnp.int32)
+        return sinusoidal_table(distance, self.bound_dims.model_dim, self.base)

@@ -225,3 +225,58 @@ def test_bad_clip_distance_is_rejected(bad):
         encodings.get("shaw", max_distance=bad)
     with pytest.raises(ValueError, match="max_distance"):
         clipped_relative_index(jnp.arange(3), jnp.arange(3), bad)
+
+
+def _random_positions(seed, b, t, s, max_position=2048, sort=True):
+    """Randomized positions (Ruoss et al. 2023): a random subset of [0, max_position) per row,
+    sorted; the queries are the last T of the S keys. ``sort=False``: any order."""
+    r = np.random.default_rng(seed)
+    k_pos = np.stack([r.choice(max_position, s, replace=False) for _ in range(b)])
+    k_pos = np.sort(k_pos, axis=1) if sort else k_pos
+    return k_pos[:, s - t :], k_pos
+
+
+@pytest.mark.parametrize("sort", [True, False])
+@pytest.mark.parametrize("t,s,clip", [(7, 7, 3), (4, 9, 20), (6, 6, 0)])
+def test_non_contiguous_positions_equal_the_explicit_formula(sort, t, s, clip):
+    """The pairwise path: every pair clips its own distance, any gaps, any order."""
+    enc = _bound(max_distance=clip)
+    params = {n: jnp.asarray(x) for n, x in _params(enc, 7).items()}
+    q, k, _ = _inputs(8, 2, t, s)
+    q_pos, k_pos = _random_positions(9, 2, t, s, max_position=40, sort=sort)
+    # Neighbouring random positions are often within the clip distance, and often beyond it.
+    distance = np.abs(k_pos[:, None, :] - q_pos[:, :, None])
+    assert clip == 0 or ((distance <= clip) & (distance > 0)).any()
+    assert (distance > clip).any()
+    logits = _jit(enc.content_logits)(params, q, k, jnp.asarray(q_pos), jnp.asarray(k_pos))
+    a_k = _naive_a(np.asarray(params["key_table"]), q_pos, k_pos, clip)
+    expected = np.einsum("bthd,btsd->bhts", q.astype(np.float64), a_k)
+    np.testing.assert_allclose(np.asarray(logits), expected, rtol=1e-5, atol=1e-4)
+
+    probs = np.random.default_rng(10).random((2, H, t, s)).astype(np.float32)
+    values = _jit(enc.value_term)(params, probs, jnp.asarray(q_pos), jnp.asarray(k_pos))
+    a_v = _naive_a(np.asarray(params["value_table"]), q_pos, k_pos, clip)
+    expected = np.einsum("bhts,btsd->bthd", probs.astype(np.float64), a_v)
+    np.testing.assert_allclose(np.asarray(values), expected, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("impl,block", [("einsum", 512), ("blocked", 3)])
+@pytest.mark.parametrize("shared", [False, True])
+def test_attention_with_randomized_positions_equals_the_explicit_formula(impl, block, shared):
+    clip = 3
+    enc = _bound(max_distance=clip)
+    params = _params(enc, 11, scale=0.5)
+    q, k, v = _inputs(12, 2, 8, 8)
+    q_pos, k_pos = _random_positions(13, 1 if shared else 2, 8, 8, max_position=30)
+    got = _attend(
+        *(jnp.asarray(a) for a in (q, k, v)),
+        encoding=enc,
+        params={n: jnp.asarray(x) for n, x in params.items()},
+        q_pos=jnp.asarray(q_pos),
+        k_pos=jnp.asarray(k_pos),
+        implementation=impl,
+        block_size=block,
+    )
+    b_pos = (np.repeat(q_pos, 2, 0), np.repeat(k_pos, 2, 0)) if shared else (q_pos, k_pos)
+    expected = _naive_attention(q, k, v, params["key_table"], params["value_table"], *b_pos, clip)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)

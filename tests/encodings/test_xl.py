@@ -166,3 +166,48 @@ def test_bad_clamp_len_is_rejected(bad):
 def test_odd_model_dim_is_rejected():
     with pytest.raises(ValueError, match="model_dim"):
         encodings.get("xl").bind(Dims(num_heads=1, head_dim=8, model_dim=15))
+
+
+def _random_positions(seed, b, t, s, max_position, sort=True):
+    """Randomized positions (Ruoss et al. 2023): a random subset of [0, max_position) per row,
+    sorted; the queries are the last T of the S keys. ``sort=False``: any order."""
+    r = np.random.default_rng(seed)
+    k_pos = np.stack([r.choice(max_position, s, replace=False) for _ in range(b)])
+    k_pos = np.sort(k_pos, axis=1) if sort else k_pos
+    return k_pos[:, s - t :], k_pos
+
+
+@pytest.mark.parametrize("sort", [True, False])
+@pytest.mark.parametrize("clamp_len", [None, 5, 0])
+@pytest.mark.parametrize("t,s,max_position", [(7, 7, 40), (4, 9, 2048)])
+def test_non_contiguous_positions_equal_terms_b_c_d(sort, clamp_len, t, s, max_position):
+    """The separable path: sin/cos of i and j apart, any gaps, any order, with clamping."""
+    enc, params, q, k, _, _, _ = _setup(4, t, s, [0, 0], clamp_len)
+    q_pos, k_pos = _random_positions(5, 2, t, s, max_position, sort)
+    if clamp_len and max_position < 100:  # dense enough for pairs on both sides of the clamp
+        distance = q_pos[:, :, None] - k_pos[:, None, :]
+        assert (distance > clamp_len).any() and ((distance <= clamp_len) & (distance > 0)).any()
+    got = _jit(enc.content_logits)(
+        _j(params), jnp.asarray(q), jnp.asarray(k), jnp.asarray(q_pos), jnp.asarray(k_pos)
+    )
+    expected = _naive_terms(params, q, k, q_pos, k_pos, clamp_len)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=2e-4)
+
+
+@pytest.mark.parametrize("impl,block", [("einsum", 512), ("blocked", 3), ("xla", 512)])
+@pytest.mark.parametrize("shared", [False, True])
+def test_attention_with_randomized_positions_equals_four_term_formula(impl, block, shared):
+    enc, params, q, k, v, _, _ = _setup(6, 8, 8, [0, 0], None)
+    q_pos, k_pos = _random_positions(7, 1 if shared else 2, 8, 8, 64)
+    got = _attend(
+        *(jnp.asarray(a) for a in (q, k, v)),
+        encoding=enc,
+        params=_j(params),
+        q_pos=jnp.asarray(q_pos),
+        k_pos=jnp.asarray(k_pos),
+        implementation=impl,
+        block_size=block,
+    )
+    b_pos = (np.repeat(q_pos, 2, 0), np.repeat(k_pos, 2, 0)) if shared else (q_pos, k_pos)
+    expected = _naive_attention(params, q, k, v, *b_pos, None)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
