@@ -49,7 +49,8 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.model.attention_block_size = 512
 
     config.encoding = ml_collections.ConfigDict()
-    # Registered encoder name: alibi, learned, nope, rope, shaw, sinusoidal, t5, xl.
+    # Registered encoder name: any of posenc.encodings.names() (alibi, learned, nope, rope, shaw,
+    # sinusoidal, t5, xl, and the later ones; plugins too).
     config.encoding.name = "rope"
     # Encoder hyperparameters, passed to posenc.encodings.get(name, **hparams); e.g.
     # --config.encoding.hparams.base=500000 for RoPE. Unknown names are rejected.
@@ -94,6 +95,11 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.train.keep_checkpoints = 2
     # Show a progress bar (step, loss, tokens/s, ETA).
     config.train.progress = True
+    # Token positions in a training window: "contiguous" (0 .. seq_len - 1) or "randomized" (a
+    # sorted random subset of [0, max_position) per batch; Ruoss et al. 2023).
+    config.train.positions = "contiguous"
+    # The range randomized positions are drawn from (the paper: 2048); >= every window length.
+    config.train.max_position = 2048
 
     config.eval = ml_collections.ConfigDict()
     # Evaluation window lengths in tokens; empty: eval.multiples x train.seq_len.
@@ -110,6 +116,9 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.eval.batch_tokens = 65_536
     # Score at most this many tokens per length (0: the whole split); the count is reported.
     config.eval.max_tokens = 0
+    # Positions of evaluation windows: "as_trained" (randomized if train.positions is, as in
+    # Ruoss et al.'s evaluation), "contiguous" or "randomized".
+    config.eval.positions = "as_trained"
 
     config.distributed = ml_collections.ConfigDict()
     # Call jax.distributed.initialize() before training (several hosts / processes).

@@ -44,6 +44,7 @@ __all__ = [
 ]
 
 EVAL_MODES = ("nonoverlapping", "sliding")
+EVAL_POSITIONS = ("as_trained", "contiguous", "randomized")
 EVAL_SPLITS = ("validation", "test")
 # Sub-dicts whose keys are free-form (checked by the consumer, not by ConfigDict's schema).
 _OPEN_FIELDS = ("encoding.hparams",)
@@ -156,6 +157,12 @@ def eval_lengths(config: ml_collections.ConfigDict) -> tuple[int, ...]:
     return tuple(int(m * config.train.seq_len) for m in config.eval.multiples)
 
 
+def eval_positions(config: ml_collections.ConfigDict) -> str:
+    """The positions evaluation windows get: ``"contiguous"`` or ``"randomized"``."""
+    mode = config.eval.get("positions", "as_trained")
+    return config.train.get("positions", "contiguous") if mode == "as_trained" else mode
+
+
 def check_eval_lengths(stream_len: int, lengths: Sequence[int], split: str) -> None:
     """Raises a ``ValueError`` naming ``eval.lengths`` if a length cannot fill one window."""
     too_long = [length for length in lengths if length + 1 > stream_len]
@@ -241,6 +248,30 @@ def _require_choice(field: str, value: Any, allowed: Sequence[Any]) -> None:
         raise ValueError(f"{field} must be one of {list(allowed)}, got {value!r}")
 
 
+def _validate_positions(config: ml_collections.ConfigDict, encoding: encodings.Encoding) -> None:
+    """``train.positions``, ``train.max_position`` and ``eval.positions``."""
+    t = config.train
+    _require_choice("train.positions", t.positions, data_lib.POSITION_MODES)
+    _require_choice("eval.positions", config.eval.positions, EVAL_POSITIONS)
+    if "randomized" not in (t.positions, eval_positions(config)):
+        return
+    _require_int("train.max_position", t.max_position, 1)
+    if t.positions == "randomized" and t.max_position < t.seq_len:
+        raise ValueError(
+            f"train.max_position={t.max_position} must be >= train.seq_len={t.seq_len}: a "
+            "window draws that many distinct positions"
+        )
+    encoding.check_length(t.max_position)  # a learned table must cover every drawn position
+    if eval_positions(config) == "randomized":
+        too_long = [n for n in eval_lengths(config) if n > t.max_position]
+        if too_long:
+            raise ValueError(
+                f"eval.lengths {too_long} exceed train.max_position={t.max_position}, the range "
+                "randomized evaluation positions are drawn from; use shorter lengths or "
+                "eval.positions=contiguous"
+            )
+
+
 def validate(
     config: ml_collections.ConfigDict,
     *,
@@ -270,6 +301,7 @@ def validate(
     _require_int("train.checkpoint_every", t.checkpoint_every)
     _require_int("train.keep_checkpoints", t.keep_checkpoints)
     encoding.check_length(t.seq_len)
+    _validate_positions(config, encoding)
     if num_devices is not None and t.batch_size % num_devices:
         raise ValueError(
             f"train.batch_size={t.batch_size} must be divisible by the number of devices "

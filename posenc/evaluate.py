@@ -7,6 +7,10 @@ the context since its window started), or sliding (context ``L``, stride ``S``, 
 length); per-position loss sums and counts come back to the host and are added in float64, so
 the reported mean is the exact mean over the scored tokens.
 
+Windows get the positions ``0 .. L - 1``, or, for a run trained with randomized positions (Ruoss
+et al. 2023), by default a sorted random subset of ``[0, train.max_position)`` per batch, as the
+paper evaluates (``eval.positions`` chooses; the report records which).
+
 Reported per length: tokens scored, mean loss (nats), perplexity (``inf`` where ``exp`` of the
 loss overflows), bits per byte, loss by position inside the window, windows, tokens left
 unscored and seconds.
@@ -20,6 +24,7 @@ written beside the run's own ``eval.json`` (``eval-<settings>.json``), never ove
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from collections.abc import Sequence
@@ -37,6 +42,7 @@ from posenc.config import (
     build_model,
     check_eval_lengths,
     eval_lengths,
+    eval_positions,
     evaluation_changes,
     open_source,
     validate,
@@ -53,6 +59,20 @@ def _max_windows(length: int, stride: int, max_tokens: int) -> int | None:
     return max(1, 1 + (max_tokens - length) // stride) if max_tokens >= length else 1
 
 
+@dataclasses.dataclass(frozen=True)
+class Positions:
+    """Randomized evaluation positions (Ruoss et al. 2023): per batch, a sorted random subset of
+    ``[0, max_position)``, drawn from ``(seed, window length, batch number)``."""
+
+    seed: int
+    max_position: int
+
+    def draw(self, number: int, rows: int, length: int) -> np.ndarray:
+        """``[rows, length]`` int32 positions of batch ``number``."""
+        index = (length, number)  # each window length draws its own sequence
+        return data_lib.batch_positions(self.seed, index, rows, length, self.max_position, "eval")
+
+
 class Scorer:
     """Scores batches of windows with one compiled function per window length."""
 
@@ -65,16 +85,32 @@ class Scorer:
 
     def _score_batch(self, state, batch):
         model = nnx.merge(self.graphdef, state)
-        losses = token_loss(model(batch["inputs"]), batch["targets"])  # [B, L]
+        logits = model(batch["inputs"], batch.get("positions"))
+        losses = token_loss(logits, batch["targets"])  # [B, L]
         mask = batch["mask"]
         return (losses * mask).sum(axis=0), mask.sum(axis=0)  # [L], [L]
 
-    def score(self, windows: data_lib.EvalWindows, batch_size: int) -> tuple[np.ndarray, ...]:
-        """Per-position ``(loss_sum, count)`` over all windows, float64 ``[L]`` each."""
+    def score(
+        self,
+        windows: data_lib.EvalWindows,
+        batch_size: int,
+        positions: Positions | None = None,
+    ) -> tuple[np.ndarray, ...]:
+        """Per-position ``(loss_sum, count)`` over all windows, float64 ``[L]`` each.
+
+        Args:
+          windows: the evaluation windows of one length.
+          batch_size: windows per batch (a multiple of the device count).
+          positions: randomized positions (one draw per batch, a function of the seed, the
+            window length and the batch number); None: ``0 .. L - 1``.
+        """
         loss_sum = np.zeros(windows.length, np.float64)
         count = np.zeros(windows.length, np.float64)
         batches = windows.iter_batches(batch_size, jax.process_index(), jax.process_count())
-        for local in batches:
+        for number, local in enumerate(batches):
+            if positions is not None:
+                rows = local["inputs"].shape[0]
+                local = {**local, "positions": positions.draw(number, rows, windows.length)}
             batch = {
                 k: jax.make_array_from_process_local_data(self.batch_sharding, v)
                 for k, v in local.items()
@@ -97,6 +133,7 @@ def evaluate(
     split: str = "validation",
     mesh: jax.sharding.Mesh | None = None,
     progress: bool = False,
+    positions: Positions | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluates ``model`` on ``stream`` at each window length.
 
@@ -112,6 +149,7 @@ def evaluate(
       split: name of the split, for messages.
       mesh: device mesh; default all devices along ``data``.
       progress: print one line per length.
+      positions: randomized window positions (:class:`Positions`); None: ``0 .. L - 1``.
 
     Returns:
       One dict per length (see the module docstring); a length the encoder cannot represent
@@ -123,7 +161,8 @@ def evaluate(
     results = []
     for length in lengths:
         try:
-            model.encoding.check_length(length)
+            # Randomized positions reach max_position - 1 whatever the window length.
+            model.encoding.check_length(positions.max_position if positions else length)
         except ValueError as e:
             results.append({"length": int(length), "error": str(e)})
             continue
@@ -134,7 +173,7 @@ def evaluate(
         batch = max(1, batch_tokens // length)
         batch = -(-batch // devices) * devices  # a multiple of the device count
         start = time.perf_counter()
-        loss_sum, count = scorer.score(windows, batch)
+        loss_sum, count = scorer.score(windows, batch, positions)
         seconds = time.perf_counter() - start
         tokens = int(count.sum())
         if tokens != windows.scored_tokens:
@@ -253,6 +292,7 @@ def evaluate_workdir(
             max_tokens=e.max_tokens,
             split=e.split,
             progress=progress,
+            positions=_positions(config),
         )
         report = {
             **_run_record(config, model, step),
@@ -283,8 +323,18 @@ def _run_record(
         "model": {**config.model.to_dict(), "num_params": model.num_params()},
         "mode": e.mode,
         "stride": e.stride if e.mode == "sliding" else None,
+        "positions": eval_positions(config),
+        "train_positions": config.train.positions,
+        "max_position": config.train.max_position,
         "device": device_description(),
     }
+
+
+def _positions(config: ml_collections.ConfigDict) -> Positions | None:
+    """The evaluation's randomized positions, or None for contiguous ones."""
+    if eval_positions(config) != "randomized":
+        return None
+    return Positions(seed=config.seed, max_position=config.train.max_position)
 
 
 def _short_info(info: dict[str, Any]) -> dict[str, Any]:

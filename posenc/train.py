@@ -155,7 +155,9 @@ class Trainer:
     def _train_step(self, state, batch):
         def loss_fn(params):
             model = nnx.merge(self.graphdef, params, self.rest)
-            logits = model(batch["inputs"], rng=self.dropout_key(state["step"]))
+            logits = model(
+                batch["inputs"], batch.get("positions"), rng=self.dropout_key(state["step"])
+            )
             losses = token_loss(logits, batch["targets"])  # [B, T]
             return losses.mean(), losses.sum()
 
@@ -173,6 +175,18 @@ class Trainer:
             "learning_rate": self.schedule(state["step"]),
         }
         return new_state, metrics
+
+    def local_batch(self, windows: data_lib.TrainWindows, step: int) -> dict[str, np.ndarray]:
+        """This process's rows of step ``step``'s batch: ``inputs``, ``targets`` and, with
+        ``train.positions = "randomized"``, the step's ``positions`` (one draw per batch)."""
+        batch = windows.batch(step)
+        t = self.config.train
+        if t.positions == "randomized":
+            rows, length = batch["inputs"].shape
+            batch["positions"] = data_lib.batch_positions(
+                self.config.seed, step, rows, length, t.max_position
+            )
+        return batch
 
     def global_batch(self, local: dict[str, np.ndarray]) -> dict[str, jax.Array]:
         """This process's rows of the batch -> a global array sharded over ``data``."""
@@ -270,7 +284,8 @@ def _train_steps(
     tick, tick_step = time.perf_counter(), step
     try:
         while step < last:
-            state, metrics = trainer.step(state, trainer.global_batch(windows.batch(step)))
+            batch = trainer.global_batch(trainer.local_batch(windows, step))
+            state, metrics = trainer.step(state, batch)
             pending.append(metrics)
             step += 1
             save = step % t.checkpoint_every == 0 or step == last

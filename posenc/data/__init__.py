@@ -13,6 +13,8 @@ Nothing downloads at run time; `prepare(spec)` is the explicit preparation step.
 
 from posenc.data.base import DataNotFoundError, Source, default_data_dir
 from posenc.data.batching import EvalWindows, TrainWindows, eval_windows
+from posenc.data.positions import MODES as POSITION_MODES
+from posenc.data.positions import batch_positions, random_positions
 from posenc.data.sources import SPEC_FORMS, get_source, prepare
 from posenc.data.tokenizer import SEP_ID, SEP_TEXT, VOCAB_SIZE, ByteTokenizer
 
@@ -24,10 +26,13 @@ __all__ = [
     "ByteTokenizer",
     "DataNotFoundError",
     "EvalWindows",
+    "POSITION_MODES",
     "Source",
     "TrainWindows",
+    "batch_positions",
     "default_data_dir",
     "eval_windows",
     "get_source",
     "prepare",
+    "random_positions",
 ]

@@ -115,6 +115,7 @@ def _identity(run_dir: str, report: dict[str, Any]) -> dict[str, Any]:
     flat["eval.mode"] = report["mode"]
     flat["eval.stride"] = report.get("stride")
     flat["eval.split"] = report["data"].get("split")
+    flat["eval.positions"] = report.get("positions", "contiguous")
     return {
         k: v
         for k, v in flat.items()

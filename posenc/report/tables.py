@@ -121,7 +121,15 @@ def describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
         text += f" (stride {_common([e['stride'] for e in evals])})"
     if tokens:
         text += f", {min(tokens):,}-{max(tokens):,} tokens scored per length"
-    lines.append(text + (f" of the {split} split." if split else "."))
+    text += f" of the {split} split" if split else ""
+    randomized = sorted(
+        {e.get("max_position") for e in evals if e.get("positions") == "randomized"}
+    )
+    if randomized:
+        ranges = ", ".join(f"[0, {m})" for m in randomized)
+        every = "" if len(randomized) == len(evals) else " (where the column says so)"
+        text += f"; positions randomized{every}: a sorted random subset of {ranges} per batch"
+    lines.append(text + ".")
     devices = sorted({e.get("device", "?") for e in evals})
     lines.append(f"- Device (evaluation): {', '.join(devices)}.")
     return lines

@@ -146,14 +146,36 @@ def _tuples(value: Any) -> Any:
     return value
 
 
+# Config fields added after posenc 0.1, with the value that means what runs recorded before
+# them did; a recorded config without one is read as having that value.
+ADDED_FIELDS = {
+    "train.positions": "contiguous",
+    "train.max_position": 2048,
+    "eval.positions": "as_trained",
+}
+
+
+def upgrade(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """A recorded config's JSON form with the fields added since it was written
+    (:data:`ADDED_FIELDS`) filled in; the input is not changed."""
+    out = json.loads(json.dumps(fields, default=repr))
+    for dotted, value in ADDED_FIELDS.items():
+        *parents, leaf = dotted.split(".")
+        node = out
+        for name in parents:
+            node = node.setdefault(name, {})
+        node.setdefault(leaf, value)
+    return out
+
+
 def config_from_dict(fields: Mapping[str, Any]) -> ml_collections.ConfigDict:
-    """A locked ``ConfigDict`` from a config's JSON form.
+    """A locked ``ConfigDict`` from a config's JSON form (upgraded by :func:`upgrade`).
 
     JSON turns tuples into lists; every sequence in posenc's configs is a tuple, so lists become
     tuples again (converting after building the ``ConfigDict`` would not do: a field keeps the
     type it was created with).
     """
-    config = ml_collections.ConfigDict(_tuples(dict(fields)))
+    config = ml_collections.ConfigDict(_tuples(upgrade(fields)))
     config.lock()
     return config
 

@@ -44,6 +44,7 @@ from posenc.workdir.files import (
     diff_fields,
     read_json,
     settings_name,
+    upgrade,
     write_json,
 )
 
@@ -155,7 +156,9 @@ class RunDir:
             self._require_record(CONFIG_FILE, "config")
         else:
             changed = [
-                f for f in diff_fields(previous, config.to_dict()) if not matches(f, RESUMABLE)
+                f
+                for f in diff_fields(upgrade(previous), config.to_dict())
+                if not matches(f, RESUMABLE)
             ]
             if changed:
                 raise WorkdirError(

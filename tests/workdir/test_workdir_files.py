@@ -53,7 +53,11 @@ def test_jsonl_skips_and_rewrites_torn_lines(tmp_path):
 
 def test_config_round_trips_with_its_tuples():
     config = ml_collections.ConfigDict(
-        {"eval": {"lengths": (16, 32), "multiples": ()}, "encoding": {"hparams": {"a": (1,)}}}
+        {
+            "eval": {"lengths": (16, 32), "multiples": (), "positions": "as_trained"},
+            "train": {"positions": "contiguous", "max_position": 2048},
+            "encoding": {"hparams": {"a": (1,)}},
+        }
     )
     back = workdir.config_from_dict(json.loads(config.to_json()))
     assert back.eval.lengths == (16, 32) and back.eval.multiples == ()
@@ -61,6 +65,22 @@ def test_config_round_trips_with_its_tuples():
     assert workdir.config_sha256(back) == workdir.config_sha256(config)
     with pytest.raises(AttributeError):  # locked: a typo cannot add a field
         back.eval.lenghts = (1,)
+
+
+def test_configs_recorded_before_a_field_existed_read_as_its_old_behaviour(tmp_path):
+    old = {"train": {"seq_len": 16}, "eval": {"lengths": [16]}}
+    back = workdir.config_from_dict(old)
+    assert (back.train.positions, back.train.max_position) == ("contiguous", 2048)
+    assert back.eval.positions == "as_trained" and back.train.seq_len == 16
+    assert old == {"train": {"seq_len": 16}, "eval": {"lengths": [16]}}, "input not changed"
+    run = RunDir(tmp_path / "run")
+    run.create()
+    workdir.write_json(run.file("config.json"), old)
+    run.record_config(back)  # the same run, written by a newer posenc: resumes
+    randomized = ml_collections.ConfigDict(back.to_dict())
+    randomized.train.positions = "randomized"
+    with pytest.raises(WorkdirError, match=r"fields \['train.positions'\]"):
+        run.record_config(randomized)
 
 
 def test_settings_names_are_readable_stable_and_distinct():
@@ -109,7 +129,7 @@ def test_a_work_directory_that_is_a_file_is_refused(tmp_path):
 def test_record_config_refuses_other_runs_and_allows_resumable_fields(tmp_path):
     run = RunDir(tmp_path / "run")
     run.create()
-    config = ml_collections.ConfigDict(
+    config = workdir.config_from_dict(
         {"model": {"model_dim": 32}, "train": {"log_every": 1}, "eval": {"lengths": (16,)}}
     )
     run.record_config(config)
