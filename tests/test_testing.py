@@ -71,9 +71,9 @@ def test_the_readme_example_encoder_registers_and_keeps_the_contract(monkeypatch
         module = types.ModuleType("readme_example")  # dataclasses look their module up
         monkeypatch.setitem(sys.modules, module.__name__, module)
         exec(compile(source, "README.md", "exec"), module.__dict__)
-        assert encodings.get_class("kerple_log") is module.KerpleLog
+        assert encodings.get_class("my_kerple_log") is module.MyKerpleLog
         for check in ("declarations", "param_shapes", "shift"):  # the cheap ones
-            testing.CHECKS[check]("kerple_log")
+            testing.CHECKS[check]("my_kerple_log")
 
 
 # -- the checks have teeth: encoders that break a promise fail ------------------------------
