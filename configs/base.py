@@ -100,6 +100,9 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.train.positions = "contiguous"
     # The range randomized positions are drawn from (the paper: 2048); >= every window length.
     config.train.max_position = 2048
+    # Start from the parameters of another run's work directory (fresh optimizer), e.g. to
+    # fine-tune at a longer length or under RoPE scaling (PI, YaRN); None: fresh initialisation.
+    config.train.init_from = ml_collections.config_dict.placeholder(str)
 
     config.eval = ml_collections.ConfigDict()
     # Evaluation window lengths in tokens; empty: eval.multiples x train.seq_len.

@@ -78,6 +78,8 @@ def _cmd_train(args, overrides) -> int:
     from posenc.evaluate import evaluate_workdir
     from posenc.train import train
 
+    if args.init_from:
+        overrides = [*overrides, f"train.init_from={os.path.abspath(args.init_from)!r}"]
     config = _load(args.config, overrides)
     result = train(config, args.workdir, stop_at=args.stop_at)
     if result.resumed_from is not None:
@@ -194,6 +196,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-eval", action="store_true", help="train only")
     p.add_argument(
         "--stop-at", type=_positive_int, default=None, help="stop after this step (resume later)"
+    )
+    p.add_argument(
+        "--init-from",
+        metavar="WORKDIR",
+        default=None,
+        help="start from another run's parameters (its newest intact checkpoint) with a fresh "
+        "optimizer, e.g. to fine-tune at a longer length (sets train.init_from)",
     )
     p.set_defaults(func=_cmd_train)
 

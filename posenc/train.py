@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from typing import Any
 
@@ -36,7 +37,7 @@ from posenc.config import build_model, check_source, open_source, validate
 from posenc.distributed import abstract_on, make_mesh
 from posenc.metrics import MetricsWriter, drop_metrics_after, progress_bar
 from posenc.model import EncoderParam, Transformer, token_loss
-from posenc.workdir import Checkpoints, RunDir
+from posenc.workdir import Checkpoints, RunDir, config_sha256, diff_fields
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -113,29 +114,40 @@ class Trainer:
         self.graphdef, _, self.rest = nnx.split(abstract, nnx.Param, ...)
         self._step = jax.jit(self._train_step, donate_argnums=(0,))
 
-    def init_state(self) -> dict[str, Any]:
-        """Fresh parameters and optimizer state, created replicated on the mesh."""
+    def init_state(self, params: Any | None = None) -> dict[str, Any]:
+        """Step 0: fresh parameters (or ``params``) and a fresh optimizer state, replicated on
+        the mesh."""
 
-        def init():
-            _, params, _ = nnx.split(build_model(self.config), nnx.Param, ...)
+        def init(params):
+            if params is None:
+                _, params, _ = nnx.split(build_model(self.config), nnx.Param, ...)
             return {
                 "params": params,
                 "opt_state": self.optimizer.init(params),
                 "step": jnp.zeros((), jnp.int32),
             }
 
-        return jax.jit(init, out_shardings=self.replicated)()
+        return jax.jit(init, out_shardings=self.replicated)(params)
 
-    def restore_or_init(self, checkpoints: Checkpoints) -> tuple[dict[str, Any], int | None]:
+    def restore_or_init(
+        self, checkpoints: Checkpoints, run: RunDir | None = None
+    ) -> tuple[dict[str, Any], int | None]:
         """The state of the newest intact checkpoint (damaged ones are moved aside with a
-        warning), or a fresh one; and the step resumed from (None for a fresh start)."""
+        warning), or a fresh one (from ``train.init_from``'s parameters if set, recorded in
+        ``run``); and the step resumed from (None for a fresh start)."""
         abstract = abstract_on(jax.eval_shape(self.init_state), self.replicated)
         train_state = {"opt_state": abstract["opt_state"], "step": abstract["step"]}
         restored = checkpoints.restore_latest(abstract["params"], train_state, set_aside=True)
-        if restored is None:
+        if restored is not None:
+            step, params, train_state = restored
+            return {"params": params, **train_state}, step
+        source = self.config.train.get("init_from")
+        if not source:
             return self.init_state(), None
-        step, params, train_state = restored
-        return {"params": params, **train_state}, step
+        params, record = _params_of(source, abstract["params"], self.config)
+        if run is not None and jax.process_index() == 0:
+            run.record_init(record)
+        return self.init_state(params), None
 
     def save(self, checkpoints: Checkpoints, state: dict[str, Any], step: int) -> None:
         """Saves ``state`` as checkpoint ``step`` (parameters apart from the optimizer state,
@@ -200,6 +212,52 @@ class Trainer:
         return self._step(state, batch)
 
 
+def _params_of(
+    source: str, abstract_params: Any, config: ml_collections.ConfigDict
+) -> tuple[Any, dict[str, Any]]:
+    """The parameters of another run's newest intact checkpoint (``train.init_from``), checked
+    against the shapes this run's model needs, and what to record about them.
+
+    Raises:
+      ValueError: the other run is not a trained work directory, or its parameters do not fit
+        this model (naming the parameters and the config fields that differ).
+    """
+    other = RunDir(source)
+    other_config = other.read_config()
+    mine = _shapes(abstract_params)
+    theirs = _shapes(
+        nnx.split(nnx.eval_shape(lambda: build_model(other_config)), nnx.Param, ...)[1]
+    )
+    if mine != theirs:
+        differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+        fields = [
+            f
+            for f in diff_fields(other_config.to_dict(), config.to_dict())
+            if f.startswith(("model.", "encoding."))
+        ]
+        raise ValueError(
+            f"train.init_from={source!r}: its parameters do not fit this model ({len(differ)} "
+            f"differ, e.g. {differ[:3]}; config fields that differ: {fields}); initialise from a "
+            "run with the same model shape and encoder parameters"
+        )
+    with other.lock():
+        step, params = other.restore_params(abstract_params)
+    record = {
+        "init_from": os.path.abspath(source),
+        "step": step,
+        "finished": step == other_config.train.steps,
+        "encoding": other_config.encoding.to_dict(),
+        "train_seq_len": other_config.train.seq_len,
+        "config_sha256": config_sha256(other_config),
+    }
+    return params, record
+
+
+def _shapes(tree: Any) -> dict[str, tuple[int, ...]]:
+    leaves = jax.tree_util.tree_leaves_with_path(tree)
+    return {jax.tree_util.keystr(path): tuple(leaf.shape) for path, leaf in leaves}
+
+
 def train(
     config: ml_collections.ConfigDict,
     workdir: str,
@@ -253,7 +311,7 @@ def train(
         trainer = Trainer(config, mesh)
         checkpoints = run.checkpoints(keep=t.keep_checkpoints, primary=is_main)
         try:
-            state, resumed_from = trainer.restore_or_init(checkpoints)
+            state, resumed_from = trainer.restore_or_init(checkpoints, run)
             last = t.steps if stop_at is None else min(stop_at, t.steps)
             state, history = _train_steps(trainer, state, windows, run, checkpoints, last)
         finally:

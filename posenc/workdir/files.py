@@ -26,6 +26,7 @@ import ml_collections
 # A run's work directory (posenc train / posenc eval).
 CONFIG_FILE = "config.json"  # the resolved config the run was trained with
 DATA_FILE = "data.json"  # the data source's identity (splits, hashes) when training started
+INIT_FILE = "init.json"  # the run whose parameters this one started from (train.init_from)
 CHECKPOINT_DIR = "checkpoints"  # orbax steps, each with a checksum file
 CORRUPT_DIR = "corrupt_checkpoints"  # checkpoints that failed verification, moved aside
 METRICS_FILE = "metrics.jsonl"  # one JSON line per logged training step
@@ -152,6 +153,7 @@ ADDED_FIELDS = {
     "train.positions": "contiguous",
     "train.max_position": 2048,
     "eval.positions": "as_trained",
+    "train.init_from": None,
 }
 
 

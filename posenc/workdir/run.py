@@ -5,6 +5,7 @@ Layout (names in :mod:`posenc.workdir.files`)::
     <workdir>/
       config.json           the resolved config the run trains with
       data.json             the data source's identity (split stream hashes) at the start
+      init.json             the run and step the parameters started from (train.init_from)
       checkpoints/<step>/   orbax: params, train_state, posenc_sha256.json
       metrics.jsonl         one line per logged training step
       eval.json             evaluation with the run's own config
@@ -38,6 +39,7 @@ from posenc.workdir.files import (
     DATA_FILE,
     EVAL_FILE,
     EVAL_PREFIX,
+    INIT_FILE,
     METRICS_FILE,
     WorkdirError,
     config_from_dict,
@@ -181,6 +183,10 @@ class RunDir:
                     "Restore the data, or train on the new data in another work directory"
                 )
         write_json(self.file(DATA_FILE), dict(info))
+
+    def record_init(self, record: Mapping[str, Any]) -> None:
+        """Writes ``init.json``: the run (and step) this one's parameters started from."""
+        write_json(self.file(INIT_FILE), dict(record))
 
     # -- checkpoints -----------------------------------------------------------------------
 
