@@ -41,6 +41,7 @@ from posenc.workdir.files import (
     settings_hash,
     settings_name,
     to_json,
+    upgrade,
     write_json,
 )
 from posenc.workdir.lock import WorkdirBusyError, describe_holder, hold
@@ -86,5 +87,6 @@ __all__ = [
     "settings_hash",
     "settings_name",
     "to_json",
+    "upgrade",
     "write_json",
 ]
