@@ -1,5 +1,6 @@
-"""ALiBi Table 2 (Press et al. 2022, "Train Short, Test Long"): every encoder trained at one
-length L and evaluated on non-overlapping windows of 1, 2, 3, 5, 8 and 16 x L.
+"""ALiBi Table 2 (Press et al. 2022, "Train Short, Test Long"): the founding eight encoders
+trained at one length L and evaluated on non-overlapping windows of 1, 2, 3, 5, 8 and 16 x L.
+(``configs/sweeps/extrapolation.py`` adds every later encoder and randomized positions.)
 
 Variants (``--config configs/sweeps/alibi_table2.py:VARIANT``):
 
@@ -44,8 +45,9 @@ from posenc.sweep import product
 
 _BASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "base.py")
 
-# The paper's four columns first (Table 2 order), then every other registered encoder.
+# The paper's four columns first (Table 2 order), then the other founding encoders.
 PAPER_ORDER = ("sinusoidal", "rope", "t5", "alibi")
+FOUNDING = (*PAPER_ORDER, "learned", "nope", "shaw", "xl")
 # Evaluation lengths as multiples of the training length.
 MULTIPLES = (1, 2, 3, 5, 8, 16)
 # Table 2's L_valid for L = 512.
@@ -53,10 +55,12 @@ PAPER_LENGTHS = (512, 1012, 1512, 2512, 3512, 5512, 8512, 12512, 15512)
 VARIANTS = ("tiny", "gpu", "paper")
 
 
-def encoder_names() -> list[str]:
-    """Every registered encoder, the paper's four first."""
-    rest = [n for n in encodings.names() if n not in PAPER_ORDER]
-    return [n for n in PAPER_ORDER if n in encodings.names()] + rest
+def encoder_names(names: tuple[str, ...] = FOUNDING) -> list[str]:
+    """The registered encoders among ``names`` (default: the founding eight), the paper's four
+    first, then the others in the order given."""
+    known = encodings.names()
+    ordered = [n for n in PAPER_ORDER if n in names] + [n for n in names if n not in PAPER_ORDER]
+    return [n for n in dict.fromkeys(ordered) if n in known]
 
 
 def encoder_overrides(name: str, seq_len: int) -> dict:

@@ -29,6 +29,7 @@ RoPE's base, say) get the config fields that tell them apart appended to the nam
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from typing import Any
 
 from posenc.report.plots import bucket, line_colors, plot_metric, plot_positions, position_curve
@@ -47,6 +48,7 @@ from posenc.report.tables import (
 from posenc.workdir import EVAL_FILE
 
 __all__ = [
+    "sweep_and_report",
     "DASH",
     "METRICS",
     "Cell",
@@ -140,3 +142,19 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     write_csv(paths[1], tables, metric)
     write_runs_csv(paths[2], runs, sweep_dir)
     return paths + [os.path.join(sweep_dir, p) for p in plots]
+
+
+def sweep_and_report(
+    config_spec: str,
+    workdir: str,
+    *,
+    overrides: Sequence[str] = (),
+    jobs: int = 1,
+    metric: str = "perplexity",
+) -> tuple[list[dict[str, Any]], list[str]]:
+    """Runs a sweep (skipping finished points, resuming interrupted ones) and writes its report:
+    what a reproduction script does. Returns the sweep's points and the report's paths."""
+    from posenc.sweep import run_sweep
+
+    points = run_sweep(config_spec, workdir, overrides=overrides, jobs=jobs)
+    return points, write_report(workdir, metric=metric)

@@ -1,0 +1,44 @@
+"""The command line shared by the sweep reproductions (``alibi_table2.py``,
+``extrapolation_table.py``): run the sweep, write the report, print its table."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+
+from posenc.cli import _split_overrides
+from posenc.report import sweep_and_report
+
+CONFIGS = os.path.normpath(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "configs", "sweeps")
+)
+
+
+def main(config_name: str, description: str, argv: list[str] | None = None) -> int:
+    """``--variant``, ``--workdir``, ``--jobs``, ``--metric`` and ``--config.<field>=<value>``
+    overrides (applied to every point, as with ``posenc sweep``)."""
+    rest, overrides = _split_overrides(sys.argv[1:] if argv is None else argv)
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--variant", choices=("tiny", "gpu", "paper"), default="tiny")
+    parser.add_argument("--workdir", help=f"sweep directory (default runs/{config_name}_<variant>)")
+    parser.add_argument(
+        "--jobs", type=int, default=None, help="points at a time (default 2 for tiny, 1 otherwise)"
+    )
+    parser.add_argument(
+        "--metric", choices=("perplexity", "bits_per_byte", "loss"), default="perplexity"
+    )
+    args = parser.parse_args(rest)
+    workdir = args.workdir or os.path.join("runs", f"{config_name}_{args.variant}")
+    jobs = args.jobs or (2 if args.variant == "tiny" else 1)
+    start = time.perf_counter()
+    spec = f"{os.path.join(CONFIGS, config_name)}.py:{args.variant}"
+    points, paths = sweep_and_report(
+        spec, workdir, overrides=overrides, jobs=jobs, metric=args.metric
+    )
+    with open(paths[0]) as f:
+        print(f.read())
+    print("\n".join(f"wrote {p}" for p in paths))
+    print(f"total {time.perf_counter() - start:.0f}s")
+    return 0 if all(p["status"] != "failed" for p in points) else 1
