@@ -2,7 +2,7 @@
 Kernelized Relative Positional Embedding for Length Extrapolation", NeurIPS 2022).
 
 Each head ``h`` adds a conditionally positive definite kernel of the distance ``|i - j|`` to the
-scaled logit of query ``i`` and key ``j`` (Sec. 4, the two variants of the experiments)::
+scaled logit of query ``i`` and key ``j`` (the two variants of the paper's experiments)::
 
     logarithmic:  b_h(i, j) = -r1_h * log(1 + r2_h * |i - j|)      r1, r2 > 0
     power:        b_h(i, j) = -r1_h * |i - j| ** r2_h               r1 > 0, 0 < r2 <= 2

@@ -30,6 +30,11 @@ HPARAMS: dict[str, dict[str, Any]] = {
     # Clip distance and buckets inside the 12-token window, so clipping and log buckets happen.
     "shaw": {"max_distance": 4},
     "t5": {"num_buckets": 8, "max_distance": 16},
+    # FIRE's normaliser psi(max(L, i)) is the constant psi(L) while every query is below the
+    # threshold L (512 by default, far above the battery's positions), and there its bias depends
+    # on i - j alone. A threshold inside the window makes the bias read the query's position, as
+    # it does past L at full size, so the shift check sees that FIRE is absolute.
+    "fire": {"init_L": 4.0},
 }
 
 
