@@ -24,8 +24,10 @@ What follows the authors' code (github.com/chijames/KERPLE, ``megatron/mpu/layer
   the stored value only where it is inside the interval or points back into it: like the
   authors' projected updates, a parameter pushed against a bound stays there rather than
   drifting away from it;
-- one ``(r1, r2)`` per head for the whole model: ``gpt2_model.py`` builds a single kernel module
-  and hands that one instance to every layer, so the layers share it (``param_scope = "shared"``);
+- one ``(r1, r2)`` per head *and layer*, as the paper's method states it (a kernel per attention
+  layer). The authors' ``gpt2_model.py`` builds a single kernel module and hands that one
+  instance to every layer, so their runs share it across layers; posenc keeps the per-layer form
+  (``param_scope = "layer"``), which has ``num_layers`` times the (tiny) parameter count;
 - the bias is added after the ``1/sqrt(Dh)`` scaling of ``q . k`` (``transformer.py``).
 
 The bias is computed on the fly from the positions of each tile, never stored as an ``L x L``
@@ -81,14 +83,14 @@ project.defvjp(_project_fwd, _project_bwd)
 
 @dataclasses.dataclass(frozen=True)
 class _Kerple(Encoding):
-    """The two KERPLE variants: a learned kernel of ``|i - j|`` per head, shared by layers.
+    """The two KERPLE variants: a learned kernel of ``|i - j|`` per head and layer.
 
     Attributes:
       eps: the lower bound of ``r1`` and ``r2`` (1e-2 in the authors' code).
     """
 
     relative = True
-    param_scope = "shared"
+    param_scope = "layer"
 
     eps: float = 1e-2
 

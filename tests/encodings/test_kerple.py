@@ -121,7 +121,7 @@ def test_declarations():
     for name in ("kerple_log", "kerple_power"):
         enc = _bound(name)
         assert enc.hooks == ("bias",)
-        assert enc.relative and enc.param_scope == "shared"
+        assert enc.relative and enc.param_scope == "layer"  # per head and layer
         assert enc.param_shapes(DIMS) == {"r1": (ba.H,), "r2": (ba.H,)}
 
 
