@@ -1,4 +1,5 @@
-"""Rotary position embedding, RoPE (Su et al. 2021, "RoFormer", Sec. 3.4).
+"""Rotary position embedding, RoPE (Su et al. 2021, "RoFormer", Sec. 3.4), and its scaling at
+evaluation.
 
 Each pair of query/key channels ``(x_a, x_b)`` is rotated by the angle ``m * theta_i`` where
 ``m`` is the token's position and ``theta_i = base^(-2i/d)``, ``i = 0 .. d/2 - 1``::
@@ -14,24 +15,265 @@ Two layouts pair the channels differently:
 
 With ``fraction < 1`` only the first ``d = 2 * floor(fraction * Dh / 2)`` channels of each head are
 rotated (GPT-NeoX's ``rotary_pct``); the rest pass through unchanged.
+
+Scaling (context extension without retraining)
+----------------------------------------------
+
+A model trained on windows of ``L = original_max_len`` tokens is evaluated on longer ones with
+the frequencies changed as Hugging Face's ``rope_scaling`` names them (``s = factor``):
+
+- ``"linear"`` — position interpolation (Chen et al. 2023, *Extending Context Window of Large
+  Language Models via Positional Interpolation*, Eq. 2): position ``m`` becomes ``m / s``, written
+  as ``theta_i / s`` (the same angles).
+- ``"ntk"`` — static NTK-aware scaling (bloc97 2023, "NTK-Aware Scaled RoPE"; Peng et al. 2023,
+  *YaRN*, Sec. 3.1): ``base' = base * s^(d / (d - 2))``, which leaves the fastest pair as it is
+  and interpolates the slowest by ``s``.
+- ``"dynamic"`` — dynamic NTK (emozilla 2023; Hugging Face's ``dynamic``; YaRN Sec. 3.3): the
+  NTK base for the current sequence length ``l``:
+  ``base' = base * (s * l / L - (s - 1))^(d / (d - 2))`` when ``l > L``, no scaling for
+  ``l <= L``. (With ``s = 1`` this is the YaRN paper's ``s = max(1, l / L)``.) Here ``l`` is the
+  number of positions the keys span, ``max(k_pos) - min(k_pos) + 1`` per batch row: for a window
+  starting at 0, as evaluation's are, that is Hugging Face's ``max(position_ids) + 1`` and the
+  YaRN code's key length, and it keeps the encoder relative (shifting all positions changes
+  nothing).
+- ``"yarn"`` — Peng et al. 2023, *YaRN: Efficient Context Window Extension of Large Language
+  Models* (Sec. 3.2 "NTK-by-parts" and 3.4). Pair ``i`` turns ``r_i = L theta_i / (2 pi)`` times
+  over the training window. Pairs turning more than ``beta_fast`` (32) times keep ``theta_i``
+  (extrapolation), those turning fewer than ``beta_slow`` (1) times get ``theta_i / s``
+  (interpolation), and in between a linear ramp::
+
+      i(beta) = d ln(L / (2 pi beta)) / (2 ln base)     the pair index where r_i = beta
+      lo = max(floor(i(beta_fast)), 0),   hi = min(ceil(i(beta_slow)), d - 1)
+      gamma_i = 1 - clip((i - lo) / (hi - lo), 0, 1)
+      theta'_i = gamma_i theta_i + (1 - gamma_i) theta_i / s
+
+  This is the authors' code (``jquesnelle/yarn``, ``scaled_rope/LlamaYaRNScaledRotaryEmbedding.py``
+  ``find_correction_range`` and ``linear_ramp_mask``; Hugging Face ``_compute_yarn_parameters``),
+  including its ``d - 1`` clamp and ``hi + 0.001`` when ``hi == lo``: the ramp is linear in the
+  pair index between the two boundary pairs, where the paper's Eq. writes it linear in ``r``;
+  the boundaries, and so which pairs extrapolate and which interpolate, are the same. Queries and
+  keys are then multiplied by the attention temperature ``sqrt(1/t) = 0.1 ln(s) + 1`` (Eq. 22;
+  ``attention_factor`` overrides it), so the logits are divided by ``t``. The whole head is
+  multiplied, as the paper's logits ``q.k / (t sqrt(D))`` say (with ``fraction < 1`` Hugging Face
+  multiplies only the rotated channels).
+
+``scaling=None`` (the default) is plain RoPE, computed exactly as before these options existed.
+A hyperparameter a mode does not use is ignored (``factor`` without ``scaling``, say), as in
+``rope_scaling``. All of them are ``eval_safe_hparams``: ``posenc eval`` may change them.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from posenc.encodings.base import Dims, Encoding, Params, check_choice, check_positive
 from posenc.encodings.registry import register
 
 LAYOUTS = ("half", "interleaved")
+SCALINGS = (None, "linear", "ntk", "dynamic", "yarn")
+# The hyperparameters of scaling, all safe to change at evaluation.
+SCALING_HPARAMS = (
+    "scaling",
+    "factor",
+    "original_max_len",
+    "beta_fast",
+    "beta_slow",
+    "attention_factor",
+)
+# Modes that need the training length, and modes whose base exponent d / (d - 2) needs d > 2.
+_NEED_ORIGINAL = ("dynamic", "yarn")
+_NTK = ("ntk", "dynamic")
 
 
 def rotary_dims(head_dim: int, fraction: float = 1.0) -> int:
     """How many channels of a head RoPE rotates: the even number ``2 * floor(fraction*Dh/2)``."""
     return 2 * int(fraction * head_dim // 2)
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def check_scaling(
+    scaling: str | None,
+    factor: float,
+    original_max_len: int | None,
+    beta_fast: float,
+    beta_slow: float,
+    attention_factor: float | None,
+) -> None:
+    """Raises a one-line ``ValueError`` naming the first bad scaling hyperparameter."""
+    check_choice("encoding.scaling", scaling, SCALINGS)
+    if not (_is_number(factor) and factor >= 1):
+        raise ValueError(f"encoding.factor must be a number >= 1 (the extension s), got {factor!r}")
+    if original_max_len is not None and not (
+        isinstance(original_max_len, int)
+        and not isinstance(original_max_len, bool)
+        and original_max_len >= 1
+    ):
+        raise ValueError(
+            "encoding.original_max_len must be a positive integer (the training length) or None, "
+            f"got {original_max_len!r}"
+        )
+    if scaling in _NEED_ORIGINAL and original_max_len is None:
+        raise ValueError(
+            f"encoding.scaling={scaling!r} needs encoding.original_max_len (the training length), "
+            "got None"
+        )
+    check_positive("encoding.beta_fast", beta_fast)
+    check_positive("encoding.beta_slow", beta_slow)
+    if not beta_fast > beta_slow:
+        raise ValueError(
+            f"encoding.beta_fast must be greater than encoding.beta_slow (rotations over the "
+            f"training length; YaRN uses 32 and 1), got {beta_fast!r} and {beta_slow!r}"
+        )
+    if attention_factor is not None:
+        check_positive("encoding.attention_factor", attention_factor)
+
+
+def check_rope(
+    head_dim: int, fraction: float, scaling: str | None = None, layout: str = "half"
+) -> int:
+    """The number of rotated channels ``d``; raises a ``ValueError`` if it is unusable."""
+    check_choice("encoding.layout", layout, LAYOUTS)
+    d = rotary_dims(head_dim, fraction)
+    if d < 2:
+        raise ValueError(
+            f"RoPE rotates pairs of channels but a head of {head_dim} channels with "
+            f"encoding.fraction={fraction} leaves {d}; use a larger head or fraction"
+        )
+    if scaling in _NTK and d < 4:
+        raise ValueError(
+            f"encoding.scaling={scaling!r} scales the base by s^(d / (d - 2)), which needs at "
+            f"least 4 rotated channels per head; this head rotates {d}"
+        )
+    return d
+
+
+def span(positions: jax.Array) -> jax.Array:
+    """``[B|1]``: the number of positions each row spans, ``max - min + 1`` (dynamic NTK's
+    current sequence length)."""
+    positions = jnp.atleast_2d(positions)
+    return positions.max(axis=-1) - positions.min(axis=-1) + 1
+
+
+def _yarn_gamma(
+    d: int, base: float, original_max_len: int, beta_fast: float, beta_slow: float
+) -> np.ndarray:
+    """float64 ``[d/2]``: 1 where pair ``i`` extrapolates (keeps ``theta_i``), 0 where it
+    interpolates (``theta_i / s``), the authors' linear ramp in between (module docstring)."""
+
+    def pair_index(rotations: float) -> float:  # the i where L theta_i / (2 pi) == rotations
+        return d * math.log(original_max_len / (2 * math.pi * rotations)) / (2 * math.log(base))
+
+    lo = max(math.floor(pair_index(beta_fast)), 0)
+    hi = min(math.ceil(pair_index(beta_slow)), d - 1)
+    if hi == lo:
+        hi += 0.001  # as the YaRN code: a step rather than a division by zero
+    ramp = np.clip((np.arange(d // 2) - lo) / (hi - lo), 0.0, 1.0)
+    return 1.0 - ramp
+
+
+def rope_frequencies(
+    d: int,
+    *,
+    base: float = 10000.0,
+    scaling: str | None = None,
+    factor: float = 1.0,
+    original_max_len: int | None = None,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    seq_len: jax.Array | int | None = None,
+) -> jax.Array:
+    """The float32 rotation frequencies ``theta_i`` of ``d`` rotated channels, after scaling.
+
+    Args:
+      d: rotated channels (even).
+      base: ``theta_i = base^(-2i/d)`` before scaling.
+      scaling, factor, original_max_len, beta_fast, beta_slow: see the module docstring.
+      seq_len: ``"dynamic"`` only: the current sequence length, an int or ``[B|1]``.
+
+    Returns:
+      ``[d/2]``, or ``[B|1, 1, d/2]`` for ``"dynamic"`` (one set per batch row), so that
+      ``positions[..., None] * theta`` is ``[B|1, T, d/2]`` either way.
+    """
+    exponents = -jnp.arange(0, d, 2, dtype=jnp.float32) / d  # -2i/d
+    if scaling == "ntk":
+        base = base * factor ** (d / (d - 2))
+    theta = base**exponents
+    if scaling == "linear":
+        return theta / factor
+    if scaling == "yarn":
+        gamma = _yarn_gamma(d, base, original_max_len, beta_fast, beta_slow)
+        return theta * jnp.asarray(gamma + (1.0 - gamma) / factor, jnp.float32)
+    if scaling == "dynamic":
+        if seq_len is None:
+            raise ValueError("encoding.scaling='dynamic' needs the current sequence length")
+        length = jnp.reshape(jnp.asarray(seq_len, jnp.float32), (-1, 1, 1))  # [B|1, 1, 1]
+        stretch = factor * length / original_max_len - (factor - 1)
+        scaled = (base * stretch ** (d / (d - 2))) ** exponents  # [B|1, 1, d/2]
+        return jnp.where(length > original_max_len, scaled, theta)
+    return theta
+
+
+def attention_scale(
+    scaling: str | None, factor: float, attention_factor: float | None = None
+) -> float | None:
+    """YaRN's ``sqrt(1/t) = 0.1 ln(s) + 1`` (or ``attention_factor``), which multiplies queries
+    and keys; None for the other modes."""
+    if scaling != "yarn":
+        return None
+    if attention_factor is not None:
+        return float(attention_factor)
+    return 0.1 * math.log(factor) + 1.0
+
+
+def rotate_pairs(
+    x: jax.Array,
+    angles: jax.Array,
+    *,
+    layout: str = "half",
+    magnitude: jax.Array | None = None,
+    scale: float | None = None,
+) -> jax.Array:
+    """Rotates pair ``i`` of the first ``d = 2 * angles.shape[-1]`` channels of ``x``.
+
+    In float32, cast back to ``x.dtype``; the other channels pass through.
+
+    Args:
+      x: ``[B, T, H, Dh]``.
+      angles: ``[B|1, T, d/2]`` float32.
+      layout: ``"half"`` or ``"interleaved"`` (module docstring).
+      magnitude: ``[B|1, T, d/2]``: pair ``i`` is also multiplied by ``magnitude[..., i]`` (xPos).
+      scale: the whole head is also multiplied by it (YaRN's temperature).
+
+    Returns:
+      ``[B, T, H, Dh]``, same dtype as ``x``.
+    """
+    d = 2 * angles.shape[-1]
+    cos = jnp.cos(angles)[:, :, None, :]  # [B|1, T, 1, d/2]
+    sin = jnp.sin(angles)[:, :, None, :]
+    if magnitude is not None:
+        cos = cos * magnitude[:, :, None, :]
+        sin = sin * magnitude[:, :, None, :]
+    dtype = x.dtype
+    if scale is not None:
+        x = x.astype(jnp.float32) * scale  # one rounding to x's dtype, at the end
+    rot, rest = x[..., :d].astype(jnp.float32), x[..., d:]
+    if layout == "interleaved":
+        pairs = rot.reshape(*rot.shape[:-1], d // 2, 2)  # [B, T, H, d/2, 2]
+        a, b = pairs[..., 0], pairs[..., 1]
+        out = jnp.stack([a * cos - b * sin, a * sin + b * cos], axis=-1)
+        out = out.reshape(rot.shape)  # [B, T, H, d]
+    else:
+        a, b = rot[..., : d // 2], rot[..., d // 2 :]
+        out = jnp.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
+    return jnp.concatenate([out.astype(dtype), rest.astype(dtype)], axis=-1)
 
 
 def apply_rope(
@@ -41,6 +283,13 @@ def apply_rope(
     base: float = 10000.0,
     layout: str = "half",
     fraction: float = 1.0,
+    scaling: str | None = None,
+    factor: float = 1.0,
+    original_max_len: int | None = None,
+    beta_fast: float = 32.0,
+    beta_slow: float = 1.0,
+    attention_factor: float | None = None,
+    seq_len: jax.Array | int | None = None,
 ) -> jax.Array:
     """Rotates the channels of ``x`` by position-dependent angles.
 
@@ -53,33 +302,35 @@ def apply_rope(
       base: ``theta_i = base^(-2i/d)``; 10000 in the paper, 500000 (LLaMA 3) or 1e6 in newer LLMs.
       layout: ``"half"`` or ``"interleaved"`` (see the module docstring).
       fraction: fraction of each head's channels to rotate.
+      scaling: None, ``"linear"``, ``"ntk"``, ``"dynamic"`` or ``"yarn"`` (module docstring).
+      factor: the extension ``s >= 1``.
+      original_max_len: the training length ``L`` (``"dynamic"``, ``"yarn"``).
+      beta_fast, beta_slow: YaRN's ramp boundaries, in rotations over ``L``.
+      attention_factor: YaRN's ``sqrt(1/t)``; None: ``0.1 ln(s) + 1``.
+      seq_len: ``"dynamic"``: the current sequence length (an int or ``[B|1]``); None: the span
+        of ``positions`` per row. Pass the keys' span when rotating queries and keys separately.
 
     Returns:
       ``[B, T, H, Dh]``, same dtype as ``x``.
     """
-    check_choice("encoding.layout", layout, LAYOUTS)
-    head_dim = x.shape[-1]
-    d = rotary_dims(head_dim, fraction)
-    if d < 2:
-        raise ValueError(
-            f"RoPE rotates pairs of channels but a head of {head_dim} channels with "
-            f"encoding.fraction={fraction} leaves {d}; use a larger head or fraction"
-        )
+    check_scaling(scaling, factor, original_max_len, beta_fast, beta_slow, attention_factor)
+    d = check_rope(x.shape[-1], fraction, scaling, layout)
     positions = jnp.atleast_2d(positions)  # [B|1, T]
-    inv_freq = base ** (-jnp.arange(0, d, 2, dtype=jnp.float32) / d)  # [d/2]
-    angles = positions.astype(jnp.float32)[..., None] * inv_freq  # [B|1, T, d/2]
-    cos = jnp.cos(angles)[:, :, None, :]  # [B|1, T, 1, d/2]
-    sin = jnp.sin(angles)[:, :, None, :]
-    rot, rest = x[..., :d].astype(jnp.float32), x[..., d:]
-    if layout == "interleaved":
-        pairs = rot.reshape(*rot.shape[:-1], d // 2, 2)  # [B, T, H, d/2, 2]
-        a, b = pairs[..., 0], pairs[..., 1]
-        out = jnp.stack([a * cos - b * sin, a * sin + b * cos], axis=-1)
-        out = out.reshape(rot.shape)  # [B, T, H, d]
-    else:
-        a, b = rot[..., : d // 2], rot[..., d // 2 :]
-        out = jnp.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
-    return jnp.concatenate([out.astype(x.dtype), rest], axis=-1)
+    if scaling == "dynamic" and seq_len is None:
+        seq_len = span(positions)
+    theta = rope_frequencies(
+        d,
+        base=base,
+        scaling=scaling,
+        factor=factor,
+        original_max_len=original_max_len,
+        beta_fast=beta_fast,
+        beta_slow=beta_slow,
+        seq_len=seq_len,
+    )
+    angles = positions.astype(jnp.float32)[..., None] * theta  # [B|1, T, d/2]
+    scale = attention_scale(scaling, factor, attention_factor)
+    return rotate_pairs(x, angles, layout=layout, scale=scale)
 
 
 @register
@@ -91,40 +342,56 @@ class RoPE(Encoding):
       base: ``theta_i = base^(-2i/d)``.
       layout: ``"half"`` (GPT-NeoX/LLaMA) or ``"interleaved"`` (the paper).
       fraction: fraction of each head's channels that are rotated, in ``(0, 1]``.
+      scaling: None, ``"linear"``, ``"ntk"``, ``"dynamic"`` or ``"yarn"`` (module docstring).
+      factor: the extension ``s >= 1`` of the scaling.
+      original_max_len: the training length ``L`` (needed by ``"dynamic"`` and ``"yarn"``).
+      beta_fast, beta_slow: YaRN's ramp boundaries (32 and 1, rotations over ``L``).
+      attention_factor: YaRN's ``sqrt(1/t)``; None: ``0.1 ln(s) + 1``.
     """
 
     name = "rope"
     paper = "Su et al. 2021, RoFormer: Enhanced Transformer with Rotary Position Embedding"
     relative = True
+    eval_safe_hparams = SCALING_HPARAMS
 
     base: float = 10000.0
     layout: str = "half"
     fraction: float = 1.0
+    scaling: str | None = None
+    factor: float = 1.0
+    original_max_len: int | None = None
+    beta_fast: float = 32.0
+    beta_slow: float = 1.0
+    attention_factor: float | None = None
 
     def __post_init__(self):
         check_positive("encoding.base", self.base)
         check_choice("encoding.layout", self.layout, LAYOUTS)
         if not 0.0 < self.fraction <= 1.0:
             raise ValueError(f"encoding.fraction must be in (0, 1], got {self.fraction!r}")
+        check_scaling(*(getattr(self, name) for name in SCALING_HPARAMS))
 
     def validate(self, dims: Dims) -> None:
-        d = rotary_dims(dims.head_dim, self.fraction)
         if self.fraction == 1.0 and dims.head_dim % 2:
             raise ValueError(
                 f"RoPE rotates channel pairs and cannot rotate a head dimension of "
                 f"{dims.head_dim} (odd); choose model.model_dim / model.num_heads even, or set "
                 "encoding.fraction < 1 to rotate only part of each head"
             )
-        if d < 2:
-            raise ValueError(
-                f"RoPE with encoding.fraction={self.fraction} rotates {d} of the "
-                f"{dims.head_dim} channels of a head; it needs at least 2"
-            )
+        check_rope(dims.head_dim, self.fraction, self.scaling)
+
+    def rope_kwargs(self, k_pos: jax.Array) -> dict:
+        """The keyword arguments of :func:`apply_rope` for attention over keys at ``k_pos``."""
+        kwargs = dict(base=self.base, layout=self.layout, fraction=self.fraction)
+        kwargs.update((name, getattr(self, name)) for name in SCALING_HPARAMS)
+        if self.scaling == "dynamic":
+            kwargs["seq_len"] = span(k_pos)  # one length for queries and keys
+        return kwargs
 
     def rotate(
         self, params: Params, q: jax.Array, k: jax.Array, q_pos: jax.Array, k_pos: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
         """``q: [B, T, H, Dh]``, ``k: [B, S, H, Dh]`` -> both rotated by their positions."""
         del params  # fixed frequencies; learned rotary variants read theirs from here
-        kw = dict(base=self.base, layout=self.layout, fraction=self.fraction)
-        return apply_rope(q, q_pos, **kw), apply_rope(k, k_pos, **kw)
+        kwargs = self.rope_kwargs(k_pos)
+        return apply_rope(q, q_pos, **kwargs), apply_rope(k, k_pos, **kwargs)

@@ -1,0 +1,94 @@
+"""``posenc eval`` scores a trained RoPE run under each RoPE scaling (the encoder's
+``eval_safe_hparams``), writes the result beside ``eval.json`` with the changes recorded, and
+still refuses a change to what was trained (RoPE's base)."""
+
+from __future__ import annotations
+
+import os
+
+import _train_helpers as helpers
+import numpy as np
+import pytest
+
+from posenc.config import evaluation_changes
+from posenc.train import train
+from posenc.workdir import RunDir
+
+MODES = ["linear", "ntk", "dynamic", "yarn"]
+
+
+def test_evaluation_may_change_the_scaling_but_not_the_base():
+    trained = helpers.tiny_config("/nonexistent")
+    requested = helpers.tiny_config(
+        "/nonexistent",
+        "encoding.hparams.scaling=yarn",
+        "encoding.hparams.factor=4",
+        "encoding.hparams.original_max_len=16",
+        "encoding.hparams.beta_fast=16",
+    )
+    assert evaluation_changes(trained, requested) == {
+        "encoding.hparams.scaling": "yarn",
+        "encoding.hparams.factor": 4,
+        "encoding.hparams.original_max_len": 16,
+        "encoding.hparams.beta_fast": 16,
+    }
+    with pytest.raises(ValueError, match="encoding.hparams.base"):
+        evaluation_changes(trained, helpers.tiny_config("/nonexistent", "encoding.hparams.base=5"))
+
+
+# -- posenc eval on a trained run ----------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def trained_rope(tmp_path_factory):
+    data_dir = helpers.build_pystdlib(tmp_path_factory.mktemp("pystdlib"))
+    workdir = str(tmp_path_factory.mktemp("rope") / "run")
+    train(helpers.tiny_config(data_dir, "train.steps=2", "eval.lengths=16,64"), workdir)
+    return workdir
+
+
+def test_posenc_eval_scores_a_trained_rope_run_under_each_scaling(trained_rope):
+    run = RunDir(trained_rope)
+    code, _, err = helpers.run_cli("eval", "--workdir", trained_rope)
+    assert code == 0, err
+    with open(os.path.join(trained_rope, "eval.json"), "rb") as f:
+        own_bytes = f.read()
+    own = {r["length"]: r["loss"] for r in run.read_eval("eval.json")["results"]}
+    losses, seen = {}, {"eval.json"}
+    for mode in MODES:
+        flags = [
+            f"--config.encoding.hparams.scaling={mode}",
+            "--config.encoding.hparams.factor=4",
+            "--config.encoding.hparams.original_max_len=16",
+        ]
+        code, out, err = helpers.run_cli("eval", "--workdir", trained_rope, *flags)
+        assert code == 0, err
+        (name,) = [n for n in run.eval_files() if n not in seen]
+        result = run.read_eval(name)
+        assert name in out and name.startswith("eval-")
+        assert result["changes"] == {
+            "encoding.hparams.scaling": mode,
+            "encoding.hparams.factor": 4,
+            "encoding.hparams.original_max_len": 16,
+        }
+        assert result["encoding"] == "rope"
+        losses[mode] = {r["length"]: r["loss"] for r in result["results"]}
+        seen.add(name)
+    with open(os.path.join(trained_rope, "eval.json"), "rb") as f:
+        assert f.read() == own_bytes, "eval.json is not touched"
+    # At the training length dynamic NTK changes nothing; position interpolation does.
+    assert losses["dynamic"][16] == pytest.approx(own[16], rel=1e-6)
+    assert losses["linear"][16] != pytest.approx(own[16], rel=1e-4)
+    assert all(np.isfinite(losses[m][n]) for m in MODES for n in (16, 64))
+
+    code, _, err = helpers.run_cli(
+        "eval", "--workdir", trained_rope, "--config.encoding.hparams.base=5"
+    )
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1, err
+    assert "encoding.hparams.base" in lines[0] and "encoding.hparams.scaling" in lines[0]
+    code, _, err = helpers.run_cli(
+        "eval", "--workdir", trained_rope, "--config.encoding.hparams.scaling=pi"
+    )
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert code == 2 and len(lines) == 1 and "encoding.scaling must be one of" in lines[0], err
