@@ -9,12 +9,19 @@ decide what enters the computation and, with the device and the lengths, which p
 - ``"xla"``: the same call with XLA's implementation (any device); the bias stays float32 (XLA
   adds it to float32 logits), so large biases such as ALiBi's at long distances keep their
   precision with bfloat16 queries and keys.
-- ``"einsum"``: the reference: explicit logits, float32 softmax, explicit probabilities. The only
-  path for encoders with a ``value_term`` (their output needs the probabilities).
+- ``"einsum"``: the reference: explicit logits, float32 softmax, explicit probabilities. With
+  ``blocked``, the only path for encoders with a ``value_term`` (their output needs the
+  probabilities) or ``contextual_logits`` (they need the logits).
 - ``"blocked"``: the reference over ``block x block`` tiles of queries *and* keys with an online
-  softmax (queries by ``lax.map``, keys by ``lax.scan``), so memory grows as ``T x block``
-  instead of ``T x S``; used for long evaluation windows.
+  softmax (queries by ``lax.map``, keys by ``lax.scan``, from the last key tile to the first for
+  ``contextual_logits``, which carry a running sum), so memory grows as ``T x block`` instead of
+  ``T x S``; used for long evaluation windows.
 - ``"auto"``: :func:`choose_implementation`.
+
+A ``log_decay`` encoder (the Forgetting Transformer) reads the layer input (``inputs``) and enters
+every path as a bias ``c_i - c_j`` built from per-token cumulative sums, computed once per window.
+A ``rotate`` that widens ``q`` and ``k`` (PoPE) keeps the ``1/sqrt(Dh)`` scale of the projected
+width; the fused kernels, which need one width, get ``v`` padded with zero channels.
 
 Every path masks causally by index (key ``j`` is visible to query ``i`` when
 ``j <= i + S - T``), computes logits and softmax in float32 (on ``cudnn``, with the bias in the
@@ -54,22 +61,24 @@ def choose_implementation(
 ) -> str:
     """The path ``"auto"`` picks for this encoder, query length, dtype and platform.
 
-    - Encoders with a value term need the probabilities: ``einsum``, or ``blocked`` past one block.
+    - Encoders with a value term need the probabilities, with contextual logits the logits:
+      ``einsum``, or ``blocked`` past one block.
     - On an NVIDIA GPU, where cuDNN takes the shapes, encoders without content logits use
-      ``cudnn``; with a bias only up to one block of queries, since a dense ``[H, T, S]`` bias
-      would make long windows quadratic in memory.
+      ``cudnn``; with a bias (or a log decay, which enters as one) only up to one block of
+      queries, since a dense ``[H, T, S]`` bias would make long windows quadratic in memory.
     - Otherwise ``xla`` for windows of up to one block and ``blocked`` for longer ones (XLA's
       attention materialises ``[B, H, T, S]`` logits).
     """
     platform = platform or jax.default_backend()
     hooks = encoding.hooks
     long = q_len > block_size
-    has_bias = "bias" in hooks
-    if "value_term" in hooks:
+    has_bias = "bias" in hooks or "log_decay" in hooks
+    if "value_term" in hooks or "contextual_logits" in hooks:
         return "blocked" if long else "einsum"
     gpu = platform in ("gpu", "cuda")
     if gpu and "content_logits" not in hooks and (not has_bias or not long):
-        head_dim = head_dim or (encoding.dims.head_dim if encoding.dims else 0)
+        if not head_dim:  # the width after `rotate`; an unbound encoder has none to check
+            head_dim = encoding.qk_head_dim(encoding.dims.head_dim) if encoding.dims else 0
         if cudnn_supports(head_dim, dtype, q_len, k_len or q_len, has_bias):
             return "cudnn"
     return "blocked" if long else "xla"
@@ -77,7 +86,8 @@ def choose_implementation(
 
 def check_implementation(encoding: Encoding, implementation: str) -> None:
     """Raises a ``ValueError`` naming ``model.attention_impl`` if the path is unknown or cannot
-    run ``encoding`` (a value term needs the probabilities, which the fused kernels never form)."""
+    run ``encoding`` (a value term needs the probabilities and contextual logits need the logits,
+    which the fused kernels never form)."""
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(
             f"model.attention_impl must be one of {list(IMPLEMENTATIONS)}, got {implementation!r}"
@@ -86,6 +96,11 @@ def check_implementation(encoding: Encoding, implementation: str) -> None:
         raise ValueError(
             f"model.attention_impl={implementation!r} cannot run encoding {encoding.name!r}: "
             "its value term needs the attention probabilities; use 'auto', 'einsum' or 'blocked'"
+        )
+    if implementation in _FUSED and "contextual_logits" in encoding.hooks:
+        raise ValueError(
+            f"model.attention_impl={implementation!r} cannot run encoding {encoding.name!r}: "
+            "its contextual logits need the attention logits; use 'auto', 'einsum' or 'blocked'"
         )
 
 
@@ -101,6 +116,7 @@ def attend(
     causal: bool = True,
     implementation: str = "auto",
     block_size: int = 512,
+    inputs: jax.Array | None = None,
 ) -> jax.Array:
     """Multi-head attention with a positional encoder's hooks applied.
 
@@ -115,6 +131,8 @@ def attend(
       causal: mask keys after the query (aligned so the last query sees the last key).
       implementation: one of ``IMPLEMENTATIONS``.
       block_size: queries per block for the ``blocked`` path (and the ``auto`` threshold).
+      inputs: ``[B, S, D]``, the layer input at the keys; read only by a ``log_decay`` hook,
+        which requires it.
 
     Returns:
       ``[B, T, H, Dh]`` in ``q.dtype``.
@@ -124,17 +142,21 @@ def attend(
         raise ValueError(f"model.attention_block_size must be a positive integer, got {block_size}")
     q_pos = jnp.atleast_2d(q_pos).astype(jnp.int32)  # [B|1, T]
     k_pos = jnp.atleast_2d(k_pos).astype(jnp.int32)  # [B|1, S]
+    # The logit scale belongs to the projected width, also when `rotate` widens q and k (PoPE).
+    head_dim = q.shape[-1]
     if "rotate" in encoding.hooks:
         q, k = encoding.rotate(params, q, k, q_pos, k_pos)
+    decay = _cumulative_decay(encoding, params, inputs, q.shape[1], k.shape[1])
     if implementation == "auto":
         implementation = choose_implementation(
             encoding, q.shape[1], q.dtype, block_size, head_dim=q.shape[-1], k_len=k.shape[1]
         )
+    args = (encoding, params, q_pos, k_pos, causal, head_dim, decay)
     if implementation in _FUSED:
-        return _fused(q, k, v, encoding, params, q_pos, k_pos, causal, implementation)
+        return _fused(q, k, v, *args, implementation)
     if implementation == "blocked" and q.shape[1] > block_size:
-        return _blocked(q, k, v, encoding, params, q_pos, k_pos, causal, block_size)
-    return _reference(q, k, v, encoding, params, q_pos, k_pos, causal, q_start=0)
+        return _blocked(q, k, v, *args, block_size)
+    return _reference(q, k, v, *args)
 
 
 # Masked logits. Far below any real logit, yet far from float32's limit, so that differences
@@ -149,30 +171,74 @@ def _causal_mask(t: int, s: int, total_t: int, q_start: jax.Array | int) -> jax.
     return j <= i + (s - total_t)
 
 
-def _logits(q, k, encoding, params, q_pos, k_pos):
-    """Float32 logits ``[B, H, T, S]`` with the encoder's content logits and bias, unmasked."""
+def _cumulative_decay(encoding, params, inputs, t, s):
+    """``(c at the queries [B, T, H], c at the keys [B, S, H])``, float32, where
+    ``c_j = sum_{l <= j} log_decay_l`` over the window; None for an encoder without the hook."""
+    if "log_decay" not in encoding.hooks:
+        return None
+    if inputs is None or inputs.ndim != 3 or inputs.shape[1] != s:
+        got = None if inputs is None else tuple(inputs.shape)
+        raise ValueError(
+            f"encoding {encoding.name!r} reads the layer input (its log_decay hook): attend needs "
+            f"inputs=[B, S={s}, D], got {got}"
+        )
+    log_decay = encoding.log_decay(params, inputs).astype(jnp.float32)  # [B, S, H]
+    c = jnp.cumsum(log_decay, axis=1)  # [B, S, H]
+    return c[:, s - t :], c
+
+
+def _decay_bias(decay) -> jax.Array:
+    """``c_i - c_j = sum_{l=j+1..i} log_decay_l``: ``[B, T, H]``, ``[B, S, H]`` ->
+    ``[B, H, T, S]``."""
+    c_q, c_k = decay
+    return c_q.transpose(0, 2, 1)[:, :, :, None] - c_k.transpose(0, 2, 1)[:, :, None, :]
+
+
+def _logits(q, k, encoding, params, q_pos, k_pos, head_dim, decay):
+    """Float32 logits ``[B, H, T, S]`` with the encoder's content logits, bias and decay,
+    unmasked."""
     hooks = encoding.hooks
     logits = jnp.einsum("BTHD,BSHD->BHTS", q, k, preferred_element_type=jnp.float32)
     if "content_logits" in hooks:
         logits = logits + encoding.content_logits(params, q, k, q_pos, k_pos).astype(jnp.float32)
-    logits = logits / math.sqrt(q.shape[-1])
+    logits = logits / math.sqrt(head_dim)
     if "bias" in hooks:
         logits = logits + encoding.bias(params, q_pos, k_pos).astype(jnp.float32)
+    if decay is not None:
+        logits = logits + _decay_bias(decay)
     return logits
 
 
-def _reference(q, k, v, encoding, params, q_pos, k_pos, causal, q_start):
+def _contextual(q, k, logits, visible, carry, encoding, params):
+    """Adds the encoder's contextual logits to masked ``logits`` and masks again (the terms of
+    masked pairs are meaningless); returns the logits and the carry for the earlier keys."""
+    terms, carry = encoding.contextual_logits(params, q, k, logits, carry)
+    logits = jnp.where(visible, logits + terms.astype(jnp.float32), _NEG)
+    return logits, carry.astype(jnp.float32)
+
+
+def _reference(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay):
     """Explicit logits and probabilities; the definition every other path is tested against."""
     t, s = q.shape[1], k.shape[1]
-    logits = _logits(q, k, encoding, params, q_pos, k_pos)
+    logits = _logits(q, k, encoding, params, q_pos, k_pos, head_dim, decay)
     if causal:
-        mask = _causal_mask(t, s, t, q_start)
+        mask = _causal_mask(t, s, t, 0)
         logits = jnp.where(mask[None, None], logits, _NEG)
+    if "contextual_logits" in encoding.hooks:
+        visible = _causal_mask(t, s, t, 0) if causal else jnp.ones((t, s), bool)
+        carry = jnp.zeros((q.shape[0], q.shape[2], t), jnp.float32)  # [B, H, T]
+        logits, _ = _contextual(q, k, logits, visible[None, None], carry, encoding, params)
     probs = jax.nn.softmax(logits, axis=-1)  # [B, H, T, S] float32
     out = jnp.einsum("BHTS,BSHD->BTHD", probs.astype(v.dtype), v)
     if "value_term" in encoding.hooks:
         out = out + encoding.value_term(params, probs, q_pos, k_pos).astype(out.dtype)
     return out.astype(q.dtype)
+
+
+def _pad_to(x: jax.Array, size: int) -> jax.Array:
+    """Pads axis 1 of ``x`` with zeros to ``size``."""
+    pad = size - x.shape[1]
+    return jnp.pad(x, ((0, 0), (0, pad)) + ((0, 0),) * (x.ndim - 2)) if pad else x
 
 
 def _pad_rows(x: jax.Array, pos: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
@@ -181,7 +247,7 @@ def _pad_rows(x: jax.Array, pos: jax.Array, size: int) -> tuple[jax.Array, jax.A
     pad = size - x.shape[1]
     if not pad:
         return x, pos
-    x = jnp.pad(x, ((0, 0), (0, pad)) + ((0, 0),) * (x.ndim - 2))
+    x = _pad_to(x, size)
     extra = pos[:, -1:] + jnp.arange(1, pad + 1, dtype=pos.dtype)[None, :]
     return x, jnp.concatenate([pos, extra], axis=1)
 
@@ -191,49 +257,66 @@ def _to_blocks(x: jax.Array, block: int) -> jax.Array:
     return x.reshape(x.shape[0], x.shape[1] // block, block, *x.shape[2:]).swapaxes(0, 1)
 
 
-def _blocked(q, k, v, encoding, params, q_pos, k_pos, causal, block_size):
+def _blocked(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, block_size):
     """Attention over ``block_size x block_size`` tiles with an online softmax.
 
     For each block of queries, key blocks are visited in order, keeping the running maximum
     ``m``, normaliser ``l`` and unnormalised output (as in FlashAttention, Dao et al. 2022); the
     encoder's hooks are called on each tile with the tile's positions, and its value term, which
-    is linear in the probabilities, is accumulated the same way. Key blocks entirely in a query
-    block's future are skipped (``lax.cond``), which halves the work of a causal window; peak
-    memory grows as ``T x block`` (the activations), not ``T x S``.
+    is linear in the probabilities, is accumulated the same way. An encoder with contextual
+    logits has the key blocks visited from the last to the first instead, with its running sum
+    over the later keys carried along (the online softmax gives the same result in any order).
+    The cumulative decays of a ``log_decay`` encoder are tiled with the queries and keys. Key
+    blocks entirely in a query block's future are skipped (``lax.cond``), which halves the work
+    of a causal window; peak memory grows as ``T x block`` (the activations), not ``T x S``.
     """
-    b, t, h, d = q.shape
-    s = k.shape[1]
+    b, t, h, _ = q.shape
+    s, d = k.shape[1], v.shape[-1]
     n_q, n_k = -(-t // block_size), -(-s // block_size)
     q, q_pos = _pad_rows(q, q_pos, n_q * block_size)
     k, k_pos_padded = _pad_rows(k, k_pos, n_k * block_size)
     v, _ = _pad_rows(v, k_pos, n_k * block_size)
     q_starts = jnp.arange(n_q) * block_size
     k_starts = jnp.arange(n_k) * block_size
+    # Cumulative decays at the queries and keys, tiled like them (None without the hook).
+    decay_q = decay_k = None
+    if decay is not None:
+        decay_q = _to_blocks(_pad_to(decay[0], n_q * block_size), block_size)  # [N, B, blk, H]
+        decay_k = _to_blocks(_pad_to(decay[1], n_k * block_size), block_size)
     key_blocks = (
         _to_blocks(k, block_size),
         _to_blocks(v, block_size),
         _to_blocks(k_pos_padded, block_size),
         k_starts,
+        decay_k,
     )
     value_term = "value_term" in encoding.hooks
+    contextual = "contextual_logits" in encoding.hooks
     rows = jnp.arange(block_size)
 
     def query_block(xs):
-        q_blk, qpos_blk, q_start = xs  # [B, blk, H, Dh], [B|1, blk], []
+        q_blk, qpos_blk, q_start, decay_q_blk = xs  # [B, blk, H, Dh], [B|1, blk], [], [B, blk, H]
         i = q_start + rows[:, None]  # query indices [blk, 1]
         last_visible = q_start + block_size - 1 + (s - t) if causal else s - 1
 
         def key_block(carry, ys):
-            k_blk, v_blk, kpos_blk, k_start = ys
+            k_blk, v_blk, kpos_blk, k_start, decay_k_blk = ys
+            tile_decay = None if decay is None else (decay_q_blk, decay_k_blk)
 
             def visit(carry):
-                m, l, acc, extra = carry
-                logits = _logits(q_blk, k_blk, encoding, params, qpos_blk, kpos_blk)
+                m, l, acc, extra, count = carry
+                logits = _logits(
+                    q_blk, k_blk, encoding, params, qpos_blk, kpos_blk, head_dim, tile_decay
+                )
                 j = k_start + rows[None, :]  # key indices [1, blk]
                 visible = j < s
                 if causal:
                     visible = visible & (j <= i + (s - t))
                 logits = jnp.where(visible[None, None], logits, _NEG)  # [B, H, blk, blk]
+                if contextual:
+                    logits, count = _contextual(
+                        q_blk, k_blk, logits, visible[None, None], count, encoding, params
+                    )
                 m_new = jnp.maximum(m, logits.max(axis=-1))  # [B, H, blk]
                 p = jnp.exp(logits - m_new[..., None])
                 scale = jnp.exp(m - m_new)
@@ -243,7 +326,7 @@ def _blocked(q, k, v, encoding, params, q_pos, k_pos, causal, block_size):
                 if value_term:
                     term = encoding.value_term(params, p, qpos_blk, kpos_blk)
                     extra = extra * to_rows + term.astype(jnp.float32)
-                return m_new, l, acc, extra
+                return m_new, l, acc, extra, count
 
             return jax.lax.cond(k_start <= last_visible, visit, lambda c: c, carry), None
 
@@ -252,23 +335,28 @@ def _blocked(q, k, v, encoding, params, q_pos, k_pos, causal, block_size):
             jnp.zeros((b, h, block_size), jnp.float32),
             jnp.zeros((b, block_size, h, d), jnp.float32),
             jnp.zeros((b, block_size, h, d), jnp.float32),
+            # The contextual sum over the keys after the current block, per query and head.
+            jnp.zeros((b, h, block_size), jnp.float32) if contextual else None,
         )
-        (_, l, acc, extra), _ = jax.lax.scan(key_block, init, key_blocks)
+        (_, l, acc, extra, _), _ = jax.lax.scan(key_block, init, key_blocks, reverse=contextual)
         return ((acc + extra) / l.transpose(0, 2, 1)[..., None]).astype(q.dtype)
 
-    blocks = (_to_blocks(q, block_size), _to_blocks(q_pos, block_size), q_starts)
+    blocks = (_to_blocks(q, block_size), _to_blocks(q_pos, block_size), q_starts, decay_q)
     out = jax.lax.map(query_block, blocks)  # [N, B, blk, H, Dh]
     return out.swapaxes(0, 1).reshape(b, n_q * block_size, h, d)[:, :t]
 
 
-def _fused(q, k, v, encoding, params, q_pos, k_pos, causal, implementation):
+def _fused(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, implementation):
     """``jax.nn.dot_product_attention`` with the encoder's logits as its bias input.
 
     The bias is summed in float32. XLA's implementation adds it to its float32 logits as it is;
     cuDNN requires the bias in the compute dtype, so only that path rounds it to ``q.dtype``.
+    The kernels take one width for ``q``, ``k`` and ``v``: when ``rotate`` changed the width of
+    ``q`` and ``k``, the narrower side is padded with zero channels, which change neither
+    ``q . k`` nor ``p . v``, and the output is cut back to ``v``'s width.
     """
     hooks = encoding.hooks
-    t, s, head_dim = q.shape[1], k.shape[1], q.shape[-1]
+    t, s = q.shape[1], k.shape[1]
     bias = None
     if "content_logits" in hooks:
         content = encoding.content_logits(params, q, k, q_pos, k_pos).astype(jnp.float32)
@@ -276,17 +364,30 @@ def _fused(q, k, v, encoding, params, q_pos, k_pos, causal, implementation):
     if "bias" in hooks:
         extra = encoding.bias(params, q_pos, k_pos).astype(jnp.float32)
         bias = extra if bias is None else bias + extra
+    if decay is not None:
+        extra = _decay_bias(decay)
+        bias = extra if bias is None else bias + extra
     if bias is not None and implementation == "cudnn":
         bias = bias.astype(q.dtype)
     mask = None
     if causal and t != s:
         mask = _causal_mask(t, s, t, 0)[None, None]  # [1, 1, T, S]
-    return jax.nn.dot_product_attention(
+    width, v_width = max(q.shape[-1], v.shape[-1]), v.shape[-1]
+    q, k, v = (_pad_channels(x, width) for x in (q, k, v))
+    out = jax.nn.dot_product_attention(
         q,
         k,
         v,
         bias=bias,
         mask=mask,
+        scale=1.0 / math.sqrt(head_dim),
         is_causal=causal and t == s,
         implementation=implementation,
     )
+    return out if width == v_width else out[..., :v_width]
+
+
+def _pad_channels(x: jax.Array, width: int) -> jax.Array:
+    """Pads the last axis of ``x`` with zeros to ``width``."""
+    pad = width - x.shape[-1]
+    return jnp.pad(x, ((0, 0),) * (x.ndim - 1) + ((0, pad),)) if pad else x

@@ -4,7 +4,8 @@ Pre-norm blocks (norm -> attention -> residual, norm -> MLP -> residual), a fina
 tied output projection by default. The encoder is a constructor argument and the model never
 names one: it adds ``embed`` terms at the input when the encoder has that hook, keeps the
 encoder's parameters where its ``param_scope`` says, and hands everything else to
-:func:`posenc.attention.attend`.
+:func:`posenc.attention.attend`, with each layer's normed input (which hooks such as
+``log_decay`` may read).
 
 Precision: parameters in float32; matmuls in ``ModelConfig.dtype`` (bfloat16 by default);
 norms, softmax and the output logits in float32.
@@ -165,6 +166,7 @@ class Block(nnx.Module):
             k_pos=positions,
             implementation=config.attention_impl,
             block_size=config.attention_block_size,
+            inputs=h,  # the normed layer input, for encoders that read it (log_decay)
         )
         attn = self.out(attn.reshape(b, t, dims.num_heads * dims.head_dim))  # [B, T, D]
         x = x + _dropout(attn, config.dropout, attn_rng).astype(jnp.float32)

@@ -1,5 +1,6 @@
 """posenc.attention.attend: the paths (einsum, blocked, xla) against naive numpy attention;
-bias precision in bf16; path choice; clear errors.
+the contract's later hooks (a rotate that widens q and k, log_decay, contextual_logits) through
+toy encoders with known answers; bias precision in bf16; path choice; clear errors.
 
 Every path against the reference, causality and gradients for every registered encoder are the
 contract battery's (posenc.testing, run by tests/test_testing.py). The cudnn path needs an NVIDIA
@@ -8,6 +9,7 @@ L x L x D formulas in tests/encodings/."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -15,9 +17,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posenc import encodings
+from posenc import encodings, testing
 from posenc.attention import IMPLEMENTATIONS, attend, choose_implementation
-from posenc.encodings import Dims
+from posenc.encodings import Dims, Encoding, alibi_slopes
 
 H, DH = 4, 8
 DIMS = Dims(num_heads=H, head_dim=DH, model_dim=H * DH)
@@ -273,3 +275,138 @@ def test_value_term_encoder_on_the_fused_path_is_rejected(impl):
             k_pos=jnp.arange(4),
             implementation=impl,
         )
+
+
+# -- the contract's later hooks, through toy encoders whose answer is known ------------------
+
+
+@dataclasses.dataclass(frozen=True)
+class Doubled(Encoding):
+    """``rotate`` returns ``[q, q]`` and ``[k, k]``: twice as wide, so the logits are ``2 q . k``
+    over the ``1/sqrt(Dh)`` of the projected width."""
+
+    name = "test-doubled"
+    paper = "a test"
+    relative = True
+
+    def qk_head_dim(self, head_dim):
+        return 2 * head_dim
+
+    def rotate(self, params, q, k, q_pos, k_pos):
+        return jnp.concatenate([q, q], axis=-1), jnp.concatenate([k, k], axis=-1)
+
+
+@dataclasses.dataclass(frozen=True)
+class ConstantDecay(Encoding):
+    """``log_decay = -m_h`` at every token, so ``c_i - c_j = -m_h (i - j)``: ALiBi's bias."""
+
+    name = "test-constant-decay"
+    paper = "a test"
+    relative = True
+
+    def log_decay(self, params, inputs):
+        slopes = jnp.asarray(alibi_slopes(self.bound_dims.num_heads), jnp.float32)
+        return jnp.broadcast_to(-slopes, (*inputs.shape[:2], slopes.shape[0]))  # [B, S, H]
+
+
+@dataclasses.dataclass(frozen=True)
+class CountedDistance(Encoding):
+    """Contextual logits that count every visible key from ``j`` to ``i`` (a gate of 1 each) and
+    add ``-m_h (count - 1) = -m_h (i - j)``: ALiBi's bias again, if the count crosses tiles."""
+
+    name = "test-counted-distance"
+    paper = "a test"
+    relative = True
+
+    def contextual_logits(self, params, q, k, logits, carry):
+        seen = (logits > -1e29).astype(jnp.float32)  # masked pairs are -1e30
+        counted = carry[..., None] + jax.lax.cumsum(seen, axis=3, reverse=True)
+        slopes = jnp.asarray(alibi_slopes(logits.shape[1]), jnp.float32)[None, :, None, None]
+        return -slopes * (counted - 1.0), counted[..., 0]
+
+
+@dataclasses.dataclass(frozen=True)
+class ForgetsTheCarry(CountedDistance):
+    """Counts only inside the keys it is given: right on whole rows, wrong on tiles."""
+
+    name = "test-forgets-the-carry"
+
+    def contextual_logits(self, params, q, k, logits, carry):
+        return super().contextual_logits(params, q, k, logits, jnp.zeros_like(carry))
+
+
+@dataclasses.dataclass(frozen=True)
+class UndeclaredWidth(Doubled):
+    """Widens ``q`` and ``k`` without declaring it in ``qk_head_dim``."""
+
+    name = "test-undeclared-width"
+
+    def qk_head_dim(self, head_dim):
+        return head_dim
+
+
+_TOYS = {"doubled": Doubled, "decay": ConstantDecay, "counted": CountedDistance}
+
+
+_TOY_PATHS = [("einsum", 512), ("blocked", 3), ("xla", 512), ("auto", 4), ("auto", 512)]
+
+
+@pytest.mark.parametrize(
+    "toy,impl,block",
+    # Contextual logits refuse the fused paths (tested below).
+    [(toy, *p) for toy in sorted(_TOYS) for p in _TOY_PATHS if (toy, p[0]) != ("counted", "xla")],
+)
+def test_later_hooks_on_every_path_equal_naive_attention(toy, impl, block):
+    enc = _TOYS[toy]().bind(DIMS)
+    q, k, v = _qkv(11, 2, 6, 10)
+    q_pos, k_pos = _positions(2, 6, 10, [0, 37])
+    inputs = jnp.zeros((2, 10, H * DH), jnp.float32)  # read only by log_decay, which ignores it
+    got = _attend(
+        q,
+        k,
+        v,
+        encoding=enc,
+        params={},
+        q_pos=q_pos,
+        k_pos=k_pos,
+        causal=True,
+        implementation=impl,
+        block_size=block,
+        inputs=inputs,
+    )
+    if toy == "doubled":
+        expected = _naive(2 * np.asarray(q), k, v, q_pos, k_pos)
+    else:
+        expected = _naive(q, k, v, q_pos, k_pos, bias=_alibi_bias)
+    assert got.shape == q.shape
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("impl", ["xla", "cudnn"])
+def test_contextual_logits_on_the_fused_path_are_rejected(impl):
+    q, k, v = _qkv(9, 1, 4, 4)
+    enc = CountedDistance().bind(DIMS)
+    with pytest.raises(ValueError, match=rf"attention_impl='{impl}'.*contextual logits.*'blocked'"):
+        attend(
+            q,
+            k,
+            v,
+            encoding=enc,
+            params={},
+            q_pos=jnp.arange(4),
+            k_pos=jnp.arange(4),
+            implementation=impl,
+        )
+    assert choose_implementation(enc, 32, jnp.bfloat16, 64, platform="gpu") == "einsum"
+    assert choose_implementation(enc, 1024, jnp.bfloat16, 64, platform="gpu") == "blocked"
+
+
+def test_the_battery_catches_a_lost_carry_and_an_undeclared_width():
+    with pytest.raises(AssertionError, match=r"'test-forgets-the-carry'.*carry.*differ"):
+        testing.check_carry(ForgetsTheCarry())
+    with pytest.raises(AssertionError, match=r"'test-forgets-the-carry'.*path 'blocked' differs"):
+        testing.check_paths_agree(ForgetsTheCarry())
+    testing.check_carry(CountedDistance())  # the right one passes both
+    testing.check_paths_agree(CountedDistance())
+    with pytest.raises(AssertionError, match=r"'test-undeclared-width'.*qk_head_dim\(16\) = 16"):
+        testing.check_paths_agree(UndeclaredWidth())

@@ -7,6 +7,7 @@ training length, bf16, shift invariance of relative encoders) is the contract ba
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -16,6 +17,7 @@ import pytest
 from flax import nnx
 
 from posenc import encodings
+from posenc.attention import attend
 from posenc.model import ModelConfig, Transformer
 
 HPARAMS = {"learned": {"max_len": 16}, "shaw": {"max_distance": 4}}
@@ -205,3 +207,54 @@ def test_encoder_with_an_input_embedding_must_share_its_parameters():
 
     with pytest.raises(ValueError, match="param_scope='shared'"):
         Transformer(_config(), PerLayerEmbed(), rngs=nnx.Rngs(0))
+
+
+def test_contextual_encoder_forced_onto_the_fused_path_is_rejected():
+    for impl in ("xla", "cudnn"):
+        with pytest.raises(ValueError, match=f"attention_impl='{impl}'.*'cope'.*'blocked'"):
+            _model("cope", attention_impl=impl)
+
+
+@dataclasses.dataclass(frozen=True)
+class _DecaysUnlessNormed(encodings.Encoding):
+    """``log_decay`` is 0 when its input has mean 0 and variance 1 per token (a LayerNorm's
+    output) and strongly negative otherwise."""
+
+    name = "test-decays-unless-normed"
+    paper = "a test"
+    relative = True
+
+    def log_decay(self, params, inputs):
+        x = inputs.astype(jnp.float32)
+        mean, var = x.mean(-1), x.var(-1)
+        off = -1e3 * (mean**2 + (var - 1.0) ** 2)  # [B, S]
+        return jnp.broadcast_to(off[..., None], (*off.shape, self.bound_dims.num_heads))
+
+
+def test_log_decay_reads_each_layers_normed_input():
+    # Two layers: the second's input is the residual stream after a block, far from normed; the
+    # model must hand each layer's attention its normed input, where this decay is 0 (NoPE).
+    tokens = _tokens(5, 2, T)
+    for impl in ("einsum", "blocked", "xla"):
+        overrides = dict(num_layers=2, attention_impl=impl, attention_block_size=5)
+        model = Transformer(_config(**overrides), _DecaysUnlessNormed(), rngs=nnx.Rngs(3))
+        nope = Transformer(_config(**overrides), encodings.get("nope"), rngs=nnx.Rngs(3))
+        got, expected = np.asarray(model(tokens)), np.asarray(nope(tokens))
+        np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+    # The control: un-normed inputs decay, and attention changes.
+    enc = _DecaysUnlessNormed().bind(_config().dims)
+    q, k, v = (
+        jnp.asarray(np.random.default_rng(i).standard_normal((1, 6, 2, 16))) for i in (1, 2, 3)
+    )
+    x = jnp.asarray(np.random.default_rng(4).standard_normal((1, 6, 32)) * 3.0 + 1.0)
+    kw = dict(encoding=enc, params={}, q_pos=jnp.arange(6), k_pos=jnp.arange(6), inputs=x)
+    plain = attend(
+        q,
+        k,
+        v,
+        encoding=encodings.get("nope").bind(enc.dims),
+        params={},
+        q_pos=jnp.arange(6),
+        k_pos=jnp.arange(6),
+    )
+    assert np.abs(np.asarray(attend(q, k, v, **kw)) - np.asarray(plain)).max() > 0.1

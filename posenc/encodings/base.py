@@ -7,20 +7,45 @@ provides only the hooks it needs, and attention calls whichever are present:
 hook                                               returns
 =================================================  =============================================
 ``embed(params, positions)``                       ``[B|1, T, D]`` term added to token embeddings
-``rotate(params, q, k, q_pos, k_pos)``             rotated ``q`` and ``k`` (same shapes)
+``rotate(params, q, k, q_pos, k_pos)``             transformed ``q`` and ``k`` (see widths below)
 ``bias(params, q_pos, k_pos)``                     content-free logits ``[B|1, H, T, S]``
 ``content_logits(params, q, k, q_pos, k_pos)``     content-dependent logits ``[B, H, T, S]``
+``log_decay(params, inputs)``                      per-token log decay ``[B, S, H]`` (see below)
+``contextual_logits(params, q, k, logits, carry)`` ``(terms [B, H, T, S], carry [B, H, T])``
 ``value_term(params, probs, q_pos, k_pos)``        ``[B, T, H, Dh]`` added to attention output
 =================================================  =============================================
 
 Shapes: ``q: [B, T, H, Dh]``, ``k: [B, S, H, Dh]``, ``probs: [B, H, T, S]``; positions are integer
 arrays ``[B|1, T]`` (queries) and ``[B|1, S]`` (keys) — attention normalises ``[T]`` to ``[1, T]``
 before calling a hook. Every hook takes the encoder's parameters first (``{}`` when it has none).
+The queries are the last ``T`` of the ``S`` keys (self-attention over a window).
 
-Tiling: the ``blocked`` attention path calls ``bias``, ``content_logits`` and ``value_term`` on
-tiles of queries and keys, each with that tile's positions, and accumulates ``value_term`` with
-unnormalised probabilities; so hooks must depend on positions only through their arguments, and
-``value_term`` must be linear in ``probs``.
+Widths: ``rotate`` may change the last axis of ``q`` and ``k`` (both to ``qk_head_dim(Dh)``, a
+declaration below; PoPE doubles it); ``v`` and the output keep ``Dh``, and the logit scale stays
+``1/sqrt(Dh)`` of the projected width. Hooks after ``rotate`` see the transformed ``q`` and ``k``.
+
+The layer input: ``log_decay`` reads ``inputs: [B, S, D]``, the normed input of the attention layer
+at the keys (the model passes it; ``attend(..., inputs=...)``), and returns a log decay per token
+and head; attention adds ``sum_{l=j+1..i} log_decay_l`` (computed once per window as float32
+cumulative sums, ``c_i - c_j``) to the logit of query ``i`` and key ``j`` after scaling, like a
+bias (the Forgetting Transformer's forget gates). Entry ``l`` may depend on ``inputs`` at ``l`` and
+before only, or the model would see the future.
+
+Contextual logits (CoPE's positions, which count the keys between a query and a key): attention
+passes ``logits``, the float32 logits of the pairs so far (scaled, with ``bias`` and decay) with
+masked pairs (the future, padding) at ``-1e30``, and ``carry``, a float32 ``[B, H, T]`` running sum
+the encoder keeps over the keys *after* those passed (zeros at the last key). The hook returns
+terms added to the logits after scaling (bias units) and the carry for the keys before these.
+The ``einsum`` path calls it once on whole rows; the ``blocked`` path on key tiles from the last to
+the first, carrying the sum (the online softmax does not care about the order). So splitting the
+keys ``[left | right]`` and calling ``right`` (carry zeros) then ``left`` (the returned carry)
+must equal one call on the whole row. The fused kernels never form the logits and refuse it.
+
+Tiling: the ``blocked`` attention path calls ``bias``, ``content_logits``, ``contextual_logits``
+and ``value_term`` on tiles of queries and keys, each with that tile's positions, and
+accumulates ``value_term`` with unnormalised probabilities; so hooks must depend on positions
+only through their arguments, and ``value_term`` must be linear in ``probs``. ``rotate`` and
+``log_decay`` are called once on the whole window.
 
 Logit units: ``content_logits`` are *unscaled* terms added to ``q . k`` (both are multiplied by
 ``1/sqrt(Dh)`` together, as in Shaw et al. and Transformer-XL); ``bias`` terms are added after
@@ -42,6 +67,8 @@ checks each one against what the encoder does):
 - ``eval_safe_hparams``: hyperparameters that may differ between training and evaluation without
   changing what was trained (Transformer-XL's ``clamp_len``: the original code clamps relative
   distances only at evaluation). ``posenc eval`` refuses to change any other.
+- ``qk_head_dim(head_dim)``: the per-head width of ``q`` and ``k`` after ``rotate`` (default:
+  unchanged), so attention can choose a path without running the encoder.
 
 An encoder is created unbound (``posenc.encodings.get("rope", base=1e4)``); the model binds it to
 its shape with :meth:`Encoding.bind`, which validates the combination (e.g. RoPE needs an even
@@ -58,7 +85,15 @@ import jax
 
 Params = dict[str, jax.Array]
 
-HOOKS = ("embed", "rotate", "bias", "content_logits", "value_term")
+HOOKS = (
+    "embed",
+    "rotate",
+    "bias",
+    "content_logits",
+    "log_decay",
+    "contextual_logits",
+    "value_term",
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -119,6 +154,10 @@ class Encoding:
         """The names and shapes of the arrays :meth:`init` returns for ``dims``. Default: none."""
         del dims
         return {}
+
+    def qk_head_dim(self, head_dim: int) -> int:
+        """The per-head width of ``q`` and ``k`` after ``rotate``. Default: unchanged."""
+        return head_dim
 
     def check_length(self, length: int) -> None:
         """Raises ``ValueError`` if positions ``0..length-1`` are outside what the encoder supports.

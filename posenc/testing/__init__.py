@@ -19,6 +19,7 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ==================  ===========================================================================
 ``declarations``    name, paper, ``param_scope``, ``relative``, ``eval_safe_hparams`` well formed
 ``paths_agree``     every attention path that takes the encoder equals the ``einsum`` reference
+``carry``           ``contextual_logits`` on key tiles, last to first with the carry, equal one call
 ``causal``          no output depends on a later input (Jacobian through the model)
 ``shift``           shifting all positions changes nothing iff ``relative = True``
 ``param_shapes``    ``init`` == ``param_shapes``, float32, held per layer or shared as declared
@@ -42,6 +43,7 @@ from posenc.encodings.base import Encoding
 from posenc.testing._harness import HPARAMS, Settings, resolve
 from posenc.testing.checks import (
     check_bf16,
+    check_carry,
     check_causal,
     check_declarations,
     check_extrapolates,
@@ -56,6 +58,7 @@ Check = Callable[..., None]
 CHECKS: dict[str, Check] = {
     "declarations": check_declarations,
     "paths_agree": check_paths_agree,
+    "carry": check_carry,
     "causal": check_causal,
     "shift": check_shift,
     "param_shapes": check_param_shapes,
@@ -115,6 +118,7 @@ __all__ = [
     "Settings",
     "cases",
     "check_bf16",
+    "check_carry",
     "check_causal",
     "check_declarations",
     "check_encoder",

@@ -91,7 +91,7 @@ def _nvidia_gpu() -> bool:
 @memo
 def _attend(encoder: Encoding, implementation: str, block_size: int):
     run = jit(
-        lambda q, k, v, params, q_pos, k_pos: attention.attend(
+        lambda q, k, v, params, q_pos, k_pos, inputs: attention.attend(
             q,
             k,
             v,
@@ -101,6 +101,7 @@ def _attend(encoder: Encoding, implementation: str, block_size: int):
             k_pos=k_pos,
             implementation=implementation,
             block_size=block_size,
+            inputs=inputs,
         )
     )
     return run
@@ -110,8 +111,10 @@ def check_paths_agree(encoder: str | Encoding, settings: Settings | None = None)
     """Every attention path that accepts the encoder here equals the ``einsum`` reference.
 
     Causal attention of ``T`` queries (the last ``T`` of ``S = T + extra_keys`` keys), each batch
-    row at its own offset, ``blocked`` tiling with a padded last tile; ``cudnn`` only on an NVIDIA
-    GPU, in bfloat16 (its only dtypes) against the reference in bfloat16.
+    row at its own offset, random layer inputs (for hooks that read them), ``blocked`` tiling
+    with a padded last tile; ``cudnn`` only on an NVIDIA GPU, in bfloat16 (its only dtypes)
+    against the reference in bfloat16. Also ``rotate`` returns ``q`` and ``k`` of the width
+    ``qk_head_dim`` declares.
     """
     settings = settings or Settings()
     enc = resolve(encoder)
@@ -126,10 +129,22 @@ def check_paths_agree(encoder: str | Encoding, settings: Settings | None = None)
     )
     k_pos = jnp.asarray(np.asarray(settings.offsets)[:, None] + np.arange(s), jnp.int32)
     q_pos = k_pos[:, s - t :]
+    inputs = jnp.asarray(rng.standard_normal((b, s, dims.model_dim)), jnp.float32)
+    if "rotate" in bound.hooks:
+        width = bound.qk_head_dim(dims.head_dim)
+        shapes = [tuple(x.shape) for x in bound.rotate(params, q, k, q_pos, k_pos)]
+        promised = [(b, n, dims.num_heads, width) for n in (t, s)]
+        if shapes != promised:
+            raise _fail(
+                enc,
+                "paths_agree",
+                f"rotate returns q, k of shapes {shapes}, but qk_head_dim({dims.head_dim}) = "
+                f"{width} promises {promised}",
+            )
 
     def run(impl, dtype=jnp.float32):
-        x = [a.astype(dtype) for a in (q, k, v)]
-        out = _attend(bound, impl, settings.block_size)(*x, params, q_pos, k_pos)
+        x = [a.astype(dtype) for a in (q, k, v, inputs)]
+        out = _attend(bound, impl, settings.block_size)(*x[:3], params, q_pos, k_pos, x[3])
         return np.asarray(out, np.float32)
 
     reference = run("einsum")
@@ -145,8 +160,9 @@ def check_paths_agree(encoder: str | Encoding, settings: Settings | None = None)
             continue  # this path does not take the encoder (e.g. a value term on a fused kernel)
         dtype, expected, tol = jnp.float32, reference, settings.tolerance
         if impl == "cudnn":
-            has_bias = "bias" in bound.hooks or "content_logits" in bound.hooks
-            supported = attention.cudnn_supports(dims.head_dim, jnp.bfloat16, t, s, has_bias)
+            has_bias = bool({"bias", "content_logits", "log_decay"} & set(bound.hooks))
+            width = bound.qk_head_dim(dims.head_dim)
+            supported = attention.cudnn_supports(width, jnp.bfloat16, t, s, has_bias)
             if not (_nvidia_gpu() and supported):
                 continue
             dtype, expected, tol = jnp.bfloat16, run("einsum", jnp.bfloat16), 2e-2
@@ -159,6 +175,66 @@ def check_paths_agree(encoder: str | Encoding, settings: Settings | None = None)
                 f"({_max_error(got, expected)}, tolerance {tol:g}; T={t}, S={s}, "
                 f"block_size={settings.block_size}, offsets={settings.offsets})",
             )
+
+
+def check_carry(encoder: str | Encoding, settings: Settings | None = None) -> None:
+    """``contextual_logits`` keeps its carry promise (encoders without the hook pass).
+
+    On random queries, keys and causally masked logits (``T`` queries, the last of ``S = T +
+    extra_keys`` keys), calling the hook on key tiles of ``block_size`` from the last to the first,
+    each with the carry the later tile returned, gives the terms (on the visible pairs) and the
+    final carry of one call on the whole row: what the ``blocked`` path relies on.
+    """
+    settings = settings or Settings()
+    enc = resolve(encoder)
+    dims = settings.dims
+    bound = enc.bind(dims)
+    if "contextual_logits" not in bound.hooks:
+        return
+    params = bound.init(jax.random.key(settings.seed), dims)
+    b, t, s = len(settings.offsets), settings.length, settings.length + settings.extra_keys
+    rng = np.random.default_rng(settings.seed + 1)
+    q, k = (
+        jnp.asarray(rng.standard_normal((b, n, dims.num_heads, dims.head_dim)), jnp.float32)
+        for n in (t, s)
+    )
+    visible = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)  # [T, S]
+    logits = rng.standard_normal((b, dims.num_heads, t, s))
+    logits = jnp.asarray(np.where(visible, logits, attention._NEG), jnp.float32)
+    zeros = jnp.zeros((b, dims.num_heads, t), jnp.float32)
+    whole, whole_carry = bound.contextual_logits(params, q, k, logits, zeros)
+    carry, tiles = zeros, []
+    for start in reversed(range(0, s, settings.block_size)):
+        cols = slice(start, start + settings.block_size)
+        terms, carry = bound.contextual_logits(params, q, k[:, cols], logits[..., cols], carry)
+        tiles.insert(0, np.asarray(terms, np.float32))
+    got, expected = np.concatenate(tiles, axis=-1), np.asarray(whole, np.float32)
+    shape = (b, dims.num_heads, t, s)
+    if got.shape != shape or expected.shape != shape:
+        raise _fail(
+            enc,
+            "carry",
+            f"contextual_logits must return [B, H, T, S] = {shape} terms, got "
+            f"{expected.shape} for the whole row and {got.shape} from tiles",
+        )
+    tol = settings.tolerance
+    got, expected = np.where(visible, got, 0.0), np.where(visible, expected, 0.0)
+    if not np.allclose(got, expected, rtol=tol, atol=tol):
+        raise _fail(
+            enc,
+            "carry",
+            f"contextual_logits on key tiles of {settings.block_size}, last to first with the "
+            f"carry, differ from one call on the whole row ({_max_error(got, expected)}; T={t}, "
+            f"S={s})",
+        )
+    got, expected = np.asarray(carry), np.asarray(whole_carry)
+    if got.shape != zeros.shape or not np.allclose(got, expected, rtol=tol, atol=tol):
+        raise _fail(
+            enc,
+            "carry",
+            f"the carry after the first key tile ({got.shape}) differs from the whole row's "
+            f"({expected.shape}); it must be the [B, H, T] float32 running sum",
+        )
 
 
 @memo

@@ -1,0 +1,101 @@
+"""Contextual position encoding, CoPE (Golovneva, Wang, Weston, Sukhbaatar 2024, "Contextual
+Position Encoding: Learning to Count What's Important", its formulas and the code in its appendix).
+
+A query counts only the keys it finds relevant. Between query ``i`` and key ``j``::
+
+    g_ik   = sigmoid(q_i . k_k / sqrt(Dh))                 gate; 0 for masked (future) keys
+    p_ij   = min(sum_{k=j..i} g_ik, max_pos - 1)           contextual position, fractional
+    z_i[p] = q_i . e[p]                                    p = 0 .. max_pos - 1
+    cope_ij = (p_ij - floor p_ij) z_i[ceil p_ij] + (1 - p_ij + floor p_ij) z_i[floor p_ij]
+    a_ij   = softmax_j(q_i . k_j / sqrt(Dh) + cope_ij)
+
+Transcribed from the paper's reference code (and x-transformers' ``CoPE``, which follows it): the
+gate is the sigmoid of the scaled, masked attention logit (the paper's formula writes
+``sigmoid(q_i . k_j)`` with the ``1/sqrt(Dh)`` left implicit; its code adds ``log(mask)`` first, so
+future keys have gate 0 and do not count); the interpolation weighs the scalars ``z_i[p]``
+rather than the vectors ``e[p]`` (the paper's efficiency remark; the same value); ``cope_ij``
+joins the scaled logits unscaled. ``e`` is one ``[max_pos, Dh]`` table per layer shared by the
+heads, zeros at initialisation as in the paper's code.
+
+Positions never enter: ``p_ij`` counts keys, so CoPE is invariant to shifting positions
+(``relative = True``) and sees no position past training, only counts clipped at ``max_pos - 1``.
+Since ``p_ij`` depends on every key between ``j`` and ``i``, CoPE is a ``contextual_logits`` hook
+(:mod:`posenc.encodings.base`): the suffix sum is carried across key tiles, so the ``blocked``
+path evaluates long windows in memory linear in their length; the fused kernels, which never
+form the logits, refuse it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+
+from posenc.encodings.base import Dims, Encoding, Params, check_positive
+from posenc.encodings.registry import register
+
+
+@register
+@dataclasses.dataclass(frozen=True)
+class CoPE(Encoding):
+    """Contextual positions counted by sigmoid gates, one embedding table per layer.
+
+    Attributes:
+      max_pos: number of embeddings ``e[0 .. max_pos-1]``; contextual positions are clipped at
+        ``max_pos - 1`` (x-transformers' default, 16; the paper sets it per task).
+      init_std: standard deviation of the normal initialiser of ``e``; 0 (the paper's zeros)
+        makes CoPE start as NoPE and learn its embeddings.
+    """
+
+    name = "cope"
+    paper = (
+        "Golovneva, Wang, Weston, Sukhbaatar 2024, Contextual Position Encoding: Learning to "
+        "Count What's Important"
+    )
+    relative = True  # positions are counted from the content, never read
+
+    max_pos: int = 16
+    init_std: float = 0.0
+
+    def __post_init__(self):
+        if not isinstance(self.max_pos, int) or isinstance(self.max_pos, bool) or self.max_pos < 1:
+            raise ValueError(f"encoding.max_pos must be an integer >= 1, got {self.max_pos!r}")
+        check_positive("encoding.init_std", self.init_std, allow_zero=True)
+
+    def param_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:
+        return {"embeddings": (self.max_pos, dims.head_dim)}  # e: [max_pos, Dh]
+
+    def init(self, rng: jax.Array, dims: Dims) -> Params:
+        (shape,) = self.param_shapes(dims).values()
+        return {"embeddings": (self.init_std * jax.random.normal(rng, shape)).astype(jnp.float32)}
+
+    def contextual_logits(
+        self, params: Params, q: jax.Array, k: jax.Array, logits: jax.Array, carry: jax.Array
+    ) -> tuple[jax.Array, jax.Array]:
+        """CoPE's logits ``cope_ij`` for a tile of keys, and the gates counted so far.
+
+        Args:
+          params: ``{"embeddings": [max_pos, Dh]}``.
+          q: ``[B, T, H, Dh]`` queries.
+          k: ``[B, S, H, Dh]`` keys (unused: the gates come from ``logits``).
+          logits: ``[B, H, T, S]`` float32 scaled logits, masked pairs at ``-1e30`` (gate 0).
+          carry: ``[B, H, T]`` float32 sum of the gates of the keys after this tile.
+
+        Returns:
+          ``[B, H, T, S]`` float32 terms for the scaled logits, and ``[B, H, T]`` the gates summed
+          from the first key of this tile on (the carry for the tile before it).
+        """
+        del k
+        gates = jax.nn.sigmoid(logits)  # [B, H, T, S]; exactly 0 where masked
+        counted = carry[..., None] + jax.lax.cumsum(
+            gates, axis=gates.ndim - 1, reverse=True
+        )  # sum_{k>=j}
+        pos = jnp.minimum(counted, self.max_pos - 1)  # p_ij, clipped
+        table = params["embeddings"].astype(q.dtype)
+        z = jnp.einsum("BTHD,PD->BHTP", q, table, preferred_element_type=jnp.float32)
+        floor = jnp.floor(pos)
+        z_floor = jnp.take_along_axis(z, floor.astype(jnp.int32), axis=-1)  # [B, H, T, S]
+        z_ceil = jnp.take_along_axis(z, jnp.ceil(pos).astype(jnp.int32), axis=-1)
+        weight = pos - floor  # the gradient reaches the gates through it, as in the paper's code
+        return z_ceil * weight + z_floor * (1.0 - weight), counted[..., 0]
