@@ -29,7 +29,11 @@ EXPECTED_HOOKS = {
 }
 SHARED = {"sinusoidal", "learned", "t5"}
 ABSOLUTE = {"sinusoidal", "learned"}  # the rest see positions only through differences
-EVAL_SAFE = {"xl": ("clamp_len",)}  # the original Transformer-XL clamps only at evaluation
+EVAL_SAFE = {
+    "xl": ("clamp_len",),  # the original Transformer-XL clamps only at evaluation
+    # Context extension without retraining (PI, NTK, dynamic NTK, YaRN).
+    "rope": ("scaling", "factor", "original_max_len", "beta_fast", "beta_slow", "attention_factor"),
+}
 
 
 def test_the_eight_founding_encoders_are_registered():
