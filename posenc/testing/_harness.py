@@ -38,6 +38,9 @@ HPARAMS: dict[str, dict[str, Any]] = {
     # on i - j alone. A threshold inside the window makes the bias read the query's position, as
     # it does past L at full size, so the shift check sees that FIRE is absolute.
     "fire": {"init_L": 4.0},
+    # xPos's decay over the battery's 12-48 tokens, as the paper's scale_base = 512 gives it over
+    # hundreds (zeta_0^(48/8) ~ 5e-4); at 512 it would be ~1 here, plain RoPE.
+    "xpos": {"scale_base": 8.0},
 }
 
 
