@@ -30,9 +30,10 @@ HPARAMS: dict[str, dict[str, Any]] = {
     # Clip distance and buckets inside the 12-token window, so clipping and log buckets happen.
     "shaw": {"max_distance": 4},
     "t5": {"num_buckets": 8, "max_distance": 16},
-    # CoPE's embeddings start at zero, as in the paper's code, where they change nothing; random
-    # ones let every check see them at work.
+    # CoPE's embeddings and PoPE's phase bias start at zero, as in their papers' code, where they
+    # change nothing; random ones let every check see them at work.
     "cope": {"init_std": 0.5},
+    "pope": {"bias_init": "uniform"},
     # FIRE's normaliser psi(max(L, i)) is the constant psi(L) while every query is below the
     # threshold L (512 by default, far above the battery's positions), and there its bias depends
     # on i - j alone. A threshold inside the window makes the bias read the query's position, as
