@@ -23,6 +23,8 @@ positions changes nothing (``relative = True``). It is a ``log_decay`` hook
 ``c_i - c_j`` as a float32 bias on every path (a dense bias on the fused kernels, per tile on the
 ``blocked`` path). ``c_i`` is constant along a row and changes no probability; subtracting it,
 as the official kernel does, keeps the logits near the diagonal small, where float32 resolves them.
+FoX is causal: it defines no decay for keys after the query (``attend(causal=False)`` would add
+``c_i - c_j > 0`` there, which the model, always causal, never asks for).
 """
 
 from __future__ import annotations
