@@ -157,7 +157,7 @@ def write_report(
     footnotes: dict[str, dict[str, Any]] = {}
     base = columns[0].runs
     md = [f"# RoPE context extension: {metric} by evaluation length", ""]
-    md += describe(base, columns[:1])
+    md += describe(base, [Column("RoPE", base)])
     md.append(
         f"- Scaling: factor s = {plan.factor}, original length L = {train_len}. Zero-shot "
         "columns score the base run under each scaling; fine-tuned columns continue from it for "
