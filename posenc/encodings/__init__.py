@@ -6,8 +6,10 @@ installed plugins (entry-point group ``posenc.encodings``) the first time it is 
 
 >>> from posenc import encodings
 >>> rope = encodings.get("rope", base=500_000.0)
->>> encodings.names()  # the founding eight, plus any plugin's
-('alibi', 'learned', 'nope', 'rope', 'shaw', 'sinusoidal', 't5', 'xl')
+>>> len(encodings.names())  # every module of this package, plus any plugin's
+16
+>>> encodings.names()[:4]
+('alibi', 'cope', 'dynamic_bias', 'fire')
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from posenc.encodings.shaw import Shaw, clipped_relative_index
 from posenc.encodings.sinusoidal import Sinusoidal, sinusoidal_table
 from posenc.encodings.t5 import T5Bias, relative_position_bucket
 from posenc.encodings.xl import TransformerXL
+from posenc.encodings.xpos import XPos, apply_xpos
 
 __all__ = [
     "HOOKS",
@@ -37,8 +40,10 @@ __all__ = [
     "Sinusoidal",
     "T5Bias",
     "TransformerXL",
+    "XPos",
     "alibi_slopes",
     "apply_rope",
+    "apply_xpos",
     "clipped_relative_index",
     "get",
     "get_class",
