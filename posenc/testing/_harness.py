@@ -56,6 +56,8 @@ class Settings:
       extra_keys: the attention check uses ``S = T + extra_keys`` keys, queries the last ``T``.
       offsets: first position of each batch row (the batch size is ``len(offsets)``); the shift
         check moves row ``b`` by ``offsets[b]``.
+      max_position: the attention check also runs with randomized positions (Ruoss et al.
+        2023): each row a sorted random subset of ``[0, max_position)``.
       extrapolation: the extrapolation check runs at ``extrapolation * length`` tokens; the
         bf16 check uses the same window (several blocks long).
       vocab_size, num_layers, model_dim, num_heads, mlp_dim: the tiny model.
@@ -71,6 +73,7 @@ class Settings:
     block_size: int = 5
     extra_keys: int = 4
     offsets: tuple[int, ...] = (3, 17)
+    max_position: int = 64
     extrapolation: int = 4
     vocab_size: int = 64
     num_layers: int = 1

@@ -107,14 +107,33 @@ def _attend(encoder: Encoding, implementation: str, block_size: int):
     return run
 
 
+def _position_sets(settings: Settings, s: int, t: int) -> list[tuple[str, jax.Array, jax.Array]]:
+    """``(description, q_pos, k_pos)``: contiguous rows at their offsets, and randomized rows
+    (a sorted random subset of ``[0, max_position)`` each, non-contiguous)."""
+    b = len(settings.offsets)
+    contiguous = np.asarray(settings.offsets)[:, None] + np.arange(s)
+    rng = np.random.default_rng(settings.seed + 2)
+    randomized = np.stack(
+        [np.sort(rng.choice(settings.max_position, s, replace=False)) for _ in range(b)]
+    )
+    out = []
+    for text, k_pos in (
+        (f"offsets={settings.offsets}", contiguous),
+        (f"randomized positions in [0, {settings.max_position})", randomized),
+    ):
+        k_pos = jnp.asarray(k_pos, jnp.int32)
+        out.append((text, k_pos[:, s - t :], k_pos))
+    return out
+
+
 def check_paths_agree(encoder: str | Encoding, settings: Settings | None = None) -> None:
     """Every attention path that accepts the encoder here equals the ``einsum`` reference.
 
     Causal attention of ``T`` queries (the last ``T`` of ``S = T + extra_keys`` keys), each batch
-    row at its own offset, random layer inputs (for hooks that read them), ``blocked`` tiling
-    with a padded last tile; ``cudnn`` only on an NVIDIA GPU, in bfloat16 (its only dtypes)
-    against the reference in bfloat16. Also ``rotate`` returns ``q`` and ``k`` of the width
-    ``qk_head_dim`` declares.
+    row at its own offset and, again, at randomized positions (sorted, with gaps), random layer
+    inputs (for hooks that read them), ``blocked`` tiling with a padded last tile; ``cudnn``
+    only on an NVIDIA GPU, in bfloat16 (its only dtypes) against the reference in bfloat16. Also
+    ``rotate`` returns ``q`` and ``k`` of the width ``qk_head_dim`` declares.
     """
     settings = settings or Settings()
     enc = resolve(encoder)
@@ -127,11 +146,11 @@ def check_paths_agree(encoder: str | Encoding, settings: Settings | None = None)
         jnp.asarray(rng.standard_normal((b, n, dims.num_heads, dims.head_dim)), jnp.float32)
         for n in (t, s, s)
     )
-    k_pos = jnp.asarray(np.asarray(settings.offsets)[:, None] + np.arange(s), jnp.int32)
-    q_pos = k_pos[:, s - t :]
     inputs = jnp.asarray(rng.standard_normal((b, s, dims.model_dim)), jnp.float32)
+    position_sets = _position_sets(settings, s, t)
     if "rotate" in bound.hooks:
         width = bound.qk_head_dim(dims.head_dim)
+        _, q_pos, k_pos = position_sets[0]
         shapes = [tuple(x.shape) for x in bound.rotate(params, q, k, q_pos, k_pos)]
         promised = [(b, n, dims.num_heads, width) for n in (t, s)]
         if shapes != promised:
@@ -141,15 +160,23 @@ def check_paths_agree(encoder: str | Encoding, settings: Settings | None = None)
                 f"rotate returns q, k of shapes {shapes}, but qk_head_dim({dims.head_dim}) = "
                 f"{width} promises {promised}",
             )
+    for positions, q_pos, k_pos in position_sets:
 
-    def run(impl, dtype=jnp.float32):
-        x = [a.astype(dtype) for a in (q, k, v, inputs)]
-        out = _attend(bound, impl, settings.block_size)(*x[:3], params, q_pos, k_pos, x[3])
-        return np.asarray(out, np.float32)
+        def run(impl, dtype=jnp.float32, q_pos=q_pos, k_pos=k_pos):
+            x = [a.astype(dtype) for a in (q, k, v, inputs)]
+            out = _attend(bound, impl, settings.block_size)(*x[:3], params, q_pos, k_pos, x[3])
+            return np.asarray(out, np.float32)
 
+        _compare_paths(enc, bound, settings, run, positions, t, s)
+
+
+def _compare_paths(enc, bound, settings: Settings, run, positions: str, t: int, s: int) -> None:
+    """Runs every path that takes ``bound`` (``run(impl, dtype)``) against the einsum one."""
     reference = run("einsum")
     if not np.isfinite(reference).all():
-        raise _fail(enc, "paths_agree", "the einsum reference gives non-finite outputs")
+        raise _fail(
+            enc, "paths_agree", f"the einsum reference gives non-finite outputs ({positions})"
+        )
     # The explicit paths first, so that a failure names the path itself rather than "auto".
     for impl in sorted(attention.IMPLEMENTATIONS, key=lambda impl: impl == "auto"):
         if impl == "einsum":
@@ -161,7 +188,7 @@ def check_paths_agree(encoder: str | Encoding, settings: Settings | None = None)
         dtype, expected, tol = jnp.float32, reference, settings.tolerance
         if impl == "cudnn":
             has_bias = bool({"bias", "content_logits", "log_decay"} & set(bound.hooks))
-            width = bound.qk_head_dim(dims.head_dim)
+            width = bound.qk_head_dim(settings.dims.head_dim)
             supported = attention.cudnn_supports(width, jnp.bfloat16, t, s, has_bias)
             if not (_nvidia_gpu() and supported):
                 continue
@@ -173,7 +200,7 @@ def check_paths_agree(encoder: str | Encoding, settings: Settings | None = None)
                 "paths_agree",
                 f"attention path {impl!r} differs from the einsum reference "
                 f"({_max_error(got, expected)}, tolerance {tol:g}; T={t}, S={s}, "
-                f"block_size={settings.block_size}, offsets={settings.offsets})",
+                f"block_size={settings.block_size}, {positions})",
             )
 
 
