@@ -26,6 +26,11 @@ Per-encoder settings (the same at every scale, see ``encoder_overrides``):
   paper's L = 512: ``max_distance = L // 4`` and ``num_buckets = min(32, L // 4)`` for L < 512,
   the defaults from 512 on. With the defaults at a small L, the buckets for distances L..127 would
   never be trained and every longer distance would share one of them (an artefact, not T5).
+- ``fire`` and ``xpos`` (in the extended table): their length constants at the ratio their
+  papers use to the training length: FIRE's threshold ``L`` starts at 512 for windows of 2048
+  (``init_L = seq_len // 4``), xPos's ``scale_base`` is 512 for windows of 1024 (``seq_len //
+  2``); the defaults from those lengths on. At L = 64 with the defaults, FIRE's threshold would
+  lie beyond every trained position (no normalisation ever learned) and xPos would barely decay.
 
 Run::
 
@@ -73,6 +78,11 @@ def encoder_overrides(name: str, seq_len: int) -> dict:
             "encoding.hparams.max_distance": reach,
             "encoding.hparams.num_buckets": min(32, reach),
         }
+    # The later encoders' length constants, at the paper's ratio to its training length.
+    if name == "fire" and seq_len < 2048:  # threshold L = 512 for windows of 2048
+        return {"encoding.hparams.init_L": float(seq_len // 4)}
+    if name == "xpos" and seq_len < 1024:  # scale_base = 512 for windows of 1024
+        return {"encoding.hparams.scale_base": float(seq_len // 2)}
     return {}
 
 

@@ -177,8 +177,18 @@ def _label(run: Run, same_name: list[dict[str, Any]]) -> str:
         return run.encoding
     keys = sorted({k for ident in same_name for k in ident})
     differ = [k for k in keys if len({repr(ident.get(k)) for ident in same_name}) > 1]
-    text = ", ".join(f"{k.removeprefix('encoding.hparams.')}={run.identity.get(k)}" for k in differ)
+    if "train.positions" in differ and run.identity.get("eval.positions") == run.identity.get(
+        "train.positions"
+    ):
+        differ.remove("eval.positions")  # evaluated as trained: one word says both
+    text = ", ".join(f"{_short(k)}={run.identity.get(k)}" for k in differ)
     return f"{run.encoding} ({text})"
+
+
+def _short(field: str) -> str:
+    """A config field as a column label says it: ``encoding.hparams.base`` -> ``base``,
+    ``train.positions`` -> ``positions``."""
+    return field.removeprefix("encoding.hparams.").removeprefix("train.")
 
 
 def cell(column: Column, length: int, metric: str) -> Cell | None:
