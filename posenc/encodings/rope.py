@@ -313,6 +313,42 @@ def apply_rope(
     Returns:
       ``[B, T, H, Dh]``, same dtype as ``x``.
     """
+    positions, theta, scale = rotation_setup(
+        x,
+        positions,
+        base=base,
+        layout=layout,
+        fraction=fraction,
+        scaling=scaling,
+        factor=factor,
+        original_max_len=original_max_len,
+        beta_fast=beta_fast,
+        beta_slow=beta_slow,
+        attention_factor=attention_factor,
+        seq_len=seq_len,
+    )
+    angles = positions.astype(jnp.float32)[..., None] * theta  # [B|1, T, d/2]
+    return rotate_pairs(x, angles, layout=layout, scale=scale)
+
+
+def rotation_setup(
+    x: jax.Array,
+    positions: jax.Array,
+    *,
+    base: float,
+    layout: str,
+    fraction: float,
+    scaling: str | None,
+    factor: float,
+    original_max_len: int | None,
+    beta_fast: float,
+    beta_slow: float,
+    attention_factor: float | None,
+    seq_len: jax.Array | int | None,
+) -> tuple[jax.Array, jax.Array, float]:
+    """What RoPE and xPos share before rotating: the hyperparameters checked, ``positions`` as
+    ``[B|1, T]``, the (scaled) frequencies ``theta`` ``[B|1 or 1, d/2]`` and the attention
+    scale of the scaling mode."""
     check_scaling(scaling, factor, original_max_len, beta_fast, beta_slow, attention_factor)
     d = check_rope(x.shape[-1], fraction, scaling, layout)
     positions = jnp.atleast_2d(positions)  # [B|1, T]
@@ -328,9 +364,7 @@ def apply_rope(
         beta_slow=beta_slow,
         seq_len=seq_len,
     )
-    angles = positions.astype(jnp.float32)[..., None] * theta  # [B|1, T, d/2]
-    scale = attention_scale(scaling, factor, attention_factor)
-    return rotate_pairs(x, angles, layout=layout, scale=scale)
+    return positions, theta, attention_scale(scaling, factor, attention_factor)
 
 
 @register

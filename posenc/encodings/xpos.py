@@ -39,15 +39,7 @@ import jax.numpy as jnp
 
 from posenc.encodings.base import Params, check_positive
 from posenc.encodings.registry import register
-from posenc.encodings.rope import (
-    RoPE,
-    attention_scale,
-    check_rope,
-    check_scaling,
-    rope_frequencies,
-    rotate_pairs,
-    span,
-)
+from posenc.encodings.rope import RoPE, rotate_pairs, rotation_setup
 
 
 def xpos_zeta(d: int, gamma: float = 0.4) -> jax.Array:
@@ -101,26 +93,24 @@ def apply_xpos(
     Returns:
       ``[B, T, H, Dh]``, same dtype as ``x``.
     """
-    check_scaling(scaling, factor, original_max_len, beta_fast, beta_slow, attention_factor)
-    d = check_rope(x.shape[-1], fraction, scaling, layout)
-    positions = jnp.atleast_2d(positions)  # [B|1, T]
-    if scaling == "dynamic" and seq_len is None:
-        seq_len = span(positions)
-    reference = jnp.reshape(jnp.asarray(reference, positions.dtype), (-1, 1))  # [B|1, 1]
-    relative = (positions - reference).astype(jnp.float32)[..., None]  # [B|1, T, 1]
-    theta = rope_frequencies(
-        d,
+    positions, theta, scale = rotation_setup(
+        x,
+        positions,
         base=base,
+        layout=layout,
+        fraction=fraction,
         scaling=scaling,
         factor=factor,
         original_max_len=original_max_len,
         beta_fast=beta_fast,
         beta_slow=beta_slow,
+        attention_factor=attention_factor,
         seq_len=seq_len,
     )
+    reference = jnp.reshape(jnp.asarray(reference, positions.dtype), (-1, 1))  # [B|1, 1]
+    relative = (positions - reference).astype(jnp.float32)[..., None]  # [B|1, T, 1]
     power = (-relative if keys else relative) / scale_base  # [B|1, T, 1]
-    magnitude = xpos_zeta(d, gamma) ** power  # [B|1, T, d/2]
-    scale = attention_scale(scaling, factor, attention_factor)
+    magnitude = xpos_zeta(2 * theta.shape[-1], gamma) ** power  # [B|1, T, d/2]
     return rotate_pairs(x, relative * theta, layout=layout, magnitude=magnitude, scale=scale)
 
 
