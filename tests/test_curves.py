@@ -70,3 +70,14 @@ def test_a_sweep_without_metrics_is_a_clear_error(tmp_path):
     write_json(os.path.join(tmp_path, "sweep.json"), {"points": [{"dir": "x"}]})
     with pytest.raises(FileNotFoundError, match="has logged metrics.jsonl"):
         curves.find_curves(str(tmp_path))
+
+
+def test_the_convergence_report_has_a_table_and_a_plot_per_panel(sweep, tmp_path):
+    out = str(tmp_path / "out")
+    paths = curves.convergence_report(out, [("panel one", sweep), ("panel two", sweep)])
+    text = open(paths[0]).read()
+    assert text.count("| step |") == 2 and "## panel one" in text and "## panel two" in text
+    assert [os.path.basename(p) for p in paths[1:]] == ["curves_1.png", "curves_2.png"]
+    # Default steps: quarters of the steps both curves logged (10 and 20 here).
+    rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("|  ")]
+    assert rows == ["10", "20", "10", "20"]

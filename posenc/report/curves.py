@@ -161,3 +161,32 @@ def plot_curves(path: str, curves: Sequence[Curve], title: str, ylabel: str = "t
     ax.legend(fontsize=8)
     fig.savefig(path, dpi=120)
     plt.close(fig)
+
+
+def convergence_report(
+    out_dir: str, panels: Sequence[tuple[str, str]], steps: Sequence[int] | None = None
+) -> list[str]:
+    """``report.md`` with, per panel (``(title, sweep directory)``), the loss table at ``steps``
+    (default: a quarter, half, three quarters and all of the common steps) and a plot
+    ``curves_<n>.png``; returns the paths written (report.md first)."""
+    md = ["# Training loss against step", ""]
+    os.makedirs(out_dir, exist_ok=True)
+    paths = [os.path.join(out_dir, "report.md")]
+    for number, (title, sweep_dir) in enumerate(panels, start=1):
+        found = find_curves(sweep_dir)
+        common = sorted(set.intersection(*(set(c.steps()) for c in found)))
+        if steps is None:
+            chosen = sorted(
+                {common[max(0, round(len(common) * f) - 1)] for f in (0.25, 0.5, 0.75, 1)}
+            )
+        else:
+            chosen = list(steps)
+        plot = os.path.join(out_dir, f"curves_{number}.png")
+        plot_curves(plot, found, title)
+        md += [f"## {title}", "", f"Runs: `{sweep_dir}`.", ""]
+        md += loss_table(found, chosen) + [""]
+        md += [f"![{title}]({os.path.basename(plot)})", ""]
+        paths.append(plot)
+    with open(paths[0], "w") as f:
+        f.write("\n".join(md))
+    return paths
