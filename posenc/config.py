@@ -292,6 +292,7 @@ def validate(
     encoding = make_encoding(config)  # unknown names and hyperparameters raise here
     model_cfg = model_config(config)  # shapes and rates are checked by ModelConfig
     encoding.bind(model_cfg.dims)  # encoder/shape combinations (e.g. RoPE, odd head dim)
+    encoding.check_causal(model_cfg.causal)  # causal-only encoders, T5's bidirectional buckets
 
     t = config.train
     _require_int("train.seq_len", t.seq_len, 2)

@@ -48,6 +48,8 @@ class ModelConfig:
       tie_embeddings: reuse the token embedding as the output projection.
       attention_impl: an attention path, see :mod:`posenc.attention`.
       attention_block_size: query block of the ``blocked`` path and the ``auto`` threshold.
+      causal: mask keys after the query (a decoder, for causal LM); False runs attention
+        unmasked on every path (a bidirectional encoder, for masked LM).
     """
 
     vocab_size: int = 257
@@ -62,6 +64,7 @@ class ModelConfig:
     tie_embeddings: bool = True
     attention_impl: str = "auto"
     attention_block_size: int = 512
+    causal: bool = True
 
     def __post_init__(self):
         for field in ("vocab_size", "num_layers", "model_dim", "num_heads", "mlp_dim"):
@@ -73,6 +76,8 @@ class ModelConfig:
                 f"model.model_dim={self.model_dim} is not divisible by model.num_heads="
                 f"{self.num_heads}; change one of them or set model.head_dim"
             )
+        if not isinstance(self.causal, bool):
+            raise ValueError(f"model.causal must be True or False, got {self.causal!r}")
         if not 0.0 <= self.dropout < 1.0:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
         for field, allowed in (
@@ -166,6 +171,7 @@ class Block(nnx.Module):
             k_pos=positions,
             implementation=config.attention_impl,
             block_size=config.attention_block_size,
+            causal=config.causal,
             inputs=h,  # the normed layer input, for encoders that read it (log_decay)
         )
         attn = self.out(attn.reshape(b, t, dims.num_heads * dims.head_dim))  # [B, T, D]
@@ -177,7 +183,8 @@ class Block(nnx.Module):
 
 
 class Transformer(nnx.Module):
-    """Decoder-only language model around one positional encoder.
+    """Decoder-only language model around one positional encoder (or, with
+    ``config.causal=False``, a bidirectional encoder for masked LM).
 
     Args:
       config: shape and numerics.
@@ -194,6 +201,7 @@ class Transformer(nnx.Module):
                 "shared (param_scope='shared')"
             )
         check_implementation(encoding, config.attention_impl)  # before anything is traced
+        encoding.check_causal(config.causal)  # causal-only encoders refuse causal=False
         self.config = config
         self.encoding = encoding
         std = 1.0 / math.sqrt(config.model_dim)
@@ -232,7 +240,7 @@ class Transformer(nnx.Module):
         *,
         rng: jax.Array | None = None,
     ) -> jax.Array:
-        """Next-token logits.
+        """Next-token logits (causal), or logits per position (bidirectional).
 
         Args:
           tokens: ``[B, T]`` integer token ids.

@@ -27,6 +27,10 @@ HPARAMS = {
     "t5": {"num_buckets": 8, "max_distance": 16},
     "shaw": {"max_distance": 3},
 }
+# Named variants: T5 with bidirectional buckets (what model.causal=False requires).
+VARIANTS = {
+    "t5-bidirectional": ("t5", {"num_buckets": 8, "max_distance": 16, "bidirectional": True})
+}
 
 # One compiled program per (encoder, path, shapes); compiling dominates at these sizes, and LLVM
 # at -O0 compiles about twice as fast while computing the same program.
@@ -37,7 +41,8 @@ _attend = _jit(attend, static_argnames=("encoding", "causal", "implementation", 
 @functools.cache
 def _encoder(name):
     """The bound encoder and its parameters (numpy, so a cached value never holds a tracer)."""
-    enc = encodings.get(name, **HPARAMS.get(name, {})).bind(DIMS)
+    name, hparams = VARIANTS.get(name, (name, HPARAMS.get(name, {})))
+    enc = encodings.get(name, **hparams).bind(DIMS)
     with jax.ensure_compile_time_eval():
         params = {n: np.asarray(x) for n, x in enc.init(jax.random.key(1), DIMS).items()}
     # Learned tables start near zero (std 0.02); scale them to O(1) so they matter here.
@@ -127,6 +132,22 @@ def _t5_bias(table):
     return bias
 
 
+# T5, bidirectional, 8 buckets (4 per side, 2 exact), max distance 16, by |i - j| = 0, 1, ...:
+# exact below 2, then 2 + floor(log(n / 2) / log(16 / 2) * 2): n = 2..5 -> 2, n >= 6 -> 3. Keys
+# after the query (j > i) take the second half, 4 + that (T5's `ret += (n < 0) * num_buckets`).
+_T5_BI_BUCKET = [0, 1, 2, 2, 2, 2, 3]
+
+
+def _t5_bidirectional_bias(table):
+    def bias(q_pos, k_pos):
+        back = q_pos[:, :, None] - k_pos[:, None, :]  # n = i - j
+        side = np.where(back < 0, 4, 0)
+        bucket = side + np.vectorize(lambda n: _T5_BI_BUCKET[min(abs(n), 6)])(back)
+        return np.moveaxis(np.asarray(table)[bucket], -1, 1)  # [B, H, T, S]
+
+    return bias
+
+
 @pytest.mark.parametrize(
     "name,causal",
     [
@@ -135,16 +156,25 @@ def _t5_bias(table):
         ("alibi", True),
         ("t5", True),
         ("nope", False),
+        ("rope", False),
         ("alibi", False),
+        ("t5-bidirectional", False),
     ],
 )
 @pytest.mark.parametrize("impl,block", [("einsum", 512), ("blocked", 3), ("xla", 512)])
 def test_paths_equal_naive_attention(name, impl, block, causal):
     # B = 2 rows with their own offsets, and T < S (the queries are the last T of S keys).
+    # Bidirectional: the queries are the middle 6 of the 10 keys, so keys lie on both sides.
     q, k, v = _qkv(0, 2, 6, 10)
     q_pos, k_pos = _positions(2, 6, 10, [0, 37])
+    if not causal:
+        q_pos = k_pos[:, 2:8]
     got = _run(name, impl, q, k, v, q_pos, k_pos, block_size=block, causal=causal)
-    bias = {"alibi": _alibi_bias, "t5": _t5_bias(_encoder("t5")[1].get("table"))}.get(name)
+    bias = {
+        "alibi": _alibi_bias,
+        "t5": _t5_bias(_encoder("t5")[1].get("table")),
+        "t5-bidirectional": _t5_bidirectional_bias(_encoder("t5-bidirectional")[1].get("table")),
+    }.get(name)
     expected = _naive(q, k, v, q_pos, k_pos, causal=causal, bias=bias, rotate=name == "rope")
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
 

@@ -182,6 +182,7 @@ def test_default_positions_are_arange():
         ({"model_dim": 30, "num_heads": 4}, "model.num_heads"),
         ({"dropout": 1.0}, "model.dropout"),
         ({"num_layers": 0}, "model.num_layers"),
+        ({"causal": "no"}, "model.causal"),
     ],
 )
 def test_bad_model_config_is_rejected(overrides, field):
@@ -207,6 +208,21 @@ def test_encoder_with_an_input_embedding_must_share_its_parameters():
 
     with pytest.raises(ValueError, match="param_scope='shared'"):
         Transformer(_config(), PerLayerEmbed(), rngs=nnx.Rngs(0))
+
+
+@pytest.mark.parametrize(
+    "name,hparams,match",
+    [
+        ("forgetting", {}, r"model.causal=False: encoding 'forgetting' is causal only"),
+        ("cope", {}, r"model.causal=False: encoding 'cope' is causal only"),
+        ("t5", {}, r"model.causal=False needs encoding.hparams.bidirectional=True for t5"),
+    ],
+)
+def test_causal_only_encoders_are_refused_by_a_bidirectional_model(name, hparams, match):
+    with pytest.raises(ValueError, match=match) as info:
+        _model(name, hparams=hparams, causal=False)
+    assert "\n" not in str(info.value)  # one line
+    # (that they run causally, and T5 with bidirectional buckets without the mask: the battery)
 
 
 def test_contextual_encoder_forced_onto_the_fused_path_is_rejected():

@@ -173,6 +173,57 @@ def test_a_hook_that_depends_on_the_tile_fails_the_path_check():
 
 
 @dataclasses.dataclass(frozen=True)
+class SecretlyCausal(Encoding):
+    """Claims to serve bidirectional attention but masks every key after the query itself."""
+
+    name = "secretly-causal"
+    paper = "a test"
+    relative = True
+
+    def bias(self, params, q_pos, k_pos):
+        later = k_pos[:, None, None, :] > q_pos[:, None, :, None]  # [B|1, 1, T, S]
+        return jnp.where(later, -1e9, 0.0)
+
+
+@dataclasses.dataclass(frozen=True)
+class IgnoresItsDeclaration(encodings.NoPE):
+    """Declares causal_only but lets the model build without the mask."""
+
+    causal_only = True
+
+    def check_causal(self, causal):
+        pass
+
+
+@dataclasses.dataclass(frozen=True)
+class CausalOnlyAsText(encodings.NoPE):
+    causal_only = "yes"
+
+
+@dataclasses.dataclass(frozen=True)
+class QuietRefusal(encodings.NoPE):
+    """Refuses bidirectional attention without saying which field to change."""
+
+    name = "quiet-refusal"
+
+    def check_causal(self, causal):
+        if not causal:
+            raise ValueError("no")
+
+
+def test_bidirectional_check_catches_hidden_masks_and_ignored_declarations():
+    with pytest.raises(AssertionError, match=r"'secretly-causal'.*bidirectional.*no later input"):
+        testing.check_bidirectional(SecretlyCausal())
+    with pytest.raises(AssertionError, match=r"causal only.*built with model.causal=False"):
+        testing.check_bidirectional(IgnoresItsDeclaration())
+    with pytest.raises(AssertionError, match=r"`causal_only` must be True or False"):
+        testing.check_declarations(CausalOnlyAsText())
+    with pytest.raises(AssertionError, match=r"'quiet-refusal'.*one line naming the field"):
+        testing.check_bidirectional(QuietRefusal())
+    testing.check_bidirectional("forgetting")  # causal only, and refused as declared
+
+
+@dataclasses.dataclass(frozen=True)
 class RelativeAsAField(Encoding):
     """Annotating a declaration in a dataclass subclass turns it into a hyperparameter."""
 

@@ -69,6 +69,11 @@ checks each one against what the encoder does):
   distances only at evaluation). ``posenc eval`` refuses to change any other.
 - ``qk_head_dim(head_dim)``: the per-head width of ``q`` and ``k`` after ``rotate`` (default:
   unchanged), so attention can choose a path without running the encoder.
+- ``causal_only``: True when the encoder is defined for causal attention only (nothing for keys
+  after the query: FoX's decay, CoPE's counting); the model refuses it with
+  ``model.causal=False``. Default False: every hook also serves bidirectional attention, where
+  attention passes pairs with keys after the query too. :meth:`Encoding.check_causal` applies
+  it, and an encoder whose hyperparameters decide (T5's ``bidirectional``) extends it.
 
 An encoder is created unbound (``posenc.encodings.get("rope", base=1e4)``); the model binds it to
 its shape with :meth:`Encoding.bind`, which validates the combination (e.g. RoPE needs an even
@@ -128,6 +133,8 @@ class Encoding:
     relative: ClassVar[bool] = False
     # Hyperparameters that evaluation may change without changing what was trained.
     eval_safe_hparams: ClassVar[tuple[str, ...]] = ()
+    # Defined for causal attention only; the model refuses it with model.causal=False.
+    causal_only: ClassVar[bool] = False
     # Set by `bind`; None while unbound.
     dims: Dims | None = dataclasses.field(default=None, kw_only=True)
 
@@ -158,6 +165,16 @@ class Encoding:
     def qk_head_dim(self, head_dim: int) -> int:
         """The per-head width of ``q`` and ``k`` after ``rotate``. Default: unchanged."""
         return head_dim
+
+    def check_causal(self, causal: bool) -> None:
+        """Raises a one-line ``ValueError`` naming ``model.causal`` if this encoder cannot run
+        with that masking. Default: a ``causal_only`` encoder refuses ``causal=False``."""
+        if not causal and self.causal_only:
+            raise ValueError(
+                f"model.causal=False: encoding {self.name!r} is causal only (causal_only = True; "
+                "it defines nothing for keys after the query); use model.causal=True or a "
+                "bidirectional encoder"
+            )
 
     def check_length(self, length: int) -> None:
         """Raises ``ValueError`` if positions ``0..length-1`` are outside what the encoder supports.

@@ -23,6 +23,10 @@ Since ``p_ij`` depends on every key between ``j`` and ``i``, CoPE is a ``context
 (:mod:`posenc.encodings.base`): the suffix sum is carried across key tiles, so the ``blocked``
 path evaluates long windows in memory linear in their length; the fused kernels, which never
 form the logits, refuse it.
+
+CoPE is causal as defined (``p_ij`` counts the keys ``j .. i`` of a query ``i >= j``): it declares
+``causal_only`` and the model refuses it with ``model.causal=False``. (``attend(causal=False)``
+would count every key from ``j`` to the end of the window, which is not the paper's method.)
 """
 
 from __future__ import annotations
@@ -54,6 +58,8 @@ class CoPE(Encoding):
         "Count What's Important"
     )
     relative = True  # positions are counted from the content, never read
+    # The paper counts the keys from j up to the query i (j <= i); nothing for keys after it.
+    causal_only = True
 
     max_pos: int = 16
     init_std: float = 0.0

@@ -24,7 +24,8 @@ positions changes nothing (``relative = True``). It is a ``log_decay`` hook
 ``blocked`` path). ``c_i`` is constant along a row and changes no probability; subtracting it,
 as the official kernel does, keeps the logits near the diagonal small, where float32 resolves them.
 FoX is causal: it defines no decay for keys after the query (``attend(causal=False)`` would add
-``c_i - c_j > 0`` there, which the model, always causal, never asks for).
+``c_i - c_j > 0`` there), so it declares ``causal_only`` and the model refuses it with
+``model.causal=False``.
 """
 
 from __future__ import annotations
@@ -55,6 +56,7 @@ class Forgetting(Encoding):
         "Forget Gate (ICLR 2025)"
     )
     relative = True  # the decay depends on the content between j and i, never on positions
+    causal_only = True  # no decay is defined for keys after the query
 
     init_std: float = 0.02
     bias_init: float = 0.0

@@ -5,6 +5,11 @@ Each head adds a learned scalar to the logit of query ``i`` and key ``j``, looke
 of the relative position ``j - i``. Half of the buckets hold exact small distances; the rest
 cover distances up to ``max_distance`` on a logarithmic scale, and everything further shares the
 last bucket. One table is shared by all layers, as in T5.
+
+``bidirectional`` must match the model: a bidirectional model (``model.causal=False``, T5's
+encoder) needs ``bidirectional=True``, or every key after the query would share bucket 0 with
+the query itself; the model refuses that combination at construction (:meth:`check_causal`).
+A causal model may use either (with ``bidirectional=True`` half of the buckets go unused).
 """
 
 from __future__ import annotations
@@ -107,6 +112,13 @@ class T5Bias(Encoding):
             raise ValueError(
                 f"encoding.max_distance must be an integer > {exact} (the exact buckets), "
                 f"got {self.max_distance!r}"
+            )
+
+    def check_causal(self, causal: bool) -> None:
+        if not causal and not self.bidirectional:
+            raise ValueError(
+                "model.causal=False needs encoding.hparams.bidirectional=True for t5: causal "
+                "buckets put every key after the query in bucket 0, with the query itself"
             )
 
     def param_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:

@@ -22,6 +22,13 @@ take the sinusoid of ``clamp_len`` instead. ``jax.lax.cond`` picks the path at r
 (:func:`~posenc.encodings.relative.is_contiguous`).
 
 Parameters are kept per layer (the original code's ``untie_r=True`` setting).
+
+Bidirectional attention (``model.causal=False``) uses the same terms for keys after the query,
+with negative distances ``i - j`` (``sin`` is odd, so ``R_{-d} != R_d``): the relative table and
+the separable path cover both signs, and ``clamp_len`` clamps ``|i - j|``, to
+``[-clamp_len, clamp_len]``, as XLNet (Yang et al. 2019) does for its bidirectional relative
+attention (``clip_by_value(pos_seq, -clamp_len, clamp_len)``). For a causal model only
+``i - j >= 0`` is ever seen, where this is the original clamp.
 """
 
 from __future__ import annotations
@@ -92,7 +99,7 @@ class TransformerXL(Encoding):
     def relative_keys(self, params: Params, distances: jax.Array, dtype) -> jax.Array:
         """``W_kR R_d``: ``[..., N]`` integer distances ``i - j`` -> ``[..., N, H, Dh]``."""
         if self.clamp_len is not None:
-            distances = jnp.minimum(distances, self.clamp_len)
+            distances = jnp.clip(distances, -self.clamp_len, self.clamp_len)
         r = sinusoidal_table(distances, self.bound_dims.model_dim, self.base)  # [..., N, D]
         return jnp.einsum("...NM,MHD->...NHD", r.astype(dtype), params["w_r"].astype(dtype))
 
@@ -148,13 +155,16 @@ class TransformerXL(Encoding):
             )
         else:
             terms = jnp.einsum("BHTF,BSF->BHTS", a, k_cos) + jnp.einsum("BHTF,BSF->BHTS", b, k_sin)
-        if self.clamp_len is not None:  # pairs beyond clamp_len use R_{clamp_len}
-            clamped = jnp.einsum("BHTM,M->BHT", c.reshape(*c.shape[:-2], -1), self._r_clamp())
-            far = -pairwise_offsets(q_pos, k_pos) > self.clamp_len  # [B|1, T, S]
-            terms = jnp.where(far[:, None], clamped[..., None], terms)
+        if self.clamp_len is not None:  # pairs beyond +-clamp_len use R_{+-clamp_len}
+            flat = c.reshape(*c.shape[:-2], -1)  # [B, H, T, D]
+            distance = -pairwise_offsets(q_pos, k_pos)[:, None]  # i - j, [B|1, 1, T, S]
+            for sign in (1, -1):
+                clamped = jnp.einsum("BHTM,M->BHT", flat, self._r_clamp(sign))
+                far = sign * distance > self.clamp_len
+                terms = jnp.where(far, clamped[..., None], terms)
         return terms.astype(query.dtype)
 
-    def _r_clamp(self) -> jax.Array:
-        """``R_{clamp_len}``: ``[D]`` float32."""
-        distance = jnp.asarray(self.clamp_len, jnp.int32)
+    def _r_clamp(self, sign: int = 1) -> jax.Array:
+        """``R_{sign * clamp_len}``: ``[D]`` float32."""
+        distance = jnp.asarray(sign * self.clamp_len, jnp.int32)
         return sinusoidal_table(distance, self.bound_dims.model_dim, self.base)

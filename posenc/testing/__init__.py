@@ -21,6 +21,7 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ``paths_agree``     every attention path that takes the encoder equals the ``einsum`` reference
 ``carry``           ``contextual_logits`` on key tiles, last to first with the carry, equal one call
 ``causal``          no output depends on a later input (Jacobian through the model)
+``bidirectional``   ``causal=False``: paths equal the reference, later inputs matter; or refused
 ``shift``           shifting all positions changes nothing iff ``relative = True``
 ``param_shapes``    ``init`` == ``param_shapes``, float32, held per layer or shared as declared
 ``bf16``            bfloat16 compute over several tiles: finite and close to float32
@@ -40,9 +41,10 @@ from collections.abc import Callable, Iterator
 
 from posenc.encodings import registry
 from posenc.encodings.base import Encoding
-from posenc.testing._harness import HPARAMS, Settings, resolve
+from posenc.testing._harness import BIDIRECTIONAL_HPARAMS, HPARAMS, Settings, resolve
 from posenc.testing.checks import (
     check_bf16,
+    check_bidirectional,
     check_carry,
     check_causal,
     check_declarations,
@@ -60,6 +62,7 @@ CHECKS: dict[str, Check] = {
     "paths_agree": check_paths_agree,
     "carry": check_carry,
     "causal": check_causal,
+    "bidirectional": check_bidirectional,
     "shift": check_shift,
     "param_shapes": check_param_shapes,
     "bf16": check_bf16,
@@ -113,11 +116,13 @@ def temporary_registry() -> Iterator[None]:
 
 
 __all__ = [
+    "BIDIRECTIONAL_HPARAMS",
     "CHECKS",
     "HPARAMS",
     "Settings",
     "cases",
     "check_bf16",
+    "check_bidirectional",
     "check_carry",
     "check_causal",
     "check_declarations",

@@ -45,6 +45,11 @@ HPARAMS: dict[str, dict[str, Any]] = {
 }
 
 
+# What the bidirectional check adds for registered encoders whose hyperparameters choose the
+# masking: T5's buckets must be bidirectional under model.causal=False (its check_causal).
+BIDIRECTIONAL_HPARAMS: dict[str, dict[str, Any]] = {"t5": {"bidirectional": True}}
+
+
 @dataclasses.dataclass(frozen=True)
 class Settings:
     """Sizes and tolerances of the contract checks; the defaults suit any encoder.
@@ -91,10 +96,12 @@ class Settings:
         return Dims(self.num_heads, self.model_dim // self.num_heads, self.model_dim)
 
 
-def resolve(encoder: str | Encoding) -> Encoding:
-    """A registered name (with the battery's :data:`HPARAMS`) or an unbound encoder instance."""
+def resolve(encoder: str | Encoding, bidirectional: bool = False) -> Encoding:
+    """A registered name (with the battery's :data:`HPARAMS`, and with ``bidirectional`` its
+    :data:`BIDIRECTIONAL_HPARAMS`) or an unbound encoder instance."""
     if isinstance(encoder, str):
-        return encodings.get(encoder, **HPARAMS.get(encoder, {}))
+        extra = BIDIRECTIONAL_HPARAMS.get(encoder, {}) if bidirectional else {}
+        return encodings.get(encoder, **{**HPARAMS.get(encoder, {}), **extra})
     if not isinstance(encoder, Encoding):
         raise TypeError(f"expected an encoder name or an Encoding instance, got {encoder!r}")
     if encoder.dims is not None:

@@ -31,7 +31,7 @@ from posenc.testing._harness import (
 
 SCOPES = ("layer", "shared")
 # Class-level declarations of the contract (never hyperparameters).
-DECLARATIONS = ("name", "paper", "param_scope", "relative", "eval_safe_hparams")
+DECLARATIONS = ("name", "paper", "param_scope", "relative", "eval_safe_hparams", "causal_only")
 
 
 def _fail(encoder: Encoding, check: str, message: str) -> AssertionError:
@@ -58,6 +58,8 @@ def check_declarations(encoder: str | Encoding, settings: Settings | None = None
         raise fail(f"param_scope must be one of {list(SCOPES)}, got {cls.param_scope!r}")
     if not isinstance(cls.relative, bool):
         raise fail(f"`relative` must be True or False, got {cls.relative!r}")
+    if not isinstance(cls.causal_only, bool):
+        raise fail(f"`causal_only` must be True or False, got {cls.causal_only!r}")
     hparams = enc.hparams()
     as_fields = sorted(set(hparams) & set(DECLARATIONS))
     if as_fields:
@@ -89,7 +91,7 @@ def _nvidia_gpu() -> bool:
 
 
 @memo
-def _attend(encoder: Encoding, implementation: str, block_size: int):
+def _attend(encoder: Encoding, implementation: str, block_size: int, causal: bool = True):
     run = jit(
         lambda q, k, v, params, q_pos, k_pos, inputs: attention.attend(
             q,
@@ -99,6 +101,7 @@ def _attend(encoder: Encoding, implementation: str, block_size: int):
             params=params,
             q_pos=q_pos,
             k_pos=k_pos,
+            causal=causal,
             implementation=implementation,
             block_size=block_size,
             inputs=inputs,
@@ -136,7 +139,11 @@ def check_paths_agree(encoder: str | Encoding, settings: Settings | None = None)
     ``rotate`` returns ``q`` and ``k`` of the width ``qk_head_dim`` declares.
     """
     settings = settings or Settings()
-    enc = resolve(encoder)
+    _agreement(resolve(encoder), settings, "paths_agree", causal=True)
+
+
+def _agreement(enc: Encoding, settings: Settings, check: str, causal: bool) -> None:
+    """``check_paths_agree``'s comparison, with or without the causal mask."""
     dims = settings.dims
     bound = enc.bind(dims)
     params = bound.init(jax.random.key(settings.seed), dims)
@@ -156,7 +163,7 @@ def check_paths_agree(encoder: str | Encoding, settings: Settings | None = None)
         if shapes != promised:
             raise _fail(
                 enc,
-                "paths_agree",
+                check,
                 f"rotate returns q, k of shapes {shapes}, but qk_head_dim({dims.head_dim}) = "
                 f"{width} promises {promised}",
             )
@@ -164,19 +171,21 @@ def check_paths_agree(encoder: str | Encoding, settings: Settings | None = None)
 
         def run(impl, dtype=jnp.float32, q_pos=q_pos, k_pos=k_pos):
             x = [a.astype(dtype) for a in (q, k, v, inputs)]
-            out = _attend(bound, impl, settings.block_size)(*x[:3], params, q_pos, k_pos, x[3])
+            attend = _attend(bound, impl, settings.block_size, causal)
+            out = attend(*x[:3], params, q_pos, k_pos, x[3])
             return np.asarray(out, np.float32)
 
-        _compare_paths(enc, bound, settings, run, positions, t, s)
+        where = positions if causal else f"causal=False, {positions}"
+        _compare_paths(enc, bound, settings, run, where, t, s, check)
 
 
-def _compare_paths(enc, bound, settings: Settings, run, positions: str, t: int, s: int) -> None:
+def _compare_paths(
+    enc, bound, settings: Settings, run, positions: str, t: int, s: int, check="paths_agree"
+) -> None:
     """Runs every path that takes ``bound`` (``run(impl, dtype)``) against the einsum one."""
     reference = run("einsum")
     if not np.isfinite(reference).all():
-        raise _fail(
-            enc, "paths_agree", f"the einsum reference gives non-finite outputs ({positions})"
-        )
+        raise _fail(enc, check, f"the einsum reference gives non-finite outputs ({positions})")
     # The explicit paths first, so that a failure names the path itself rather than "auto".
     for impl in sorted(attention.IMPLEMENTATIONS, key=lambda impl: impl == "auto"):
         if impl == "einsum":
@@ -197,7 +206,7 @@ def _compare_paths(enc, bound, settings: Settings, run, positions: str, t: int, 
         if not np.allclose(got, expected, rtol=tol, atol=tol):
             raise _fail(
                 enc,
-                "paths_agree",
+                check,
                 f"attention path {impl!r} differs from the einsum reference "
                 f"({_max_error(got, expected)}, tolerance {tol:g}; T={t}, S={s}, "
                 f"block_size={settings.block_size}, {positions})",
@@ -265,16 +274,18 @@ def check_carry(encoder: str | Encoding, settings: Settings | None = None) -> No
 
 
 @memo
-def _input_jacobian(encoder: Encoding, settings: Settings, implementation: str) -> np.ndarray:
+def _input_jacobian(
+    encoder: Encoding, settings: Settings, implementation: str, causal: bool = True
+) -> np.ndarray:
     """``[T, T, D]``: d (sum of logits[t]) / d (input embedding at s), for one window of
-    distinct tokens.
+    distinct tokens (a causal model, or with ``causal=False`` a bidirectional one).
 
     With distinct tokens and an untied output layer, row ``tokens[s]`` of the embedding table is
     used only at input position ``s``, so the Jacobian with respect to that row is the dependence
     of every output on input ``s``.
     """
     t = settings.length
-    model = build(encoder, settings, attention_impl=implementation)
+    model = build(encoder, settings, attention_impl=implementation, causal=causal)
     ids = np.random.default_rng(settings.seed).permutation(settings.vocab_size)[:t]
     window = jnp.asarray(ids[None], jnp.int32)  # [1, T]
     graphdef, params, rest = nnx.split(model, nnx.Param, ...)
@@ -320,6 +331,60 @@ def check_causal(encoder: str | Encoding, settings: Settings | None = None) -> N
     if not np.allclose(got, ref, rtol=1e-4, atol=1e-5):
         error = _max_error(got, ref)
         raise _fail(enc, "causal", f"input gradients of 'blocked' and 'einsum' differ ({error})")
+
+
+def check_bidirectional(encoder: str | Encoding, settings: Settings | None = None) -> None:
+    """Bidirectional attention (``model.causal=False``) works, or is refused as declared.
+
+    An encoder that declares ``causal_only`` (or whose hyperparameters refuse through
+    ``check_causal``, e.g. T5 with causal buckets) must make the model refuse ``causal=False`` at
+    construction, with a one-line ``ValueError`` naming ``model.causal``. Any other: every
+    attention path that takes it equals the ``einsum`` reference without the causal mask (as
+    ``paths_agree``: offsets, randomized positions, ``blocked`` tiles, each tile's hooks seeing
+    keys after its queries), and through the whole model every output but the last depends on
+    some later input (``d logits[t] / d input[s] != 0`` for some ``s > t``), every output but
+    the first on some earlier one. Registered names get :data:`BIDIRECTIONAL_HPARAMS`.
+    """
+    settings = settings or Settings()
+    enc = resolve(encoder, bidirectional=True)
+    try:
+        enc.check_causal(False)
+        refused = enc.causal_only
+    except ValueError:
+        refused = True
+    if refused:
+        try:
+            build(enc, settings, causal=False)
+        except ValueError as err:
+            if "model.causal" not in str(err) or "\n" in str(err):
+                raise _fail(
+                    enc,
+                    "bidirectional",
+                    f"refuses model.causal=False without one line naming the field: {str(err)!r}",
+                ) from err
+            return
+        raise _fail(
+            enc,
+            "bidirectional",
+            "is causal only (causal_only or check_causal) but the model was built with "
+            "model.causal=False",
+        )
+    _agreement(enc, settings, "bidirectional", causal=False)
+    dep = np.abs(_input_jacobian(enc, settings, "einsum", causal=False)).sum(-1)  # [t, s]
+    if not np.isfinite(dep).all():
+        raise _fail(enc, "bidirectional", "non-finite input gradients with model.causal=False")
+    sees_later = np.triu(dep, k=1).any(axis=1)[:-1]
+    sees_earlier = np.tril(dep, k=-1).any(axis=1)[1:]
+    if not sees_later.all():
+        blind = [int(t) for t in np.flatnonzero(~sees_later)[:5]]
+        raise _fail(
+            enc,
+            "bidirectional",
+            f"with model.causal=False outputs {blind} depend on no later input: keys after "
+            "the query are still masked or have no effect",
+        )
+    if not sees_earlier.all():
+        raise _fail(enc, "bidirectional", "with model.causal=False outputs ignore earlier inputs")
 
 
 def check_shift(encoder: str | Encoding, settings: Settings | None = None) -> None:

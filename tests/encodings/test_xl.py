@@ -4,7 +4,8 @@ every (query, key) pair:
     A_ij = q_i . k_j + q_i . W_kR R_{i-j} + u . k_j + v . W_kR R_{i-j}
 
 with R the sinusoids of Vaswani et al. (R[2m] = sin(d / base^(2m/D)), R[2m+1] = cos(...)) at the
-distance d = i - j, clamped to clamp_len when set."""
+distance d = i - j, clamped to [-clamp_len, clamp_len] when set (XLNet's clamp for keys after the
+query, which a bidirectional model sees; a causal one sees only d >= 0, the original clamp)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ def _naive_terms(params, q, k, q_pos, k_pos, clamp_len, base=10000.0):
             for j in range(s):
                 dist = int(q_pos[bb, i]) - int(k_pos[bb, j])
                 if clamp_len is not None:
-                    dist = min(dist, clamp_len)
+                    dist = max(-clamp_len, min(dist, clamp_len))
                 rel_key = np.einsum("m,mhd->hd", _sinusoid(dist, D, base), w_r)  # W_kR R_{i-j}
                 for h in range(H):
                     out[bb, h, i, j] = (
@@ -61,13 +62,14 @@ def _naive_terms(params, q, k, q_pos, k_pos, clamp_len, base=10000.0):
     return out
 
 
-def _naive_attention(params, q, k, v, q_pos, k_pos, clamp_len):
+def _naive_attention(params, q, k, v, q_pos, k_pos, clamp_len, causal=True):
     logits = np.einsum("bthd,bshd->bhts", np.float64(q), np.float64(k))  # (a)
     logits = logits + _naive_terms(params, q, k, q_pos, k_pos, clamp_len)
     logits /= np.sqrt(DH)
     t, s = q.shape[1], k.shape[1]
-    mask = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)
-    logits = np.where(mask, logits, -np.inf)
+    if causal:
+        mask = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)
+        logits = np.where(mask, logits, -np.inf)
     p = np.exp(logits - logits.max(-1, keepdims=True))
     p /= p.sum(-1, keepdims=True)
     return np.einsum("bhts,bshd->bthd", p, np.float64(v))
@@ -125,7 +127,7 @@ def test_clamp_len_changes_only_distances_beyond_it():
     args = (_j(params), jnp.asarray(q), jnp.asarray(k), jnp.asarray(q_pos), jnp.asarray(k_pos))
     free = np.asarray(enc.content_logits(*args))
     clamped = np.asarray(_bound(clamp_len=3).content_logits(*args))
-    dist = q_pos[0][:, None] - k_pos[0][None, :]  # i - j, [T, S]
+    dist = np.abs(q_pos[0][:, None] - k_pos[0][None, :])  # |i - j|, [T, S], keys on both sides
     np.testing.assert_allclose(clamped[..., dist <= 3], free[..., dist <= 3], rtol=1e-5, atol=1e-5)
     assert np.abs(clamped[..., dist > 3] - free[..., dist > 3]).min() > 1e-4
     # Beyond the clamp every distance sees R_3: columns at distance 4 and 5 differ only by (c).
@@ -154,6 +156,29 @@ def test_attention_equals_four_term_formula(clamp_len, impl, block, t, s, offset
         block_size=block,
     )
     expected = _naive_attention(params, q, k, v, q_pos, k_pos, clamp_len)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "clamp_len,impl,block",
+    [(None, "einsum", 512), (2, "einsum", 512), (2, "blocked", 3), (None, "xla", 512)],
+)
+def test_bidirectional_attention_equals_four_term_formula(clamp_len, impl, block):
+    # Without the mask every query also sees the keys after it (negative i - j, clamped to
+    # -clamp_len); 4 queries, the last of 9 keys, so both sides are long.
+    enc, params, q, k, v, q_pos, k_pos = _setup(8, 4, 9, [3, 70], clamp_len)
+    q_pos = k_pos[:, 2:6]  # queries in the middle of the keys
+    got = _attend(
+        *(jnp.asarray(a) for a in (q, k, v)),
+        encoding=enc,
+        params=_j(params),
+        q_pos=jnp.asarray(q_pos),
+        k_pos=jnp.asarray(k_pos),
+        causal=False,
+        implementation=impl,
+        block_size=block,
+    )
+    expected = _naive_attention(params, q, k, v, q_pos, k_pos, clamp_len, causal=False)
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
 
 
