@@ -43,10 +43,15 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.model.dtype = "bfloat16"
     # Reuse the token embedding as the output projection.
     config.model.tie_embeddings = True
-    # Attention path: "auto", "einsum", "blocked", "xla" or "cudnn" (see posenc/attention.py).
+    # Attention path: "auto", "einsum", "blocked", "xla" or "cudnn" (see posenc/attention.py);
+    # "linear" (elu + 1) or "linear_performer" (FAVOR+) is linear attention, another model.
     config.model.attention_impl = "auto"
-    # Queries per block of the "blocked" path; longer windows are evaluated block by block.
+    # Queries per block of the "blocked" path; longer windows are evaluated block by block. Also
+    # the chunk of the linear paths' causal prefix sums.
     config.model.attention_block_size = 512
+    # Random features per head of "linear_performer" (FAVOR+'s m): 256, the Performer code's
+    # default (about Dh log Dh for Dh = 64); drawn once per layer from a fixed seed.
+    config.model.performer_features = 256
 
     config.encoding = ml_collections.ConfigDict()
     # Registered encoder name: any of posenc.encodings.names() (alibi, learned, nope, rope, shaw,

@@ -17,6 +17,10 @@ decide what enters the computation and, with the device and the lengths, which p
   ``contextual_logits``, which carry a running sum), so memory grows as ``T x block`` instead of
   ``T x S``; used for long evaluation windows.
 - ``"auto"``: :func:`choose_implementation`.
+- ``"linear"``, ``"linear_performer"``: linear attention (:mod:`posenc.linear_attention`), a
+  different model rather than a faster path, so ``auto`` never picks one: kernel feature maps
+  (``elu + 1``; FAVOR+ random features) with an encoder's ``rotate`` applied to the features
+  (RoFormer eq. 19); encoders whose hooks enter the logits or need the probabilities are refused.
 
 A ``log_decay`` encoder (the Forgetting Transformer) reads the layer input (``inputs``) and enters
 every path as a bias ``c_i - c_j`` built from per-token cumulative sums, computed once per window.
@@ -35,9 +39,10 @@ import math
 import jax
 import jax.numpy as jnp
 
+from posenc import linear_attention
 from posenc.encodings.base import Encoding, Params
 
-IMPLEMENTATIONS = ("auto", "einsum", "blocked", "xla", "cudnn")
+IMPLEMENTATIONS = ("auto", "einsum", "blocked", "xla", "cudnn", *linear_attention.PATHS)
 _FUSED = ("xla", "cudnn")
 
 
@@ -102,6 +107,13 @@ def check_implementation(encoding: Encoding, implementation: str) -> None:
             f"model.attention_impl={implementation!r} cannot run encoding {encoding.name!r}: "
             "its contextual logits need the attention logits; use 'auto', 'einsum' or 'blocked'"
         )
+    if implementation in linear_attention.PATHS:
+        reason = linear_attention.refusal(encoding)
+        if reason:
+            raise ValueError(
+                f"model.attention_impl={implementation!r} cannot run encoding {encoding.name!r}: "
+                f"{reason}"
+            )
 
 
 def attend(
@@ -117,6 +129,8 @@ def attend(
     implementation: str = "auto",
     block_size: int = 512,
     inputs: jax.Array | None = None,
+    layer: int = 0,
+    performer_features: int = 256,
 ) -> jax.Array:
     """Multi-head attention with a positional encoder's hooks applied.
 
@@ -130,9 +144,12 @@ def attend(
       k_pos: ``[B, S]``, ``[1, S]`` or ``[S]`` integer key positions.
       causal: mask keys after the query (aligned so the last query sees the last key).
       implementation: one of ``IMPLEMENTATIONS``.
-      block_size: queries per block for the ``blocked`` path (and the ``auto`` threshold).
+      block_size: queries per block for the ``blocked`` path (and the ``auto`` threshold);
+        tokens per chunk of the linear paths' causal prefix sums.
       inputs: ``[B, S, D]``, the layer input at the keys; read only by a ``log_decay`` hook,
         which requires it.
+      layer: the layer index; ``linear_performer`` draws its fixed random features from it.
+      performer_features: ``linear_performer``'s number of random features ``m``.
 
     Returns:
       ``[B, T, H, Dh]`` in ``q.dtype``.
@@ -142,6 +159,21 @@ def attend(
         raise ValueError(f"model.attention_block_size must be a positive integer, got {block_size}")
     q_pos = jnp.atleast_2d(q_pos).astype(jnp.int32)  # [B|1, T]
     k_pos = jnp.atleast_2d(k_pos).astype(jnp.int32)  # [B|1, S]
+    if implementation in linear_attention.PATHS:  # `rotate` applies to the features there
+        return linear_attention.attend_linear(
+            q,
+            k,
+            v,
+            encoding=encoding,
+            params=params,
+            q_pos=q_pos,
+            k_pos=k_pos,
+            causal=causal,
+            implementation=implementation,
+            chunk_size=block_size,
+            layer=layer,
+            performer_features=performer_features,
+        )
     # The logit scale belongs to the projected width, also when `rotate` widens q and k (PoPE).
     head_dim = q.shape[-1]
     if "rotate" in encoding.hooks:

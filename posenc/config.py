@@ -20,7 +20,7 @@ from typing import Any
 import ml_collections
 
 from posenc import data as data_lib
-from posenc import encodings
+from posenc import encodings, linear_attention
 from posenc.attention import IMPLEMENTATIONS
 from posenc.model import DTYPES, NORMS, ModelConfig, Transformer
 from posenc.workdir import diff_fields, flatten, matches, parse_value
@@ -224,13 +224,17 @@ def evaluation_changes(
     before, after = trained.to_dict(), requested.to_dict()
     changed = diff_fields(before, after)
     refused = [field for field in changed if not matches(field, allowed)]
+    impls = {trained.model.attention_impl, requested.model.attention_impl}
+    if len(impls) > 1 and impls & set(linear_attention.PATHS):
+        refused.append("model.attention_impl")  # linear attention is another model, not a path
     if refused:
         flat_before, flat_after = flatten(before), flatten(after)
         what = ", ".join(f"{f} {flat_before.get(f)!r} -> {flat_after.get(f)!r}" for f in refused)
         hparams = ", ".join(f"encoding.hparams.{h}" for h in safe) or "none"
         raise ValueError(
             f"evaluation cannot change {what}: that changes what was trained. An evaluation may "
-            "change the eval section, model.attention_impl, model.attention_block_size, "
+            "change the eval section, model.attention_impl (not to or from a linear path), "
+            "model.attention_block_size, "
             f"data.data_dir and the encoder's evaluation settings ({hparams}); train another "
             "run for the rest"
         )

@@ -47,7 +47,10 @@ class ModelConfig:
       dtype: compute dtype of the matmuls.
       tie_embeddings: reuse the token embedding as the output projection.
       attention_impl: an attention path, see :mod:`posenc.attention`.
-      attention_block_size: query block of the ``blocked`` path and the ``auto`` threshold.
+      attention_block_size: query block of the ``blocked`` path and the ``auto`` threshold;
+        the chunk of the linear paths' causal prefix sums.
+      performer_features: random features per head of the ``linear_performer`` path (FAVOR+'s
+        ``m``), fixed per layer (:mod:`posenc.linear_attention`).
       causal: mask keys after the query (a decoder, for causal LM); False runs attention
         unmasked on every path (a bidirectional encoder, for masked LM).
     """
@@ -64,10 +67,12 @@ class ModelConfig:
     tie_embeddings: bool = True
     attention_impl: str = "auto"
     attention_block_size: int = 512
+    performer_features: int = 256
     causal: bool = True
 
     def __post_init__(self):
-        for field in ("vocab_size", "num_layers", "model_dim", "num_heads", "mlp_dim"):
+        positive = ("vocab_size", "num_layers", "model_dim", "num_heads", "mlp_dim")
+        for field in (*positive, "performer_features"):
             value = getattr(self, field)
             if not isinstance(value, int) or value < 1:
                 raise ValueError(f"model.{field} must be a positive integer, got {value!r}")
@@ -126,15 +131,20 @@ def _values(params: nnx.Dict | None) -> Params:
 
 
 class Block(nnx.Module):
-    """Pre-norm transformer block; owns the encoder's parameters when they are per layer."""
+    """Pre-norm transformer block; owns the encoder's parameters when they are per layer.
 
-    def __init__(self, config: ModelConfig, encoding: Encoding, *, rngs: nnx.Rngs):
+    ``layer`` is the block's index in the model, which fixes the random features of the
+    ``linear_performer`` attention path.
+    """
+
+    def __init__(self, config: ModelConfig, encoding: Encoding, *, rngs: nnx.Rngs, layer: int = 0):
         dims = config.dims
         dtype = jnp.dtype(config.dtype)
         dense = dict(dtype=dtype, param_dtype=jnp.float32, rngs=rngs)
         inner = dims.num_heads * dims.head_dim
         self.config = config
         self.encoding = encoding
+        self.layer = layer
         self.attn_norm = _norm(config, rngs)
         self.qkv = nnx.Linear(config.model_dim, 3 * inner, use_bias=False, **dense)
         self.out = nnx.Linear(inner, config.model_dim, use_bias=False, **dense)
@@ -173,6 +183,8 @@ class Block(nnx.Module):
             block_size=config.attention_block_size,
             causal=config.causal,
             inputs=h,  # the normed layer input, for encoders that read it (log_decay)
+            layer=self.layer,
+            performer_features=config.performer_features,
         )
         attn = self.out(attn.reshape(b, t, dims.num_heads * dims.head_dim))  # [B, T, D]
         x = x + _dropout(attn, config.dropout, attn_rng).astype(jnp.float32)
@@ -217,7 +229,7 @@ class Transformer(nnx.Module):
             _encoder_params(encoding, rngs) if encoding.param_scope == "shared" else None
         )
         self.blocks = nnx.List(
-            [Block(config, encoding, rngs=rngs) for _ in range(config.num_layers)]
+            [Block(config, encoding, rngs=rngs, layer=i) for i in range(config.num_layers)]
         )
         self.final_norm = _norm(config, rngs)
         self.unembed = (

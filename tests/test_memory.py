@@ -3,7 +3,9 @@
 XLA's compiled memory analysis of a forward pass (per-token losses of one window, batch 1) of a
 tiny model (1 layer, width 32, 2 heads, float32) for every encoder. The blocked path holds
 ``[B, H, block, S]`` logits at a time, so its memory is linear in the window; the einsum path
-holds ``[B, H, T, S]``, so it is quadratic; both paths compute the same losses.
+holds ``[B, H, T, S]``, so it is quadratic; both paths compute the same losses. The linear
+attention paths (another model) hold ``[B, T, H, m]`` features, ``[B, H, chunk, chunk]`` products
+and ``[B, H, m, Dh]`` running sums, so they are linear too.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posenc import encodings
+from posenc import encodings, linear_attention
 from posenc.attention import choose_implementation
 from posenc.model import ModelConfig, Transformer, token_loss
 
@@ -123,3 +125,19 @@ def test_tiny_model_evaluates_an_8k_window(name):
     assert np.isfinite(losses).all()
     # An untrained model predicts roughly uniformly over the 257 byte ids.
     assert abs(losses.mean() - np.log(257)) < 1.0
+
+
+@pytest.mark.parametrize("impl", linear_attention.PATHS)
+def test_linear_attention_memory_grows_linearly(impl):
+    # RoPE, so the rotated features are held beside the plain ones (eq. 19); FAVOR+ with the
+    # default 256 features, elu + 1 with Dh = 16.
+    m2k, m4k, m8k = (_bytes("rope", impl, n) for n in LENGTHS)
+    assert m2k < m4k < m8k, (m2k, m4k, m8k)
+    assert m8k / m4k < 2.5, (m2k, m4k, m8k)
+    assert m8k / m2k < 5.0, (m2k, m4k, m8k)
+    # FAVOR+'s [1, 8192, 2, 256] float32 features are 16 MiB each; nowhere near the 512 MiB of
+    # [2, 8192, 8192] logits.
+    assert m8k < 160 * 2**20, m8k
+    fn, state = _compiled("rope", impl, 2048)
+    losses = np.asarray(fn(state, _tokens(2048)))
+    assert losses.shape == (1, 2048) and np.isfinite(losses).all()

@@ -18,7 +18,7 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 
 ==================  ===========================================================================
 ``declarations``    name, paper, ``param_scope``, ``relative``, ``eval_safe_hparams`` well formed
-``paths_agree``     every attention path that takes the encoder equals the ``einsum`` reference
+``paths_agree``     every softmax path that takes the encoder equals the ``einsum`` reference
 ``carry``           ``contextual_logits`` on key tiles, last to first with the carry, equal one call
 ``causal``          no output depends on a later input (Jacobian through the model)
 ``bidirectional``   ``causal=False``: paths equal the reference, later inputs matter; or refused
@@ -27,6 +27,7 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ``bf16``            bfloat16 compute over several tiles: finite and close to float32
 ``trains``          a few Adam steps lower the loss
 ``extrapolates``    built for ``T``, runs at ``4T`` (or raises ``check_length``'s error)
+``linear``          each linear attention path equals RoFormer eq. (19) and is causal, or refuses
 ==================  ===========================================================================
 
 Sizes are tiny (one layer, width 32, two heads, float32, 12 tokens) and configurable through
@@ -54,6 +55,7 @@ from posenc.testing.checks import (
     check_shift,
     check_trains,
 )
+from posenc.testing.linear import check_linear
 
 Check = Callable[..., None]
 
@@ -68,6 +70,7 @@ CHECKS: dict[str, Check] = {
     "bf16": check_bf16,
     "trains": check_trains,
     "extrapolates": check_extrapolates,
+    "linear": check_linear,
 }
 
 
@@ -128,6 +131,7 @@ __all__ = [
     "check_declarations",
     "check_encoder",
     "check_extrapolates",
+    "check_linear",
     "check_param_shapes",
     "check_paths_agree",
     "check_shift",

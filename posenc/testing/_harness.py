@@ -149,6 +149,8 @@ def model_config(settings: Settings, **overrides: Any) -> ModelConfig:
         tie_embeddings=False,
         attention_impl="auto",
         attention_block_size=settings.block_size,
+        # As many random features as channels, so a rotate tied to the head width runs too.
+        performer_features=settings.dims.head_dim,
     )
     return ModelConfig(**{**base, **overrides})
 

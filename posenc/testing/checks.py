@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from posenc import attention
+from posenc import attention, linear_attention
 from posenc.encodings.base import Encoding
 from posenc.model import EncoderParam
 from posenc.testing._harness import (
@@ -130,7 +130,8 @@ def _position_sets(settings: Settings, s: int, t: int) -> list[tuple[str, jax.Ar
 
 
 def check_paths_agree(encoder: str | Encoding, settings: Settings | None = None) -> None:
-    """Every attention path that accepts the encoder here equals the ``einsum`` reference.
+    """Every attention path that accepts the encoder here equals the ``einsum`` reference (the
+    linear attention paths, another model, have their own check: ``testing.check_linear``).
 
     Causal attention of ``T`` queries (the last ``T`` of ``S = T + extra_keys`` keys), each batch
     row at its own offset and, again, at randomized positions (sorted, with gaps), random layer
@@ -188,8 +189,8 @@ def _compare_paths(
         raise _fail(enc, check, f"the einsum reference gives non-finite outputs ({positions})")
     # The explicit paths first, so that a failure names the path itself rather than "auto".
     for impl in sorted(attention.IMPLEMENTATIONS, key=lambda impl: impl == "auto"):
-        if impl == "einsum":
-            continue
+        if impl == "einsum" or impl in linear_attention.PATHS:
+            continue  # linear attention is another model, checked by `linear` (testing/linear.py)
         try:
             attention.check_implementation(bound, impl)
         except ValueError:

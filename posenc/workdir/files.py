@@ -154,6 +154,7 @@ ADDED_FIELDS = {
     "train.max_position": 2048,
     "eval.positions": "as_trained",
     "train.init_from": None,
+    "model.performer_features": 256,
 }
 
 
