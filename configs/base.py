@@ -49,6 +49,9 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # Queries per block of the "blocked" path; longer windows are evaluated block by block. Also
     # the chunk of the linear paths' causal prefix sums.
     config.model.attention_block_size = 512
+    # Mask keys after the query (a decoder, for causal LM); False: bidirectional attention on
+    # every path (an encoder, for train.objective="masked_lm"; not for causal-only encoders).
+    config.model.causal = True
     # Random features per head of "linear_performer" (FAVOR+'s m): 256, the Performer code's
     # default (about Dh log Dh for Dh = 64); drawn once per layer from a fixed seed.
     config.model.performer_features = 256
@@ -108,6 +111,10 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # Start from the parameters of another run's work directory (fresh optimizer), e.g. to
     # fine-tune at a longer length or under RoPE scaling (PI, YaRN); None: fresh initialisation.
     config.train.init_from = ml_collections.config_dict.placeholder(str)
+    # "causal_lm" (next token) or "masked_lm" (BERT's: 15 % of tokens chosen, of those 80 %
+    # replaced by a mask token, 10 % by a random one, 10 % kept; loss on the chosen ones).
+    # Masked LM needs model.causal=False and model.vocab_size >= 258 (the mask token is 257).
+    config.train.objective = "causal_lm"
 
     config.eval = ml_collections.ConfigDict()
     # Evaluation window lengths in tokens; empty: eval.multiples x train.seq_len.

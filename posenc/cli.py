@@ -279,7 +279,10 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("sweep_dir", help="a directory written by posenc sweep")
     p.add_argument(
-        "--metric", choices=("perplexity", "bits_per_byte", "loss"), default="perplexity"
+        "--metric",
+        choices=("perplexity", "bits_per_byte", "loss", "accuracy"),
+        default="perplexity",
+        help="accuracy: masked-LM runs (train.objective=masked_lm)",
     )
     p.set_defaults(func=_cmd_report)
     return parser

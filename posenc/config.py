@@ -36,7 +36,9 @@ __all__ = [
     "load_config",
     "load_module",
     "make_encoding",
+    "masked_lm",
     "model_config",
+    "objective",
     "open_source",
     "parse_value",
     "set_field",
@@ -157,6 +159,16 @@ def eval_lengths(config: ml_collections.ConfigDict) -> tuple[int, ...]:
     return tuple(int(m * config.train.seq_len) for m in config.eval.multiples)
 
 
+def objective(config: ml_collections.ConfigDict) -> str:
+    """``train.objective``: ``"causal_lm"`` or ``"masked_lm"``."""
+    return config.train.get("objective", "causal_lm")
+
+
+def masked_lm(config: ml_collections.ConfigDict) -> data_lib.MaskedLM | None:
+    """The run's masked-LM corruption (a function of its seed), or None for causal LM."""
+    return data_lib.MaskedLM(config.seed) if objective(config) == "masked_lm" else None
+
+
 def eval_positions(config: ml_collections.ConfigDict) -> str:
     """The positions evaluation windows get: ``"contiguous"`` or ``"randomized"``."""
     mode = config.eval.get("positions", "as_trained")
@@ -252,6 +264,29 @@ def _require_choice(field: str, value: Any, allowed: Sequence[Any]) -> None:
         raise ValueError(f"{field} must be one of {list(allowed)}, got {value!r}")
 
 
+def _validate_objective(config: ml_collections.ConfigDict) -> None:
+    """``train.objective`` with ``model.causal`` and ``model.vocab_size``."""
+    goal, m = objective(config), config.model
+    _require_choice("train.objective", goal, data_lib.OBJECTIVES)
+    causal = m.get("causal", True)
+    if goal == "masked_lm" and causal:
+        raise ValueError(
+            "train.objective='masked_lm' needs model.causal=False: a masked LM reads the tokens "
+            "on both sides of the masked ones"
+        )
+    if goal == "masked_lm" and m.vocab_size <= data_lib.MASK_ID:
+        raise ValueError(
+            f"model.vocab_size={m.vocab_size} has no id for the mask token of "
+            f"train.objective='masked_lm' (id {data_lib.MASK_ID}); use model.vocab_size >= "
+            f"{data_lib.MASK_ID + 1}"
+        )
+    if goal == "causal_lm" and not causal:
+        raise ValueError(
+            "model.causal=False with train.objective='causal_lm': a bidirectional model sees the "
+            "token it is asked to predict; use train.objective=masked_lm or model.causal=True"
+        )
+
+
 def _validate_positions(config: ml_collections.ConfigDict, encoding: encodings.Encoding) -> None:
     """``train.positions``, ``train.max_position`` and ``eval.positions``."""
     t = config.train
@@ -307,6 +342,7 @@ def validate(
     _require_int("train.keep_checkpoints", t.keep_checkpoints)
     encoding.check_length(t.seq_len)
     _validate_positions(config, encoding)
+    _validate_objective(config)
     if num_devices is not None and t.batch_size % num_devices:
         raise ValueError(
             f"train.batch_size={t.batch_size} must be divisible by the number of devices "

@@ -15,6 +15,14 @@ Reported per length: tokens scored, mean loss (nats), perplexity (``inf`` where 
 loss overflows), bits per byte, loss by position inside the window, windows, tokens left
 unscored and seconds.
 
+A masked-LM run (``train.objective = "masked_lm"``) is scored on the same windows as a masked LM:
+each window is corrupted by BERT's rule (:mod:`posenc.data.masking`), drawn from the seed, the
+length and the window's place in the stream, and the loss is over the chosen tokens of the
+scored positions, against the window itself. Reported per length: masked tokens scored, their
+mean loss and ``exp`` of it, accuracy (share of them predicted by the arg max), loss by position,
+windows, the tokens in the scored positions, tokens left unscored and seconds; no bits per byte
+(a masked loss is not a code length). ``eval.json`` records the objective.
+
 :func:`evaluate_workdir` scores a trained run's newest intact checkpoint (its parameters only:
 no optimizer is built) and records which step it scored and whether training had finished.
 Evaluation may change only what cannot change what was trained
@@ -44,6 +52,8 @@ from posenc.config import (
     eval_lengths,
     eval_positions,
     evaluation_changes,
+    masked_lm,
+    objective,
     open_source,
     validate,
 )
@@ -74,10 +84,20 @@ class Positions:
 
 
 class Scorer:
-    """Scores batches of windows with one compiled function per window length."""
+    """Scores batches of windows with one compiled function per window length.
 
-    def __init__(self, model: Transformer, mesh: jax.sharding.Mesh | None = None):
+    With ``masked_lm`` (a :class:`posenc.data.MaskedLM`), windows are corrupted and scored as a
+    masked LM, and correct predictions are counted too.
+    """
+
+    def __init__(
+        self,
+        model: Transformer,
+        mesh: jax.sharding.Mesh | None = None,
+        masked_lm: data_lib.MaskedLM | None = None,
+    ):
         self.mesh = mesh or make_mesh()
+        self.masked_lm = masked_lm
         self.graphdef, self.state = nnx.split(model)
         self.batch_sharding = NamedSharding(self.mesh, P("data"))
         self.state = jax.device_put(self.state, NamedSharding(self.mesh, P()))
@@ -88,7 +108,10 @@ class Scorer:
         logits = model(batch["inputs"], batch.get("positions"))
         losses = token_loss(logits, batch["targets"])  # [B, L]
         mask = batch["mask"]
-        return (losses * mask).sum(axis=0), mask.sum(axis=0)  # [L], [L]
+        if self.masked_lm is None:
+            return (losses * mask).sum(axis=0), mask.sum(axis=0)  # [L], [L]
+        correct = (logits.argmax(-1) == batch["targets"]) * mask  # [B, L]
+        return (losses * mask).sum(axis=0), mask.sum(axis=0), correct.sum(axis=0)
 
     def score(
         self,
@@ -96,7 +119,8 @@ class Scorer:
         batch_size: int,
         positions: Positions | None = None,
     ) -> tuple[np.ndarray, ...]:
-        """Per-position ``(loss_sum, count)`` over all windows, float64 ``[L]`` each.
+        """Per-position ``(loss_sum, count)`` over all windows, float64 ``[L]`` each; with
+        masked LM ``(loss_sum, count, correct)`` over the chosen tokens.
 
         Args:
           windows: the evaluation windows of one length.
@@ -104,10 +128,16 @@ class Scorer:
           positions: randomized positions (one draw per batch, a function of the seed, the
             window length and the batch number); None: ``0 .. L - 1``.
         """
-        loss_sum = np.zeros(windows.length, np.float64)
-        count = np.zeros(windows.length, np.float64)
-        batches = windows.iter_batches(batch_size, jax.process_index(), jax.process_count())
+        sums = None
+        batches = windows.iter_batches(
+            batch_size,
+            jax.process_index(),
+            jax.process_count(),
+            with_starts=self.masked_lm is not None,
+        )
         for number, local in enumerate(batches):
+            if self.masked_lm is not None:
+                local = self.masked_lm.eval_batch(local, windows.length)
             if positions is not None:
                 rows = local["inputs"].shape[0]
                 local = {**local, "positions": positions.draw(number, rows, windows.length)}
@@ -115,10 +145,12 @@ class Scorer:
                 k: jax.make_array_from_process_local_data(self.batch_sharding, v)
                 for k, v in local.items()
             }
-            s, c = jax.device_get(self._score(self.state, batch))
-            loss_sum += s
-            count += c
-        return loss_sum, count
+            scored = jax.device_get(self._score(self.state, batch))
+            if sums is None:
+                sums = [np.zeros(windows.length, np.float64) for _ in scored]
+            for total, part in zip(sums, scored, strict=True):
+                total += part
+        return tuple(sums)
 
 
 def evaluate(
@@ -134,6 +166,7 @@ def evaluate(
     mesh: jax.sharding.Mesh | None = None,
     progress: bool = False,
     positions: Positions | None = None,
+    masked_lm: data_lib.MaskedLM | None = None,
 ) -> list[dict[str, Any]]:
     """Evaluates ``model`` on ``stream`` at each window length.
 
@@ -150,13 +183,14 @@ def evaluate(
       mesh: device mesh; default all devices along ``data``.
       progress: print one line per length.
       positions: randomized window positions (:class:`Positions`); None: ``0 .. L - 1``.
+      masked_lm: score as a masked LM (see the module docstring); None: causal LM.
 
     Returns:
       One dict per length (see the module docstring); a length the encoder cannot represent
       (a learned table shorter than ``L``) gets ``{"length": L, "error": message}``.
     """
     check_eval_lengths(len(stream), lengths, split)
-    scorer = Scorer(model, mesh)
+    scorer = Scorer(model, mesh, masked_lm)
     devices = scorer.mesh.devices.size
     results = []
     for length in lengths:
@@ -173,9 +207,19 @@ def evaluate(
         batch = max(1, batch_tokens // length)
         batch = -(-batch // devices) * devices  # a multiple of the device count
         start = time.perf_counter()
-        loss_sum, count = scorer.score(windows, batch, positions)
+        loss_sum, count, *correct = scorer.score(windows, batch, positions)
         seconds = time.perf_counter() - start
         tokens = int(count.sum())
+        if masked_lm is not None:
+            results.append(_masked_result(windows, loss_sum, count, correct[0], seconds))
+            if progress and jax.process_index() == 0:
+                r = results[-1]
+                print(
+                    f"  L={length:>6}: masked loss {r['loss']:.4f}  accuracy {r['accuracy']:.4f}  "
+                    f"({tokens} masked tokens, {seconds:.1f}s)",
+                    flush=True,
+                )
+            continue
         if tokens != windows.scored_tokens:
             raise AssertionError(f"scored {tokens} tokens, expected {windows.scored_tokens}")
         loss = float(loss_sum.sum() / tokens)
@@ -200,6 +244,26 @@ def evaluate(
                 flush=True,
             )
     return results
+
+
+def _masked_result(windows, loss_sum, count, correct, seconds) -> dict[str, Any]:
+    """One length's masked-LM report from per-position float64 sums."""
+    tokens = int(count.sum())
+    loss = float(loss_sum.sum() / tokens) if tokens else math.nan
+    by_position = np.where(count > 0, loss_sum / np.maximum(count, 1), np.nan)
+    return {
+        "length": int(windows.length),
+        "tokens": tokens,  # the masked (chosen) tokens scored
+        "loss": loss,
+        "perplexity": perplexity(loss),
+        "accuracy": float(correct.sum() / tokens) if tokens else math.nan,
+        "correct": int(correct.sum()),
+        "windows": int(windows.num_windows),
+        "window_tokens": int(windows.scored_tokens),  # tokens in the scored positions
+        "dropped_tokens": int(windows.dropped_tokens),
+        "seconds": seconds,
+        "loss_by_position": [None if np.isnan(x) else round(float(x), 5) for x in by_position],
+    }
 
 
 def perplexity(loss: float) -> float:
@@ -293,6 +357,7 @@ def evaluate_workdir(
             split=e.split,
             progress=progress,
             positions=_positions(config),
+            masked_lm=masked_lm(config),
         )
         report = {
             **_run_record(config, model, step),
@@ -315,6 +380,7 @@ def _run_record(
     return {
         "encoding": config.encoding.name,
         "encoding_hparams": config.encoding.hparams.to_dict(),
+        "objective": objective(config),  # what was scored: "causal_lm" or "masked_lm"
         "train_seq_len": config.train.seq_len,
         "train_steps": config.train.steps,
         "checkpoint_step": step,

@@ -33,7 +33,7 @@ from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
 from posenc import distributed
-from posenc.config import build_model, check_source, open_source, validate
+from posenc.config import build_model, check_source, masked_lm, open_source, validate
 from posenc.distributed import abstract_on, make_mesh
 from posenc.metrics import MetricsWriter, drop_metrics_after, progress_bar
 from posenc.model import EncoderParam, Transformer, token_loss
@@ -110,6 +110,7 @@ class Trainer:
         self.replicated = NamedSharding(self.mesh, P())
         self.batch_sharding = NamedSharding(self.mesh, P("data"))
         self.optimizer, self.schedule = make_optimizer(config)
+        self.masked_lm = masked_lm(config)  # None for causal LM
         abstract = nnx.eval_shape(lambda: build_model(config))
         self.graphdef, _, self.rest = nnx.split(abstract, nnx.Param, ...)
         self._step = jax.jit(self._train_step, donate_argnums=(0,))
@@ -171,6 +172,9 @@ class Trainer:
                 batch["inputs"], batch.get("positions"), rng=self.dropout_key(state["step"])
             )
             losses = token_loss(logits, batch["targets"])  # [B, T]
+            if "weights" in batch:  # masked LM: the chosen tokens only
+                loss_sum = (losses * batch["weights"]).sum()
+                return loss_sum / jnp.maximum(batch["weights"].sum(), 1.0), loss_sum
             return losses.mean(), losses.sum()
 
         (_, loss_sum), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
@@ -186,12 +190,19 @@ class Trainer:
             "grad_norm": optax.tree.norm(grads),
             "learning_rate": self.schedule(state["step"]),
         }
+        if "weights" in batch:
+            metrics["scored"] = batch["weights"].sum()  # the loss's tokens; "tokens" all read
         return new_state, metrics
 
     def local_batch(self, windows: data_lib.TrainWindows, step: int) -> dict[str, np.ndarray]:
         """This process's rows of step ``step``'s batch: ``inputs``, ``targets`` and, with
-        ``train.positions = "randomized"``, the step's ``positions`` (one draw per batch)."""
+        ``train.positions = "randomized"``, the step's ``positions`` (one draw per batch); for
+        masked LM the windows corrupted (BERT's rule, drawn per global row) with ``weights`` on
+        the chosen tokens, and the windows themselves as ``targets``."""
         batch = windows.batch(step)
+        if self.masked_lm is not None:
+            first_row = windows.process_index * windows.local_batch
+            batch = self.masked_lm.train_batch(batch["inputs"], step, first_row)
         t = self.config.train
         if t.positions == "randomized":
             rows, length = batch["inputs"].shape
@@ -386,9 +397,10 @@ def _summarise(pending, step, tick, steps) -> dict[str, Any]:
     elapsed = time.perf_counter() - tick
     loss_sum = sum(float(m["loss_sum"]) for m in fetched)
     tokens = sum(float(m["tokens"]) for m in fetched)
+    scored = sum(float(m.get("scored", m["tokens"])) for m in fetched)  # masked LM: the chosen
     return {
         "step": step,
-        "loss": loss_sum / tokens,
+        "loss": loss_sum / max(scored, 1.0),
         "grad_norm": float(fetched[-1]["grad_norm"]),
         "learning_rate": float(fetched[-1]["learning_rate"]),
         "tokens_per_s": tokens / max(elapsed, 1e-9),

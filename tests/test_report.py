@@ -283,3 +283,45 @@ def test_single_workdir_and_errors(tmp_path):
         report.write_report(str(tmp_path), metric="accuracy")
     with pytest.raises(FileNotFoundError):
         report.write_report(str(tmp_path / "missing"))
+
+
+def test_masked_lm_runs_report_accuracy_beside_causal_runs(tmp_path):
+    # Two RoPE runs, one causal LM, one masked LM (whose results have an accuracy and no bits
+    # per byte): told apart by their objective; accuracy only in the masked LM's column.
+    make_sweep(tmp_path, [({"encoding.name": "rope", "seed": 0}, "rope", {}, 8, 0)])
+    os.makedirs(tmp_path / "mlm")
+    rng = random.Random(2)
+    data = _eval_json("rope", {}, 8, 0, [8, 16, 32], rng)
+    data["objective"] = "masked_lm"
+    for r in data["results"]:
+        r.pop("bits_per_byte")
+        r.update(accuracy=rng.uniform(0.1, 0.6), window_tokens=r["tokens"])
+    with open(tmp_path / "mlm" / "eval.json", "w") as f:
+        json.dump(data, f)
+    config = _config_json("rope", {}, 8, 0)
+    config["train"]["objective"] = "masked_lm"
+    config["model"] = {**MODEL, "causal": False, "vocab_size": 258}
+    with open(tmp_path / "mlm" / "config.json", "w") as f:
+        json.dump(config, f)
+    sweep = _load(tmp_path / "sweep.json")
+    sweep["points"].append({"name": "mlm", "dir": "mlm", "overrides": {}, "status": "done"})
+    with open(tmp_path / "sweep.json", "w") as f:
+        json.dump(sweep, f)
+
+    paths = report.write_report(str(tmp_path), metric="accuracy")
+    causal = "rope (model.causal=True, model.vocab_size=257, objective=causal_lm)"
+    masked = "rope (model.causal=False, model.vocab_size=258, objective=masked_lm)"
+    with open(paths[1]) as f:
+        rows = list(csv.DictReader(f))
+    assert [int(r["L_valid"]) for r in rows] == [8, 16, 32]
+    for row, r in zip(rows, data["results"], strict=True):
+        assert float(row[masked]) == r["accuracy"] and row[causal] == ""
+    text = (tmp_path / "report.md").read_text()
+    assert "masked-LM accuracy" in text
+    assert "- Objective: masked LM (where the column says so) (BERT's" in text
+    report.write_report(str(tmp_path), metric="bits_per_byte")  # the masked LM's cells empty
+    with open(paths[1]) as f:
+        assert all(row[masked] == "" and row[causal] for row in csv.DictReader(f))
+    with open(paths[2]) as f:  # runs.csv: every run and length, accuracy where there is one
+        runs = [r for r in csv.DictReader(f) if r["dir"] == "mlm"]
+    assert [float(r["accuracy"]) for r in runs] == [r["accuracy"] for r in data["results"]]

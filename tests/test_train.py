@@ -71,6 +71,8 @@ def _initial_batch_loss(config, data_dir, step: int = 0) -> float:
 
 # --- bad input is refused before anything compiles ---------------------------------------------
 
+_MASKED_LM = ("train.objective=masked_lm", "model.vocab_size=258", "model.causal=False")
+
 BAD_RUNS = [
     (["encoding.name=fancy"], ValueError, r"unknown encoding.name 'fancy'"),
     (["eval.lengths=0,16"], ValueError, r"eval.lengths"),
@@ -88,6 +90,25 @@ BAD_RUNS = [
     (["data.source=textdir:/nonexistent/posenc"], data_lib.DataNotFoundError, r"data.source"),
     # The validation split of pystdlib has well under 10^8 tokens.
     (["eval.lengths=16,100000000"], ValueError, r"eval.lengths \[100000000\].*validation"),
+    # Masked LM and bidirectional attention: each bad combination in one line naming the field.
+    (["train.objective=bert"], ValueError, r"^train.objective must be one of[^\n]*$"),
+    (["train.objective=masked_lm"], ValueError, r"^train.objective='masked_lm' needs[^\n]*$"),
+    (
+        ["train.objective=masked_lm", "model.causal=False", "model.vocab_size=257"],
+        ValueError,
+        r"^model.vocab_size=257 has no id for the mask token[^\n]*>= 258$",
+    ),
+    (["model.causal=False"], ValueError, r"^model.causal=False with train.objective=[^\n]*$"),
+    (
+        [*_MASKED_LM, "encoding.name=cope"],
+        ValueError,
+        r"^model.causal=False: encoding 'cope' is causal only[^\n]*$",
+    ),
+    (
+        [*_MASKED_LM, "encoding.name=t5"],
+        ValueError,
+        r"^model.causal=False needs encoding.hparams.bidirectional=True for t5[^\n]*$",
+    ),
 ]
 
 

@@ -7,18 +7,22 @@ Typical use::
     batch = train.batch(step)                             # {"inputs", "targets"} int32
     windows = eval_windows(source.split_stream("validation"), length=2048)
     for b in windows.iter_batches(8): ...                 # {"inputs", "targets", "mask"}
+    MaskedLM(seed=0).train_batch(batch["inputs"], step)   # BERT's masked LM: + "weights"
 
 Nothing downloads at run time; `prepare(spec)` is the explicit preparation step.
 """
 
 from posenc.data.base import DataNotFoundError, Source, default_data_dir
 from posenc.data.batching import EvalWindows, TrainWindows, eval_windows
+from posenc.data.masking import MASK_ID, OBJECTIVES, MaskedLM
 from posenc.data.positions import MODES as POSITION_MODES
 from posenc.data.positions import batch_positions, random_positions
 from posenc.data.sources import SPEC_FORMS, get_source, prepare
 from posenc.data.tokenizer import SEP_ID, SEP_TEXT, VOCAB_SIZE, ByteTokenizer
 
 __all__ = [
+    "MASK_ID",
+    "OBJECTIVES",
     "SEP_ID",
     "SEP_TEXT",
     "SPEC_FORMS",
@@ -26,6 +30,7 @@ __all__ = [
     "ByteTokenizer",
     "DataNotFoundError",
     "EvalWindows",
+    "MaskedLM",
     "POSITION_MODES",
     "Source",
     "TrainWindows",

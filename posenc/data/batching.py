@@ -159,7 +159,11 @@ class EvalWindows:
         return self._mask(np.arange(self.num_windows))
 
     def iter_batches(
-        self, batch_size: int, process_index: int = 0, process_count: int = 1
+        self,
+        batch_size: int,
+        process_index: int = 0,
+        process_count: int = 1,
+        with_starts: bool = False,
     ) -> Iterator[dict[str, np.ndarray]]:
         """Yields fixed-shape batches so that each evaluation length compiles once.
 
@@ -170,6 +174,8 @@ class EvalWindows:
           batch_size: windows per (global) batch.
           process_index: this process's index in [0, process_count).
           process_count: number of processes; must divide `batch_size`.
+          with_starts: also yield "starts", int64 `[b]`, each row's window start in the stream (-1
+            for padding rows), which masked-LM evaluation draws its masks from.
 
         Yields:
           {"inputs": int32 `[b, L]`, "targets": int32 `[b, L]`, "mask": float32 `[b, L]`}
@@ -191,7 +197,10 @@ class EvalWindows:
             targets = _gather(self.stream, starts + 1, self.length)
             inputs[~real] = 0
             targets[~real] = 0
-            yield {"inputs": inputs, "targets": targets, "mask": mask}
+            batch = {"inputs": inputs, "targets": targets, "mask": mask}
+            if with_starts:
+                batch["starts"] = np.where(real, ids * self.stride, -1).astype(np.int64)
+            yield batch
 
 
 def eval_windows(

@@ -100,13 +100,14 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     Args:
       sweep_dir: a directory written by ``posenc sweep`` (or any folder of work directories,
         or one work directory).
-      metric: ``perplexity``, ``bits_per_byte`` or ``loss``.
+      metric: ``perplexity``, ``bits_per_byte``, ``loss`` or ``accuracy`` (masked-LM runs,
+        ``train.objective = "masked_lm"``: the share of masked tokens predicted).
 
     Returns:
       The paths written (report.md first).
 
     Raises:
-      ValueError: an unknown metric.
+      ValueError: an unknown metric, or ``accuracy`` with no masked-LM run.
       FileNotFoundError: no ``eval.json`` under ``sweep_dir``.
     """
     import matplotlib
@@ -118,6 +119,11 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     if not runs:
         raise FileNotFoundError(
             f"no {EVAL_FILE} under {sweep_dir}; run `posenc sweep` (or `posenc train`) first"
+        )
+    if metric == "accuracy" and not any(r.eval.get("objective") == "masked_lm" for r in runs):
+        raise ValueError(
+            f"--metric accuracy: no masked-LM run (train.objective=masked_lm) under {sweep_dir}; "
+            "causal-LM runs have perplexity, bits_per_byte and loss"
         )
     tables = group_runs(runs)
     colors = line_colors(tables)

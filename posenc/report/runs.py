@@ -11,9 +11,10 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from posenc.workdir import CONFIG_FILE, EVAL_FILE, SWEEP_FILE, flatten, read_json
+from posenc.workdir import CONFIG_FILE, EVAL_FILE, SWEEP_FILE, flatten, read_json, upgrade
 
-METRICS = ("perplexity", "bits_per_byte", "loss")
+# accuracy: masked-LM runs only (the share of masked tokens predicted).
+METRICS = ("perplexity", "bits_per_byte", "loss", "accuracy")
 # Config fields that do not change what a run's numbers mean (left out of column identity).
 _IGNORED = (
     "seed",
@@ -101,7 +102,7 @@ def _identity(run_dir: str, report: dict[str, Any]) -> dict[str, Any]:
     """Config fields defining a run apart from seed and training length."""
     fields = read_json(os.path.join(run_dir, CONFIG_FILE))
     if fields is not None:
-        flat = flatten(fields)
+        flat = flatten(upgrade(fields))  # fields added since the run read as it ran
     else:  # an eval.json on its own
         model = {k: v for k, v in report["model"].items() if k != "num_params"}
         flat = flatten(
@@ -200,7 +201,7 @@ def cell(column: Column, length: int, metric: str) -> Cell | None:
             continue
         if "error" in r:
             error = r["error"]
-        else:
+        elif metric in r:  # a causal-LM run has no accuracy, a masked-LM run no bits per byte
             values.append(float(r[metric]))
     if not values and error is None:
         return None

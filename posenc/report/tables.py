@@ -12,11 +12,12 @@ from posenc.report.runs import Column, Run, cell, table_lengths
 from posenc.workdir import SWEEP_FILE, read_json
 
 DASH = "—"
-_DIGITS = {"perplexity": 2, "bits_per_byte": 4, "loss": 4}
+_DIGITS = {"perplexity": 2, "bits_per_byte": 4, "loss": 4, "accuracy": 4}
 METRIC_TEXT = {
     "perplexity": "perplexity (per token; tokens are bytes)",
     "bits_per_byte": "bits per byte",
     "loss": "loss (nats per token)",
+    "accuracy": "masked-LM accuracy (share of the masked tokens predicted)",
 }
 
 
@@ -114,6 +115,14 @@ def describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
     if max(per_entry) > 1:
         text += " (entries are mean ± sample standard deviation over seeds)"
     lines.append(text + ".")
+    masked = [e for e in evals if e.get("objective") == "masked_lm"]
+    if masked:
+        some = "" if len(masked) == len(evals) else " (where the column says so)"
+        lines.append(
+            f"- Objective: masked LM{some} (BERT's: 15 % of the tokens chosen, 80 % of those "
+            "masked, 10 % random, 10 % kept); loss, perplexity and accuracy are over the chosen "
+            "tokens."
+        )
     mode = _common([e["mode"] for e in evals])
     tokens = [r["tokens"] for e in evals for r in e["results"] if "tokens" in r]
     text = f"- Evaluation: {mode or 'mixed'} windows"
@@ -171,7 +180,7 @@ def write_csv(path: str, tables: dict[int, list[Column]], metric: str) -> None:
 
 
 def write_runs_csv(path: str, runs: Sequence[Run], sweep_dir: str) -> None:
-    fields = ["loss", "perplexity", "bits_per_byte", "tokens", "windows", "seconds"]
+    fields = ["loss", "perplexity", "bits_per_byte", "accuracy", "tokens", "windows", "seconds"]
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(
