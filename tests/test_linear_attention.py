@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posenc import encodings, linear_attention
+from posenc import encodings, linear_attention, testing
 from posenc.attention import attend, check_implementation, choose_implementation
 from posenc.config import evaluation_changes, load_config
 from posenc.encodings import Dims, Encoding
@@ -295,6 +295,55 @@ def test_a_value_term_alone_is_refused_and_the_model_refuses_at_construction():
     for name, why in [("alibi", "bias adds"), ("pope", "widens q and k"), ("xl", "content")]:
         with pytest.raises(ValueError, match=rf"attention_impl='linear_performer'.*{why}"):
             Transformer(config, encodings.get(name), rngs=nnx.Rngs(0))
+
+
+@dataclasses.dataclass(frozen=True)
+class WidthTiedRotary(Encoding):
+    """A rotation with one learned frequency per channel pair of the head: tied to Dh."""
+
+    name = "test-width-tied-rotary"
+    paper = "a test"
+    relative = True
+
+    def rotate(self, params, q, k, q_pos, k_pos):
+        freq = jnp.linspace(0.1, 1.0, DH // 2)  # [Dh/2], as a learned table would be
+
+        def turn(x, pos):
+            angle = pos.astype(jnp.float32)[:, :, None, None] * freq  # [B|1, T, 1, Dh/2]
+            a, b = jnp.split(x, 2, axis=-1)
+            c, s = jnp.cos(angle), jnp.sin(angle)
+            return jnp.concatenate([a * c - b * s, a * s + b * c], -1)
+
+        return turn(q, q_pos), turn(k, k_pos)
+
+
+@dataclasses.dataclass(frozen=True)
+class RotatePeeksAhead(Encoding):
+    """A "rotation" that adds the next key to each key: linear attention then reads the future."""
+
+    name = "test-rotate-peeks-ahead"
+    paper = "a test"
+    relative = True
+
+    def rotate(self, params, q, k, q_pos, k_pos):
+        return q, k + jnp.roll(k, -1, axis=1)
+
+
+def test_a_rotate_tied_to_the_head_width_cannot_take_other_feature_counts():
+    qkv = [jnp.asarray(x, jnp.float32) for x in _inputs(9, 1, 4, 4)]
+    pos = jnp.arange(4)
+    args = dict(encoding=WidthTiedRotary().bind(DIMS), params={}, q_pos=pos, k_pos=pos)
+    out = _attend(*qkv, implementation="linear", causal=True, **args)  # elu + 1: m = Dh, runs
+    assert np.isfinite(np.asarray(out)).all()
+    with pytest.raises(
+        ValueError, match=r"'test-width-tied-rotary'.*cannot rotate the 12 features"
+    ):
+        _attend(*qkv, implementation="linear_performer", causal=True, performer_features=M, **args)
+
+
+def test_the_battery_check_catches_a_path_that_reads_later_keys():
+    with pytest.raises(AssertionError, match=r"peeks-ahead.*fails linear: outputs depend on later"):
+        testing.check_linear(RotatePeeksAhead())
 
 
 def test_auto_never_picks_a_linear_path():

@@ -115,8 +115,8 @@ def check_linear(encoder: str | Encoding, settings: Settings | None = None) -> N
         except ValueError:
             _check_refused(enc, settings, impl)
             continue
-        _check_eq19(enc, bound, settings, impl)
         _check_causal(enc, settings, impl)
+        _check_eq19(enc, bound, settings, impl)
 
 
 def _check_refused(enc: Encoding, settings: Settings, impl: str) -> None:
