@@ -28,6 +28,11 @@ hyperparameters may change at evaluation. The reference code pairs channels ``(2
 (``layout="interleaved"``); the default ``"half"`` matches posenc's RoPE, so that the two
 encoders differ only by the decay (the layouts are a fixed permutation of channels that the
 learned projections absorb).
+
+Bidirectional attention (``model.causal=False``) keeps the same factors: for a key after the
+query (``m > n``) the pair's factor ``zeta_i^((n - m) / scale_base)`` exceeds 1 and grows with the
+distance, as torchscale applies xPos in its encoders too (``EncoderConfig.xpos_rel_pos``); the
+paper's experiments are causal.
 """
 
 from __future__ import annotations
