@@ -81,3 +81,16 @@ def test_the_convergence_report_has_a_table_and_a_plot_per_panel(sweep, tmp_path
     # Default steps: quarters of the steps both curves logged (10 and 20 here).
     rows = [line.split("|")[1].strip() for line in text.splitlines() if line.startswith("|  ")]
     assert rows == ["10", "20", "10", "20"]
+
+
+def test_labels_leave_out_hyperparameters_that_only_one_encoder_has():
+    learned = {"encoding.name": "learned", "encoding.hparams.max_len": 64, "seed": 0}
+    rope = {"encoding.name": "rope", "encoding.hparams.max_len": None, "seed": 0}
+    assert curves._labels([learned, rope]) == ["encoding.name=learned", "encoding.name=rope"]
+    # ... but keep one that tells two configurations of the same encoder apart.
+    short = {**learned, "encoding.hparams.max_len": 32}
+    assert curves._labels([learned, short, rope]) == [
+        "encoding.hparams.max_len=64, encoding.name=learned",
+        "encoding.hparams.max_len=32, encoding.name=learned",
+        "encoding.hparams.max_len=None, encoding.name=rope",
+    ]

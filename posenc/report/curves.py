@@ -70,9 +70,27 @@ def _identity(config: dict[str, Any]) -> dict[str, Any]:
 
 
 def _labels(identities: Sequence[dict[str, Any]]) -> list[str]:
-    """Each identity as the fields that differ between them (``field=value, ...``)."""
+    """Each identity as the fields that differ between them (``field=value, ...``).
+
+    An encoder hyperparameter (``encoding.hparams.*``) counts only where it differs between
+    configurations of the same encoder: learned positions' ``max_len`` against RoPE, which has
+    none, is told apart by ``encoding.name`` already.
+    """
+
+    def varies(key: str, group: Sequence[dict[str, Any]]) -> bool:
+        return len({json.dumps(i.get(key), default=repr) for i in group}) > 1
+
+    def differs(key: str) -> bool:
+        if not key.startswith("encoding.hparams."):
+            return varies(key, identities)
+        names = {i.get("encoding.name") for i in identities}
+        return any(
+            varies(key, [i for i in identities if i.get("encoding.name") == name])
+            for name in names
+        )
+
     keys = sorted({k for ident in identities for k in ident})
-    differ = [k for k in keys if len({json.dumps(i.get(k), default=repr) for i in identities}) > 1]
+    differ = [k for k in keys if differs(k)]
     if not differ:
         return ["all"] * len(identities)
     return [", ".join(f"{k}={ident.get(k)}" for k in differ) for ident in identities]
