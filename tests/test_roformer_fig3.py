@@ -1,4 +1,4 @@
-"""configs/sweeps/roformer_fig3.py: each panel compares the figure's two models, seeds only apart."""
+"""configs/sweeps/roformer_fig3.py: each panel is the figure's two models, seeds only apart."""
 
 from __future__ import annotations
 
@@ -29,6 +29,7 @@ def test_each_panel_is_learned_against_rope_over_three_seeds(variant):
         else:  # right: a causal LM with FAVOR+ attention
             assert config.model.causal is True and config.train.objective == "causal_lm"
             assert config.model.attention_impl == "linear_performer"
+
     # Within a panel the configs differ only in the encoder and the seed.
     def rest(config):
         flat = config.to_dict()

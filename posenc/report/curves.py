@@ -85,8 +85,7 @@ def _labels(identities: Sequence[dict[str, Any]]) -> list[str]:
             return varies(key, identities)
         names = {i.get("encoding.name") for i in identities}
         return any(
-            varies(key, [i for i in identities if i.get("encoding.name") == name])
-            for name in names
+            varies(key, [i for i in identities if i.get("encoding.name") == name]) for name in names
         )
 
     keys = sorted({k for ident in identities for k in ident})
