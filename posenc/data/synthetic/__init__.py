@@ -22,12 +22,12 @@ digits, terms, variables, actions; `max_input_length` bounds the input).
 | modular_arithmetic | 01234+-* -> 01234 | value mod 5, usual precedence | odd input |
 | parity_check | 01 -> 01 | number of 1s mod 2 | input |
 | cycle_navigation | -0+ -> 01234 | final state on a 5-cycle from 0 (-: left, +: right) | input |
-| stack_manipulation | 01 pab -> 01. | final stack top first, "." (p POP, a PUSH 0, b PUSH 1) | input |
+| stack_manipulation | 01pab -> 01. | final stack top first, "." (p: POP, a/b: PUSH 0/1) | input |
 | reverse_string | 01 -> 01 | reversed | input |
 | modular_arithmetic_brackets | 01234+-*() -> 01234 | value mod 5 | input |
 | solve_equation | 01234+-()x= -> 01234 | the x solving the equation mod 5 | input >= 3 |
 | duplicate_string | 01 -> 01 | s s | input |
-| missing_duplicate_string | 01?# -> 01 | the bit at "?" in s s ("#" pads odd lengths) | input >= 2 |
+| missing_duplicate_string | 01?# -> 01 | the bit at "?" in s s ("#": odd-length pad) | input >= 2 |
 | odds_first | 01 -> 01 | s_1 s_3 ... s_2 s_4 ... (1-indexed) | input |
 | binary_addition | 01+ -> 01. | n + m, little-endian, "." | input >= 3 |
 | binary_multiplication | 01* -> 01. | n * m, little-endian, "." | input >= 3 |

@@ -220,13 +220,13 @@ def check_length(task: str, length: int) -> int:
 
 
 def alphabet(task: str) -> str:
-    """Every symbol (one character each) of the task's inputs and targets.
+    """Every symbol (one character each) of the task's inputs and targets, each once.
 
     For `pcfg` the alphabet comes from the prepared data set.
     """
     if task == "pcfg":
         return tfds_tasks.pcfg_alphabet()
-    return get_task(task).alphabet
+    return "".join(dict.fromkeys(get_task(task).alphabet))
 
 
 def max_input_length(task: str, length: int) -> int:

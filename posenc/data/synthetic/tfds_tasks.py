@@ -116,9 +116,11 @@ def _read_records(name: str, splits: Iterable[str], fields: tuple[str, str], pre
 
 
 def _scan_prepare_hint() -> str:
+    data_dir = default_data_dir()
     return (
-        f"prepare it once with: tfds build {SCAN_TFDS_NAME} --data_dir={default_data_dir()} "
-        "--file_format=array_record"
+        f"prepare it once with: posenc data prepare tfds:{SCAN_TFDS_NAME} --text_field commands "
+        f"--data_dir {data_dir} (or: tfds build {SCAN_TFDS_NAME} --data_dir={data_dir} "
+        "--file_format=array_record)"
     )
 
 
