@@ -224,6 +224,7 @@ def test_task_lists():
     )  # fmt: skip
     assert synthetic.TASKS == synthetic.RUOSS_TASKS + synthetic.NOPE_TASKS
     assert set(SOLVERS) == set(GENERATED)
+    assert set(synthetic.PAPER_LENGTHS) == set(synthetic.TASKS)
 
 
 @pytest.mark.parametrize("task", GENERATED)

@@ -45,7 +45,31 @@ digits, terms, variables, actions; `max_input_length` bounds the input).
 | pcfg | from the data set | PCFG SET output | input words |
 
 Batches (`batching.py`, numpy only): `encode`, `train_batch`, `eval_batch` give `inputs`,
-`targets`, `weights` (1 on the target tokens), `prompt_len` and `target_len`.
+`targets`, `weights` (1 on the target tokens), `prompt_len` and `target_len`. Training lengths
+are uniform over the allowed lengths in `[min_length, max_length]`, one per batch for the Ruoss
+tasks (Delétang's training loop), one per row for Kazemnejad's (their shuffled data sets);
+`PAPER_LENGTHS` holds each paper's training and test ranges.
+
+Departures from the papers:
+
+- Our own random draws with the papers' distributions, not their examples.
+- Delétang's code fills lengths that hold no task with placeholders (solve equation < 3, missing
+  duplicate 1, binary addition and multiplication < 3); those lengths are errors here, and
+  training redraws them. Modular arithmetic has odd lengths only (Delétang maps an even length
+  L to L - 1).
+- Variable-length targets (stack manipulation, binary addition/multiplication) end at the
+  termination token "." instead of being zero-padded to a fixed output length: the padded
+  positions are the ones Delétang's `accuracy_mask` leaves out.
+- Odds first follows the paper's definition (1-indexed s_1 s_3 ... first); the reference code
+  outputs the other half first.
+- Kazemnejad et al. write English prompts for a T5 tokenizer; we keep the sampled quantities and
+  answers and write them compactly with one byte per symbol. Copy and reverse draw from 62
+  symbols (paper: 100 T5 tokens). Of their variants we take copy "cmc", reverse "mc", sorting
+  "sngd" (single tokens), LEGO with clauses in chain order, polynomial evaluation and summation
+  modulo 10. Addition's length is the longer operand's digit count (the paper bins by both
+  counts). LEGO beyond the paper's 26 variables also names them with uppercase letters.
+- SCAN and PCFG examples are drawn uniformly (with replacement) among the data set's examples
+  of that length, all splits pooled.
 """
 
 from posenc.data.synthetic.batching import (
@@ -60,6 +84,7 @@ from posenc.data.synthetic.batching import (
 from posenc.data.synthetic.tasks import (
     DATA_TASKS,
     NOPE_TASKS,
+    PAPER_LENGTHS,
     RUOSS_TASKS,
     TASKS,
     alphabet,
@@ -74,6 +99,7 @@ __all__ = [
     "DATA_TASKS",
     "LENGTH_PER",
     "NOPE_TASKS",
+    "PAPER_LENGTHS",
     "RUOSS_TASKS",
     "TASKS",
     "alphabet",

@@ -181,6 +181,22 @@ NOPE_TASKS: tuple[str, ...] = tuple(t.name for t in _NOPE)
 TASKS: tuple[str, ...] = RUOSS_TASKS + NOPE_TASKS
 # Tasks read from a prepared TFDS data set rather than generated.
 DATA_TASKS: tuple[str, ...] = ("scan", "pcfg")
+# Each paper's (longest training length, longest test length) per task, in the task's length
+# unit: Ruoss et al. 2023 train on 1..40 and test on 41..500 (Sec. 4); Kazemnejad et al. 2023's
+# final runs (their `notebooks/plot_aggregate_final.ipynb` splits) train on <= 20 and test on
+# 21..40 for copy and reverse ("*_tr20_ts40"), <= 8 and 9..16 for the arithmetic tasks, LEGO and
+# parity ("len_tr8_ts16", "n_terms_tr8_ts16"), <= 25 and 26..48 for SCAN; PCFG's productivity
+# split is the data set's own (None).
+PAPER_LENGTHS: dict[str, tuple[int, int] | None] = {
+    **{t.name: (40, 500) for t in _RUOSS},
+    **{name: (20, 40) for name in ("copy", "reverse")},
+    **{
+        name: (8, 16)
+        for name in ("addition", "polynomial_evaluation", "sorting", "summation", "parity", "lego")
+    },
+    "scan": (25, 48),
+    "pcfg": None,
+}
 
 
 def get_task(task: str) -> Task:
