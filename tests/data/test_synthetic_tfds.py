@@ -77,7 +77,11 @@ def test_scan_examples_from_records(empty_data_dir, monkeypatch):
 
 
 def test_pcfg_examples_from_records(empty_data_dir, monkeypatch):
-    records = [("copy A1 B2", "A1 B2"), ("reverse A1 B2", "B2 A1"), ("echo C3", "C3 C3")]
+    records = [
+        ("copy A1 B2", "A1 B2"),
+        ("reverse A1 B2", "B2 A1"),
+        ("append echo C3 , A1", "C3 C3 A1"),
+    ]
     monkeypatch.setenv(tfds_tasks.PCFG_ENV, "my_pcfg/productivity")
 
     def fake_records(name, splits, fields, prepare):
@@ -85,11 +89,16 @@ def test_pcfg_examples_from_records(empty_data_dir, monkeypatch):
         yield from records
 
     monkeypatch.setattr(tfds_tasks, "_read_records", fake_records)
-    # Sorted words: A1 B2 C3 copy echo reverse -> ! " # $ % &
-    assert synthetic.alphabet("pcfg") == '!"#$%&'
-    assert {synthetic.example("pcfg", 3, 0, i) for i in range(30)} == {('$!"', '!"'), ('&!"', '"!')}
-    assert synthetic.example("pcfg", 2, 0, 0) == ("%#", "##")
-    assert synthetic.max_target_length("pcfg", 3) == 2
+    # Sorted words: , A1 B2 C3 append copy echo reverse -> ! " # $ % & ' (
+    assert synthetic.alphabet("pcfg") == "!\"#$%&'("
+    # Length: the number of function words (Kazemnejad et al.'s productivity categories).
+    one = {synthetic.example("pcfg", 1, 0, i) for i in range(30)}
+    assert one == {('&"#', '"#'), ('("#', '#"')}
+    assert synthetic.example("pcfg", 2, 0, 0) == ("%'$!\"", '$$"')
+    assert synthetic.max_input_length("pcfg", 2) == 5
+    assert synthetic.max_target_length("pcfg", 1) == 2
+    with pytest.raises(ValueError, match="'pcfg' has no examples of length 3"):
+        synthetic.example("pcfg", 3, 0, 0)
 
 
 def test_pcfg_char_table_limit():

@@ -42,7 +42,7 @@ digits, terms, variables, actions; `max_input_length` bounds the input).
 | parity | 01 -> 01 | number of 1s mod 2 | bits |
 | lego | a-zA-Z=+-1,? -> +- | sign of the queried variable, e.g. "a=+1,b=-a?b" | variables 2..52 |
 | scan | jwuktlrao23nf -> JWUK<> | SCAN actions (`tfds_tasks.SCAN_COMMANDS`) | actions |
-| pcfg | from the data set | PCFG SET output | input words |
+| pcfg | from the data set | PCFG SET output | function words |
 
 Batches (`batching.py`, numpy only): `encode`, `train_batch`, `eval_batch` give `inputs`,
 `targets`, `weights` (1 on the target tokens), `prompt_len` and `target_len`. Training lengths
@@ -69,7 +69,8 @@ Departures from the papers:
   modulo 10. Addition's length is the longer operand's digit count (the paper bins by both
   counts). LEGO beyond the paper's 26 variables also names them with uppercase letters.
 - SCAN and PCFG examples are drawn uniformly (with replacement) among the data set's examples
-  of that length, all splits pooled.
+  of that length, all splits pooled. PCFG SET's 520 letters do not fit one byte per symbol:
+  `pcfg` reads a data set of at most 189 distinct words (a PCFG SET with a smaller alphabet).
 """
 
 from posenc.data.synthetic.batching import (

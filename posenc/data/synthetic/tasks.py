@@ -169,9 +169,9 @@ _NOPE = (
         "nope",
         tfds_tasks.pcfg_example,
         "",
-        max_input=_same,
+        max_input=tfds_tasks.pcfg_max_input,
         max_target=tfds_tasks.pcfg_max_target,
-        allowed="input lengths that occur in the prepared PCFG data set",
+        allowed="numbers of functions that occur in the prepared PCFG data set",
     ),
 )
 

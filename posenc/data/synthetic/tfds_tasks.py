@@ -6,7 +6,8 @@ train and test splits of its `length` config and index examples by the number of
 target (they train on <= 25 actions and test on 26..48). PCFG SET (Hupkes, Dankers, Mul and Bruni
 2020, "Compositionality decomposed") is not in the TFDS catalog: prepare your own TFDS builder
 for it (text features "source" and "target") under the data dir, named `pcfg_set` or as
-`$POSENC_PCFG_TFDS` says; examples are indexed by input length in words.
+`$POSENC_PCFG_TFDS` says; as Kazemnejad et al. (`make_pcfg_dataset.py`, productivity split) we
+pool its splits and index examples by the number of function words in the input.
 
 Both are read with `tfds.data_source` from array_record files (no TensorFlow), never downloaded
 at run time: an unprepared data set raises `DataNotFoundError` with the command that prepares it.
@@ -14,8 +15,9 @@ The data dir is `posenc.data.default_data_dir()` (`$POSENC_DATA_DIR`).
 
 One character per symbol: SCAN's 13 command words and 6 actions map to the fixed tables
 `SCAN_COMMANDS` and `SCAN_ACTIONS`; PCFG's words map, in sorted order, to the byte-sized
-characters of `PCFG_CHARS` (at most 189 distinct words; the original PCFG SET's 520 letters do
-not fit a byte vocabulary, so use a reduced-alphabet version).
+characters of `PCFG_CHARS`. That allows at most 189 distinct words: the original PCFG SET's
+string alphabet of 520 letters does not fit a byte vocabulary, so `pcfg` needs a PCFG SET
+regenerated with a smaller alphabet (a larger vocabulary would break one byte per symbol).
 """
 
 from __future__ import annotations
@@ -35,6 +37,11 @@ SCAN_SPLITS = ("train", "test")
 PCFG_ENV = "POSENC_PCFG_TFDS"
 PCFG_DEFAULT_NAME = "pcfg_set"
 PCFG_SPLITS = ("train", "validation", "test")
+# PCFG SET's string-edit functions (Hupkes et al. 2020, Table 1; Kazemnejad et al.'s list).
+PCFG_FUNCTIONS = frozenset(
+    "copy reverse shift swap repeat echo append prepend remove_first remove_second "
+    "swap_first_last".split()
+)
 SCAN_COMMANDS: dict[str, str] = {
     "jump": "j",
     "walk": "w",
@@ -172,7 +179,8 @@ def _pcfg_data(data_dir: Path, name: str) -> tuple[dict[int, list[tuple[str, str
             "".join(table[w] for w in source.split()),
             "".join(table[w] for w in target.split()),
         )
-        pool.setdefault(len(pair[0]), []).append(pair)
+        functions = sum(w in PCFG_FUNCTIONS for w in source.split())
+        pool.setdefault(functions, []).append(pair)
     return {n: sorted(p) for n, p in sorted(pool.items())}, "".join(table.values())
 
 
@@ -198,12 +206,17 @@ def scan_example(rng: np.random.Generator, length: int) -> tuple[str, str]:
 
 
 def pcfg_example(rng: np.random.Generator, length: int) -> tuple[str, str]:
-    """A PCFG pair whose input has `length` words, uniform among those of the data set."""
+    """A PCFG pair whose input has `length` function words, uniform among the data set's."""
     return _choose("pcfg", rng, length)
 
 
+def pcfg_max_input(length: int) -> int:
+    """The longest PCFG input with `length` function words."""
+    return max(len(s) for s, _ in _pool("pcfg")[length])
+
+
 def pcfg_max_target(length: int) -> int:
-    """The longest PCFG target among inputs of `length` words."""
+    """The longest PCFG target of an input with `length` function words."""
     return max(len(t) for _, t in _pool("pcfg")[length])
 
 
