@@ -323,13 +323,14 @@ def _decode_rows(batch):
     return pairs
 
 
+@pytest.mark.parametrize("length_per", [None, "batch", "row"])
 @pytest.mark.parametrize("task", ["binary_addition", "modular_arithmetic", "lego", "addition"])
-def test_train_batch_rows_reproducible(task):
-    full = synthetic.train_batch(task, 8, 20, seed=3, step=11)
+def test_train_batch_rows_reproducible(task, length_per):
+    full = synthetic.train_batch(task, 8, 20, seed=3, step=11, length_per=length_per)
     width = synthetic.train_width(task, 20)
     assert full["inputs"].shape == (8, width)
     for rows in (slice(2, 5), [7, 0, 4]):
-        part = synthetic.train_batch(task, 8, 20, seed=3, step=11, rows=rows)
+        part = synthetic.train_batch(task, 8, 20, seed=3, step=11, rows=rows, length_per=length_per)
         idx = list(range(8)[rows]) if isinstance(rows, slice) else rows
         for key in full:
             np.testing.assert_array_equal(part[key], full[key][idx], err_msg=key)
@@ -337,10 +338,10 @@ def test_train_batch_rows_reproducible(task):
     for (inp, tgt), n in zip(_decode_rows(full), full["lengths"], strict=True):
         assert synthetic.check_length(task, int(n)) == n
         assert tgt == SOLVERS[task](inp, int(n))
-    lengths = set(full["lengths"].tolist())
-    if task in synthetic.RUOSS_TASKS:
-        assert len(lengths) == 1  # Delétang et al.: one length per batch
-    later = synthetic.train_batch(task, 8, 20, seed=3, step=12)
+    per = length_per or ("batch" if task in synthetic.RUOSS_TASKS else "row")
+    # Delétang et al.: one length per batch; Kazemnejad et al.: lengths mixed within a batch.
+    assert (len(set(full["lengths"].tolist())) == 1) == (per == "batch")
+    later = synthetic.train_batch(task, 8, 20, seed=3, step=12, length_per=length_per)
     assert later["inputs"].shape == full["inputs"].shape
     assert not np.array_equal(later["inputs"], full["inputs"])
 

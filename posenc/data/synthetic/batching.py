@@ -136,7 +136,7 @@ def train_batch(
     Args:
       task: a name in `TASKS`.
       batch_size: the global batch size.
-      max_length: the longest training length (Ruoss: 40; Kazemnejad: 20).
+      max_length: the longest training length (each paper's: `PAPER_LENGTHS[task][0]`).
       seed: >= 0.
       step: >= 0.
       min_length: the shortest training length.
@@ -151,8 +151,9 @@ def train_batch(
     length_per = length_per or PAPER_LENGTH_PER[t.paper]
     if length_per not in LENGTH_PER:
         raise ValueError(f"synthetic length_per={length_per!r}; allowed: {', '.join(LENGTH_PER)}")
-    seed = _tasks._check_nonnegative("seed", seed)
-    step = _tasks._check_nonnegative("step", step)
+    batch_size = _tasks.check_nonnegative("batch_size", batch_size)
+    seed = _tasks.check_nonnegative("seed", seed)
+    step = _tasks.check_nonnegative("step", step)
     lengths = train_lengths(task, min_length, max_length)
     width = train_width(task, max_length, min_length=min_length)
     selected = _rows(batch_size, rows)

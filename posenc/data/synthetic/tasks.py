@@ -207,7 +207,7 @@ def get_task(task: str) -> Task:
 
 
 def length_ok(task: str, length: int) -> bool:
-    """Whether `task` can produce examples of `length` (no data set access)."""
+    """Whether `task` can produce examples of `length` (SCAN and PCFG: loads their data once)."""
     t = get_task(task)
     if isinstance(length, bool) or not isinstance(length, (int, np.integer)):
         return False
@@ -229,8 +229,9 @@ def check_length(task: str, length: int) -> int:
     """
     t = get_task(task)
     if not length_ok(task, length):
+        shown = int(length) if isinstance(length, np.integer) else repr(length)
         raise ValueError(
-            f"synthetic task {task!r} has no examples of length {length!r}; allowed: {t.allowed}"
+            f"synthetic task {task!r} has no examples of length {shown}; allowed: {t.allowed}"
         )
     return int(length)
 
@@ -255,7 +256,8 @@ def max_target_length(task: str, length: int) -> int:
     return get_task(task).max_target(check_length(task, length))
 
 
-def _check_nonnegative(name: str, value: int) -> int:
+def check_nonnegative(name: str, value: int) -> int:
+    """`value` as an int; a one-line ValueError naming `name` unless it is an integer >= 0."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0:
         raise ValueError(f"synthetic {name} must be an integer >= 0, got {value!r}")
     return int(value)
@@ -281,12 +283,12 @@ def example(task: str, length: int, seed: int, index: int) -> tuple[str, str]:
       `(input, target)` strings over `alphabet(task)`.
     """
     length = check_length(task, length)
-    seed, index = _check_nonnegative("seed", seed), _check_nonnegative("index", index)
+    seed, index = check_nonnegative("seed", seed), check_nonnegative("index", index)
     return generate(task, length, (seed, EXAMPLE_STREAM, index))
 
 
 def examples(task: str, length: int, n: int, seed: int) -> list[tuple[str, str]]:
     """`[example(task, length, seed, i) for i in range(n)]`."""
     length = check_length(task, length)
-    n, seed = _check_nonnegative("n", n), _check_nonnegative("seed", seed)
+    n, seed = check_nonnegative("n", n), check_nonnegative("seed", seed)
     return [generate(task, length, (seed, EXAMPLE_STREAM, i)) for i in range(n)]
