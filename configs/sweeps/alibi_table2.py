@@ -31,6 +31,8 @@ Per-encoder settings (the same at every scale, see ``encoder_overrides``):
   (``init_L = seq_len // 4``), xPos's ``scale_base`` is 512 for windows of 1024 (``seq_len //
   2``); the defaults from those lengths on. At L = 64 with the defaults, FIRE's threshold would
   lie beyond every trained position (no normalisation ever learned) and xPos would barely decay.
+- ``deberta`` (in the extended table): its clip distance at the paper's ratio, ``k = 512`` for
+  windows of 512: ``max_distance = seq_len`` below 512.
 
 Run::
 
@@ -83,6 +85,8 @@ def encoder_overrides(name: str, seq_len: int) -> dict:
         return {"encoding.hparams.init_L": float(seq_len // 4)}
     if name == "xpos" and seq_len < 1024:  # scale_base = 512 for windows of 1024
         return {"encoding.hparams.scale_base": float(seq_len // 2)}
+    if name == "deberta" and seq_len < 512:  # k = 512 for windows of 512
+        return {"encoding.hparams.max_distance": seq_len}
     return {}
 
 

@@ -42,6 +42,8 @@ HPARAMS: dict[str, dict[str, Any]] = {
     # xPos's decay over the battery's 12-48 tokens, as the paper's scale_base = 512 gives it over
     # hundreds (zeta_0^(48/8) ~ 5e-4); at 512 it would be ~1 here, plain RoPE.
     "xpos": {"scale_base": 8.0},
+    # DeBERTa's clip distance (512) and v2's log buckets inside the battery's windows.
+    "deberta": {"max_distance": 8, "buckets": 4},
 }
 
 
