@@ -2,9 +2,9 @@
 
 Pre-norm blocks (norm -> attention -> residual, norm -> MLP -> residual), a final norm and a
 tied output projection by default. The encoder is a constructor argument and the model never
-names one: it adds ``embed`` terms at the input when the encoder has that hook, keeps the
-encoder's parameters where its ``param_scope`` says, and hands everything else to
-:func:`posenc.attention.attend`, with each layer's normed input (which hooks such as
+names one: it adds ``embed`` and ``embed_tokens`` terms at the input when the encoder has those
+hooks, keeps the encoder's parameters where its ``param_scope`` says, and hands everything else
+to :func:`posenc.attention.attend`, with each layer's normed input (which hooks such as
 ``log_decay`` may read).
 
 Precision: parameters in float32; matmuls in ``ModelConfig.dtype`` (bfloat16 by default);
@@ -207,7 +207,8 @@ class Transformer(nnx.Module):
 
     def __init__(self, config: ModelConfig, encoding: Encoding, *, rngs: nnx.Rngs):
         encoding = encoding.bind(config.dims)
-        if "embed" in encoding.hooks and encoding.param_scope != "shared":
+        input_hooks = {"embed", "embed_tokens"} & set(encoding.hooks)
+        if input_hooks and encoding.param_scope != "shared":
             raise ValueError(
                 f"encoding {encoding.name!r} adds an input embedding, so its parameters must be "
                 "shared (param_scope='shared')"
@@ -273,9 +274,12 @@ class Transformer(nnx.Module):
 
         # Token embeddings scaled by sqrt(D) as in Vaswani et al., so they and the sinusoids
         # (entries in [-1, 1]) start on the same scale.
-        x = self.embed(tokens) * math.sqrt(config.model_dim)  # [B, T, D] float32
+        tokens_x = self.embed(tokens) * math.sqrt(config.model_dim)  # [B, T, D] float32
+        x = tokens_x
         if "embed" in self.encoding.hooks:
             x = x + self.encoding.embed(shared, positions).astype(jnp.float32)
+        if "embed_tokens" in self.encoding.hooks:  # a term read from the token embeddings
+            x = x + self.encoding.embed_tokens(shared, tokens_x, positions).astype(jnp.float32)
         rngs = jax.random.split(rng, config.num_layers + 1) if rng is not None else None
         x = _dropout(x, config.dropout, None if rngs is None else rngs[-1])
         for i, block in enumerate(self.blocks):

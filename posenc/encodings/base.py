@@ -7,6 +7,7 @@ provides only the hooks it needs, and attention calls whichever are present:
 hook                                               returns
 =================================================  =============================================
 ``embed(params, positions)``                       ``[B|1, T, D]`` term added to token embeddings
+``embed_tokens(params, x, positions)``             ``[B, T, D]`` term from the token embeddings
 ``rotate(params, q, k, q_pos, k_pos)``             transformed ``q`` and ``k`` (see widths below)
 ``bias(params, q_pos, k_pos)``                     content-free logits ``[B|1, H, T, S]``
 ``content_logits(params, q, k, q_pos, k_pos)``     content-dependent logits ``[B, H, T, S]``
@@ -23,6 +24,12 @@ The queries are the last ``T`` of the ``S`` keys (self-attention over a window).
 Widths: ``rotate`` may change the last axis of ``q`` and ``k`` (both to ``qk_head_dim(Dh)``, a
 declaration below; PoPE doubles it); ``v`` and the output keep ``Dh``, and the logit scale stays
 ``1/sqrt(Dh)`` of the projected width. Hooks after ``rotate`` see the transformed ``q`` and ``k``.
+
+The token embeddings: ``embed_tokens`` reads ``x: [B, T, D]``, the model's scaled float32 token
+embeddings (before any ``embed`` term), and returns a float32 term the model adds to them, like
+``embed`` (wav2vec 2.0's convolution over the embeddings). Entry ``t`` may depend on ``x`` at
+``t`` and before only unless the encoder refuses a causal model (its ``check_causal``). It is
+computed once per window at the input, so its parameters are shared (``param_scope``).
 
 The layer input: ``log_decay`` reads ``inputs: [B, S, D]``, the normed input of the attention layer
 at the keys (the model passes it; ``attend(..., inputs=...)``), and returns a log decay per token
@@ -92,6 +99,7 @@ Params = dict[str, jax.Array]
 
 HOOKS = (
     "embed",
+    "embed_tokens",
     "rotate",
     "bias",
     "content_logits",

@@ -48,8 +48,12 @@ HPARAMS: dict[str, dict[str, Any]] = {
 
 
 # What the bidirectional check adds for registered encoders whose hyperparameters choose the
-# masking: T5's buckets must be bidirectional under model.causal=False (its check_causal).
-BIDIRECTIONAL_HPARAMS: dict[str, dict[str, Any]] = {"t5": {"bidirectional": True}}
+# masking: T5's buckets must be bidirectional under model.causal=False (its check_causal); conv's
+# centred convolution (wav2vec 2.0's) is what a bidirectional model takes it with.
+BIDIRECTIONAL_HPARAMS: dict[str, dict[str, Any]] = {
+    "t5": {"bidirectional": True},
+    "conv": {"causal": False},
+}
 
 
 @dataclasses.dataclass(frozen=True)

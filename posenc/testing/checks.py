@@ -70,8 +70,9 @@ def check_declarations(encoder: str | Encoding, settings: Settings | None = None
     safe = cls.eval_safe_hparams
     if not isinstance(safe, tuple) or not set(safe) <= set(hparams):
         raise fail(f"eval_safe_hparams {safe!r} must be a tuple of hyperparameters {list(hparams)}")
-    if "embed" in enc.hooks and cls.param_scope != "shared":
-        raise fail("an encoder with an `embed` hook must set param_scope = 'shared'")
+    for hook in ("embed", "embed_tokens"):
+        if hook in enc.hooks and cls.param_scope != "shared":
+            raise fail(f"an encoder with an `{hook}` hook must set param_scope = 'shared'")
     if not cls.__dataclass_params__.frozen:
         raise fail("must be a frozen dataclass (@dataclasses.dataclass(frozen=True))")
     try:
