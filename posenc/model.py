@@ -11,7 +11,9 @@ Precision: parameters in float32; matmuls in ``ModelConfig.dtype`` (bfloat16 by 
 norms, softmax and the output logits in float32.
 
 Dropout takes an explicit RNG key (``model(tokens, rng=key)``); without one the model is
-deterministic. Dropout is applied to the embeddings and to each residual branch.
+deterministic. Dropout is applied to the embeddings and to each residual branch. An encoder with
+``augment_positions`` (CAPE) draws its training augmentation from the same key, folded with a
+constant, and gets no key (no augmentation) without one.
 """
 
 from __future__ import annotations
@@ -99,6 +101,10 @@ class ModelConfig:
     def dims(self) -> Dims:
         head_dim = self.head_dim or self.model_dim // self.num_heads
         return Dims(num_heads=self.num_heads, head_dim=head_dim, model_dim=self.model_dim)
+
+
+# Folded into the model's key for `augment_positions` (any constant; "CAPE" in ASCII).
+_AUGMENT_STREAM = 0x43415045
 
 
 def _dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
@@ -258,28 +264,33 @@ class Transformer(nnx.Module):
         Args:
           tokens: ``[B, T]`` integer token ids.
           positions: ``[B, T]``, ``[1, T]`` or ``[T]`` integer positions, any values (e.g. the
-            randomized positions of Ruoss et al. 2023); default ``arange(T)``.
-          rng: dropout key; None for a deterministic pass.
+            randomized positions of Ruoss et al. 2023); default ``arange(T)``. Float positions
+            reach ``embed`` as they are only for a ``continuous_positions`` encoder (CAPE); every
+            other use casts them to int32.
+          rng: the training key: dropout, and the position augmentation of an encoder with
+            ``augment_positions`` (CAPE); None for a deterministic (evaluation) pass.
 
         Returns:
           ``[B, T, vocab_size]`` float32 logits.
         """
-        config = self.config
+        config, encoding = self.config, self.encoding
         t = tokens.shape[1]
         if positions is None:
-            self.encoding.check_length(t)
+            encoding.check_length(t)
             positions = jnp.arange(t, dtype=jnp.int32)
-        positions = jnp.atleast_2d(positions).astype(jnp.int32)  # [B|1, T]
+        given = jnp.atleast_2d(positions)  # [B|1, T]
+        positions = given.astype(jnp.int32)
         shared = _values(self.shared_pos_params)
+        embed_positions = self._embed_positions(given, tokens.shape, shared, rng)
 
         # Token embeddings scaled by sqrt(D) as in Vaswani et al., so they and the sinusoids
         # (entries in [-1, 1]) start on the same scale.
         tokens_x = self.embed(tokens) * math.sqrt(config.model_dim)  # [B, T, D] float32
         x = tokens_x
-        if "embed" in self.encoding.hooks:
-            x = x + self.encoding.embed(shared, positions).astype(jnp.float32)
-        if "embed_tokens" in self.encoding.hooks:  # a term read from the token embeddings
-            x = x + self.encoding.embed_tokens(shared, tokens_x, positions).astype(jnp.float32)
+        if "embed" in encoding.hooks:
+            x = x + encoding.embed(shared, embed_positions).astype(jnp.float32)
+        if "embed_tokens" in encoding.hooks:  # a term read from the token embeddings
+            x = x + encoding.embed_tokens(shared, tokens_x, positions).astype(jnp.float32)
         rngs = jax.random.split(rng, config.num_layers + 1) if rng is not None else None
         x = _dropout(x, config.dropout, None if rngs is None else rngs[-1])
         for i, block in enumerate(self.blocks):
@@ -288,6 +299,22 @@ class Transformer(nnx.Module):
         if self.unembed is None:
             return x @ self.embed.embedding[...].T  # [B, T, V] float32
         return self.unembed(x.astype(config.dtype)).astype(jnp.float32)
+
+    def _embed_positions(
+        self, given: jax.Array, shape: tuple[int, int], shared: Params, rng: jax.Array | None
+    ) -> jax.Array:
+        """The positions ``embed`` receives: int32 ``[B|1, T]``, or for an encoder with
+        ``continuous_positions`` float32, broadcast to ``[B, T]`` and passed through its
+        ``augment_positions`` (with a key folded from ``rng`` in training, None otherwise)."""
+        encoding = self.encoding
+        if not encoding.continuous_positions:
+            return given.astype(jnp.int32)
+        positions = jnp.broadcast_to(given.astype(jnp.float32), shape)  # [B, T]
+        if "augment_positions" not in encoding.hooks:
+            return positions
+        # Folded in rather than split off, so that the dropout keys stay what they were.
+        key = None if rng is None else jax.random.fold_in(rng, _AUGMENT_STREAM)
+        return encoding.augment_positions(shared, positions, key).astype(jnp.float32)
 
     def num_params(self) -> int:
         """Number of learned parameters (encoder parameters included)."""

@@ -113,6 +113,8 @@ class Trainer:
         self.masked_lm = masked_lm(config)  # None for causal LM
         abstract = nnx.eval_shape(lambda: build_model(config))
         self.graphdef, _, self.rest = nnx.split(abstract, nnx.Param, ...)
+        # CAPE-like encoders draw a position augmentation from the step's key, even without dropout.
+        self.augments = "augment_positions" in abstract.encoding.hooks
         self._step = jax.jit(self._train_step, donate_argnums=(0,))
 
     def init_state(self, params: Any | None = None) -> dict[str, Any]:
@@ -161,7 +163,9 @@ class Trainer:
         return nnx.merge(self.graphdef, state["params"], self.rest)
 
     def dropout_key(self, step: jax.Array) -> jax.Array | None:
-        if self.config.model.dropout == 0:
+        """The step's training key, a pure function of (seed, step): dropout's and the position
+        augmentation's (``augment_positions``); None when the model needs none."""
+        if self.config.model.dropout == 0 and not self.augments:
             return None
         return jax.random.fold_in(jax.random.key(self.config.seed + 1), step)
 

@@ -1,7 +1,7 @@
 """The extrapolation table extended (issue 9): ALiBi Table 2's protocol (``alibi_table2.py``, the
 same model, training and evaluation at every scale) for every registered encoder (the founding
 eight, KERPLE, FIRE, dynamic position bias, xPos, CoPE, PoPE, the forgetting transformer,
-DeBERTa, conv and any plugin), plus RoPE and sinusoidal trained and evaluated with randomized
+DeBERTa, conv, CAPE and any plugin), plus RoPE and sinusoidal trained and evaluated with randomized
 positions (Ruoss et al. 2023: a sorted random subset of [0, 2048) per batch, at evaluation too,
 as in the paper).
 

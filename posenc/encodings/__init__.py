@@ -7,7 +7,7 @@ installed plugins (entry-point group ``posenc.encodings``) the first time it is 
 >>> from posenc import encodings
 >>> rope = encodings.get("rope", base=500_000.0)
 >>> encodings.names()[:4]  # sorted: every module of this package, plus any plugin's
-('alibi', 'conv', 'cope', 'deberta')
+('alibi', 'cape', 'conv', 'cope')
 """
 
 from __future__ import annotations

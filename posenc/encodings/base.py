@@ -8,6 +8,7 @@ hook                                               returns
 =================================================  =============================================
 ``embed(params, positions)``                       ``[B|1, T, D]`` term added to token embeddings
 ``embed_tokens(params, x, positions)``             ``[B, T, D]`` term from the token embeddings
+``augment_positions(params, positions, rng)``      ``[B, T]`` float positions ``embed`` receives
 ``rotate(params, q, k, q_pos, k_pos)``             transformed ``q`` and ``k`` (see widths below)
 ``bias(params, q_pos, k_pos)``                     content-free logits ``[B|1, H, T, S]``
 ``content_logits(params, q, k, q_pos, k_pos)``     content-dependent logits ``[B, H, T, S]``
@@ -30,6 +31,14 @@ embeddings (before any ``embed`` term), and returns a float32 term the model add
 ``embed`` (wav2vec 2.0's convolution over the embeddings). Entry ``t`` may depend on ``x`` at
 ``t`` and before only unless the encoder refuses a causal model (its ``check_causal``). It is
 computed once per window at the input, so its parameters are shared (``param_scope``).
+
+Continuous positions: an encoder that declares ``continuous_positions = True`` gets float32
+positions ``[B|1, T]`` in ``embed`` (the given positions as float32; every other hook still gets
+them as int32). With an ``augment_positions`` hook (which requires the declaration) the model
+first passes them, broadcast to ``[B, T]``, through it on every pass: ``rng`` is a key in
+training, derived from the model's ``rng`` (so from the seed and the step), and None in a
+deterministic pass (evaluation), where the hook must not draw anything (CAPE's shifts and scaling
+in training; only its deterministic part, e.g. mean-centring, at evaluation).
 
 The layer input: ``log_decay`` reads ``inputs: [B, S, D]``, the normed input of the attention layer
 at the keys (the model passes it; ``attend(..., inputs=...)``), and returns a log decay per token
@@ -76,6 +85,9 @@ checks each one against what the encoder does):
   distances only at evaluation). ``posenc eval`` refuses to change any other.
 - ``qk_head_dim(head_dim)``: the per-head width of ``q`` and ``k`` after ``rotate`` (default:
   unchanged), so attention can choose a path without running the encoder.
+- ``continuous_positions``: True when ``embed`` takes float positions (see above); the model then
+  passes it float32 positions and, if the encoder has one, the output of ``augment_positions``.
+  Default False: ``embed`` gets int32 positions, as every other hook.
 - ``causal_only``: True when the encoder is defined for causal attention only (nothing for keys
   after the query: FoX's decay, CoPE's counting); the model refuses it with
   ``model.causal=False``. Default False: every hook also serves bidirectional attention, where
@@ -98,6 +110,7 @@ import jax
 Params = dict[str, jax.Array]
 
 HOOKS = (
+    "augment_positions",
     "embed",
     "embed_tokens",
     "rotate",
@@ -143,6 +156,8 @@ class Encoding:
     eval_safe_hparams: ClassVar[tuple[str, ...]] = ()
     # Defined for causal attention only; the model refuses it with model.causal=False.
     causal_only: ClassVar[bool] = False
+    # `embed` takes float32 (continuous) positions, possibly from `augment_positions`.
+    continuous_positions: ClassVar[bool] = False
     # Set by `bind`; None while unbound.
     dims: Dims | None = dataclasses.field(default=None, kw_only=True)
 

@@ -28,6 +28,8 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ``trains``          a few Adam steps lower the loss
 ``extrapolates``    built for ``T``, runs at ``4T`` (or raises ``check_length``'s error)
 ``linear``          each linear attention path equals RoFormer eq. (19) and is causal, or refuses
+``augment``         a training key changes nothing but ``augment_positions`` (same key, same
+                    logits); ``continuous_positions`` encoders read fractional positions
 ==================  ===========================================================================
 
 Sizes are tiny (one layer, width 32, two heads, float32, 12 tokens) and configurable through
@@ -44,6 +46,7 @@ from posenc.encodings import registry
 from posenc.encodings.base import Encoding
 from posenc.testing._harness import BIDIRECTIONAL_HPARAMS, HPARAMS, Settings, resolve
 from posenc.testing.checks import (
+    check_augment,
     check_bf16,
     check_bidirectional,
     check_carry,
@@ -71,6 +74,7 @@ CHECKS: dict[str, Check] = {
     "trains": check_trains,
     "extrapolates": check_extrapolates,
     "linear": check_linear,
+    "augment": check_augment,
 }
 
 
@@ -124,6 +128,7 @@ __all__ = [
     "HPARAMS",
     "Settings",
     "cases",
+    "check_augment",
     "check_bf16",
     "check_bidirectional",
     "check_carry",

@@ -31,7 +31,15 @@ from posenc.testing._harness import (
 
 SCOPES = ("layer", "shared")
 # Class-level declarations of the contract (never hyperparameters).
-DECLARATIONS = ("name", "paper", "param_scope", "relative", "eval_safe_hparams", "causal_only")
+DECLARATIONS = (
+    "name",
+    "paper",
+    "param_scope",
+    "relative",
+    "eval_safe_hparams",
+    "causal_only",
+    "continuous_positions",
+)
 
 
 def _fail(encoder: Encoding, check: str, message: str) -> AssertionError:
@@ -60,6 +68,16 @@ def check_declarations(encoder: str | Encoding, settings: Settings | None = None
         raise fail(f"`relative` must be True or False, got {cls.relative!r}")
     if not isinstance(cls.causal_only, bool):
         raise fail(f"`causal_only` must be True or False, got {cls.causal_only!r}")
+    if not isinstance(cls.continuous_positions, bool):
+        raise fail(
+            f"`continuous_positions` must be True or False, got {cls.continuous_positions!r}"
+        )
+    if cls.continuous_positions and "embed" not in enc.hooks:
+        raise fail(
+            "continuous_positions = True promises float positions to `embed`, which it lacks"
+        )
+    if "augment_positions" in enc.hooks and not cls.continuous_positions:
+        raise fail("an `augment_positions` hook needs continuous_positions = True")
     hparams = enc.hparams()
     as_fields = sorted(set(hparams) & set(DECLARATIONS))
     if as_fields:
@@ -565,3 +583,55 @@ def check_extrapolates(encoder: str | Encoding, settings: Settings | None = None
             "extrapolates",
             f"built for {settings.length} tokens, non-finite logits at {length}",
         )
+
+
+def check_augment(encoder: str | Encoding, settings: Settings | None = None) -> None:
+    """Continuous and augmented positions do what the declarations say (encoders that declare
+    neither ``continuous_positions`` nor ``augment_positions`` pass: the model never hands them
+    float positions or a key of their own).
+
+    With ``augment_positions`` (and dropout 0): the hook returns float32 ``[B, T]`` positions,
+    the same for the same key and, without a key (evaluation), twice the same; through the
+    model the same training key gives the same logits, another key and the deterministic pass
+    other logits. With ``continuous_positions``: integral float positions give the logits of
+    the integer ones and fractional ones (``p + 0.5``) change them.
+    """
+    settings = settings or Settings()
+    enc = resolve(encoder)
+    if not enc.continuous_positions and "augment_positions" not in enc.hooks:
+        return
+    plain, state = forward(enc, settings, True)
+    window = tokens(settings, settings.length, seed=3)
+    pos = jnp.broadcast_to(jnp.arange(settings.length), window.shape)
+    evaluation = np.asarray(plain(state, window, pos))
+    tol = dict(rtol=settings.tolerance, atol=settings.tolerance)
+    if enc.continuous_positions:
+        as_float = np.asarray(plain(state, window, pos.astype(jnp.float32)))
+        half = np.asarray(plain(state, window, pos.astype(jnp.float32) + 0.5))
+        if not np.allclose(as_float, evaluation, **tol):
+            raise _fail(enc, "augment", "integral float positions differ from the integers")
+        if np.allclose(half, evaluation, **tol):
+            raise _fail(
+                enc, "augment", "declares continuous_positions but ignores fractional positions"
+            )
+    if "augment_positions" not in enc.hooks:
+        return
+    bound = enc.bind(settings.dims)
+    params = bound.init(jax.random.key(settings.seed), settings.dims)
+    keys = [jax.random.key(settings.seed + i) for i in (10, 10, 11)]
+    floats = pos.astype(jnp.float32)
+    draws = [np.asarray(bound.augment_positions(params, floats, k)) for k in keys]
+    fixed = [np.asarray(bound.augment_positions(params, floats, None)) for _ in range(2)]
+    if any(d.shape != tuple(pos.shape) or d.dtype != np.float32 for d in draws + fixed):
+        raise _fail(enc, "augment", f"augment_positions must return float32 {tuple(pos.shape)}")
+    if not np.array_equal(draws[0], draws[1]) or np.array_equal(draws[0], draws[2]):
+        raise _fail(enc, "augment", "augment_positions is not a function of its key")
+    if not np.array_equal(fixed[0], fixed[1]):
+        raise _fail(enc, "augment", "augment_positions without a key is not deterministic")
+    graphdef = nnx.graphdef(build(enc, settings))
+    run = jit(lambda state, tokens, pos, rng: nnx.merge(graphdef, state)(tokens, pos, rng=rng))
+    trained = [np.asarray(run(state, window, pos, key)) for key in keys]
+    if not np.array_equal(trained[0], trained[1]):
+        raise _fail(enc, "augment", "the same training key gave different logits")
+    if np.allclose(trained[0], trained[2], **tol) or np.allclose(trained[0], evaluation, **tol):
+        raise _fail(enc, "augment", "training keys do not change the logits: nothing is augmented")
