@@ -250,3 +250,40 @@ def test_checks_refuse_a_bound_encoder():
     bound = encodings.get("nope").bind(testing.Settings().dims)
     with pytest.raises(ValueError, match="unbound"):
         testing.check_declarations(bound)
+
+
+@dataclasses.dataclass(frozen=True)
+class AugmentsIntegers(encodings.Sinusoidal):
+    """An augment_positions hook without declaring continuous positions."""
+
+    def augment_positions(self, params, positions, rng):
+        return positions
+
+
+@dataclasses.dataclass(frozen=True)
+class RoundsItsPositions(encodings.Sinusoidal):
+    """Declares continuous positions but truncates them."""
+
+    continuous_positions = True
+
+    def embed(self, params, positions):
+        return super().embed(params, jnp.floor(positions))
+
+
+@dataclasses.dataclass(frozen=True)
+class IgnoresItsKey(encodings.Sinusoidal):
+    """Augments by a constant: the training key changes nothing."""
+
+    continuous_positions = True
+
+    def augment_positions(self, params, positions, rng):
+        return positions + (0.0 if rng is None else 3.0)
+
+
+def test_augment_check_catches_undeclared_rounded_and_keyless_augmentation():
+    with pytest.raises(AssertionError, match=r"augment_positions` hook needs continuous_positions"):
+        testing.check_declarations(AugmentsIntegers())
+    with pytest.raises(AssertionError, match=r"augment.*ignores fractional positions"):
+        testing.check_augment(RoundsItsPositions())
+    with pytest.raises(AssertionError, match=r"augment.*not a function of its key"):
+        testing.check_augment(IgnoresItsKey())
