@@ -20,8 +20,9 @@ hook                                               returns
 Shapes: ``q: [B, T, H, Dh]``, ``k: [B, S, H, Dh]``, ``probs: [B, H, T, S]``; positions are integer
 arrays ``[B|1, T]`` (queries) and ``[B|1, S]`` (keys) — attention normalises ``[T]`` to ``[1, T]``
 before calling a hook — except in ``embed`` and ``augment_positions`` of an encoder that
-declares ``continuous_positions`` (float32, below). Every hook takes the encoder's parameters first (``{}`` when it has none).
-The queries are the last ``T`` of the ``S`` keys (self-attention over a window).
+declares ``continuous_positions`` (float32, below). Every hook takes the encoder's parameters
+first (``{}`` when it has none). The queries are the last ``T`` of the ``S`` keys
+(self-attention over a window).
 
 Widths: ``rotate`` may change the last axis of ``q`` and ``k`` (both to ``qk_head_dim(Dh)``, a
 declaration below; PoPE doubles it); ``v`` and the output keep ``Dh``, and the logit scale stays
