@@ -30,6 +30,18 @@ width; the fused kernels, which need one width, get ``v`` padded with zero chann
 Every path masks causally by index (key ``j`` is visible to query ``i`` when
 ``j <= i + S - T``), computes logits and softmax in float32 (on ``cudnn``, with the bias in the
 compute dtype, as the kernel requires), and returns ``q``'s dtype.
+
+Key validity (``k_valid``, the ``einsum`` and ``blocked`` paths): a key/value cache
+(:mod:`posenc.generate`) preallocates its slots and attends over all of them, so attention takes
+a ``[B|1, S]`` mask of the keys that exist. An invalid key is removed exactly, as if it were not
+in the window: its logit is masked (probability and CoPE gate exactly 0), its ``k``, ``v`` and
+layer input are zeroed (garbage, even NaN, never reaches an output through ``0 * x``), its log
+decay is zeroed (cumulative sums skip it), and its position is replaced by the last query's, so
+hooks that read statistics of the window's positions (xPos's centre, dynamic NTK's span) see
+those of the valid keys. The causal mask stays by index, so the result equals attention over
+the valid keys alone when the queries are the last ``T`` valid keys and no invalid key follows
+the first query: a cache's single query (``T = 1``) at its last filled slot, or invalid keys
+anywhere before the queries.
 """
 
 from __future__ import annotations
@@ -131,6 +143,7 @@ def attend(
     inputs: jax.Array | None = None,
     layer: int = 0,
     performer_features: int = 256,
+    k_valid: jax.Array | None = None,
 ) -> jax.Array:
     """Multi-head attention with a positional encoder's hooks applied.
 
@@ -150,6 +163,8 @@ def attend(
         which requires it.
       layer: the layer index; ``linear_performer`` draws its fixed random features from it.
       performer_features: ``linear_performer``'s number of random features ``m``.
+      k_valid: ``[B|1, S]`` bool, the keys that exist (None: all); invalid keys are removed
+        exactly (module docstring). Only on ``einsum`` and ``blocked`` (``auto`` picks one).
 
     Returns:
       ``[B, T, H, Dh]`` in ``q.dtype``.
@@ -159,6 +174,13 @@ def attend(
         raise ValueError(f"model.attention_block_size must be a positive integer, got {block_size}")
     q_pos = jnp.atleast_2d(q_pos).astype(jnp.int32)  # [B|1, T]
     k_pos = jnp.atleast_2d(k_pos).astype(jnp.int32)  # [B|1, S]
+    if k_valid is not None:
+        if implementation not in ("auto", "einsum", "blocked"):
+            raise ValueError(
+                f"attend(k_valid=...) runs on 'einsum', 'blocked' or 'auto', not "
+                f"implementation={implementation!r}"
+            )
+        k, v, k_pos, inputs, k_valid = _remove_invalid(k, v, k_pos, q_pos, inputs, k_valid)
     if implementation in linear_attention.PATHS:  # `rotate` applies to the features there
         return linear_attention.attend_linear(
             q,
@@ -178,17 +200,34 @@ def attend(
     head_dim = q.shape[-1]
     if "rotate" in encoding.hooks:
         q, k = encoding.rotate(params, q, k, q_pos, k_pos)
-    decay = _cumulative_decay(encoding, params, inputs, q.shape[1], k.shape[1])
+    decay = _cumulative_decay(encoding, params, inputs, q.shape[1], k.shape[1], k_valid)
     if implementation == "auto":
         implementation = choose_implementation(
             encoding, q.shape[1], q.dtype, block_size, head_dim=q.shape[-1], k_len=k.shape[1]
         )
+        if k_valid is not None and implementation in _FUSED:  # the kernels take no key mask
+            implementation = "einsum"
     args = (encoding, params, q_pos, k_pos, causal, head_dim, decay)
     if implementation in _FUSED:
         return _fused(q, k, v, *args, implementation)
     if implementation == "blocked" and q.shape[1] > block_size:
-        return _blocked(q, k, v, *args, block_size)
-    return _reference(q, k, v, *args)
+        return _blocked(q, k, v, *args, block_size, k_valid)
+    return _reference(q, k, v, *args, k_valid)
+
+
+def _remove_invalid(k, v, k_pos, q_pos, inputs, k_valid):
+    """Zeroes invalid keys' ``k``, ``v`` and layer input and moves them to the last query's
+    position (module docstring); returns those and ``k_valid`` as ``[B|1, S]`` bool."""
+    k_valid = jnp.atleast_2d(k_valid).astype(bool)  # [B|1, S]
+    if k_valid.shape[-1] != k.shape[1]:
+        raise ValueError(f"attend: k_valid has {k_valid.shape[-1]} keys, k has {k.shape[1]}")
+    rows = k_valid[:, :, None, None]  # [B|1, S, 1, 1]
+    k = jnp.where(rows, k, jnp.zeros((), k.dtype))
+    v = jnp.where(rows, v, jnp.zeros((), v.dtype))
+    if inputs is not None:
+        inputs = jnp.where(k_valid[:, :, None], inputs, jnp.zeros((), inputs.dtype))
+    k_pos = jnp.where(k_valid, k_pos, q_pos[:, -1:])  # [B|1, S]
+    return k, v, k_pos, inputs, k_valid
 
 
 # Masked logits. Far below any real logit, yet far from float32's limit, so that differences
@@ -203,9 +242,10 @@ def _causal_mask(t: int, s: int, total_t: int, q_start: jax.Array | int) -> jax.
     return j <= i + (s - total_t)
 
 
-def _cumulative_decay(encoding, params, inputs, t, s):
+def _cumulative_decay(encoding, params, inputs, t, s, k_valid=None):
     """``(c at the queries [B, T, H], c at the keys [B, S, H])``, float32, where
-    ``c_j = sum_{l <= j} log_decay_l`` over the window; None for an encoder without the hook."""
+    ``c_j = sum_{l <= j} log_decay_l`` over the window's valid keys (``k_valid [B|1, S]``, None:
+    all); None for an encoder without the hook."""
     if "log_decay" not in encoding.hooks:
         return None
     if inputs is None or inputs.ndim != 3 or inputs.shape[1] != s:
@@ -215,6 +255,8 @@ def _cumulative_decay(encoding, params, inputs, t, s):
             f"inputs=[B, S={s}, D], got {got}"
         )
     log_decay = encoding.log_decay(params, inputs).astype(jnp.float32)  # [B, S, H]
+    if k_valid is not None:
+        log_decay = jnp.where(k_valid[:, :, None], log_decay, 0.0)
     c = jnp.cumsum(log_decay, axis=1)  # [B, S, H]
     return c[:, s - t :], c
 
@@ -249,17 +291,18 @@ def _contextual(q, k, logits, visible, carry, encoding, params):
     return logits, carry.astype(jnp.float32)
 
 
-def _reference(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay):
+def _reference(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, k_valid=None):
     """Explicit logits and probabilities; the definition every other path is tested against."""
     t, s = q.shape[1], k.shape[1]
     logits = _logits(q, k, encoding, params, q_pos, k_pos, head_dim, decay)
-    if causal:
-        mask = _causal_mask(t, s, t, 0)
-        logits = jnp.where(mask[None, None], logits, _NEG)
+    visible = (_causal_mask(t, s, t, 0) if causal else jnp.ones((t, s), bool))[None, None]
+    if k_valid is not None:
+        visible = visible & k_valid[:, None, None, :]  # [B|1, 1, T, S]
+    if causal or k_valid is not None:
+        logits = jnp.where(visible, logits, _NEG)
     if "contextual_logits" in encoding.hooks:
-        visible = _causal_mask(t, s, t, 0) if causal else jnp.ones((t, s), bool)
         carry = jnp.zeros((q.shape[0], q.shape[2], t), jnp.float32)  # [B, H, T]
-        logits, _ = _contextual(q, k, logits, visible[None, None], carry, encoding, params)
+        logits, _ = _contextual(q, k, logits, visible, carry, encoding, params)
     probs = jax.nn.softmax(logits, axis=-1)  # [B, H, T, S] float32
     out = jnp.einsum("BHTS,BSHD->BTHD", probs.astype(v.dtype), v)
     if "value_term" in encoding.hooks:
@@ -289,7 +332,9 @@ def _to_blocks(x: jax.Array, block: int) -> jax.Array:
     return x.reshape(x.shape[0], x.shape[1] // block, block, *x.shape[2:]).swapaxes(0, 1)
 
 
-def _blocked(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, block_size):
+def _blocked(
+    q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, block_size, k_valid=None
+):
     """Attention over ``block_size x block_size`` tiles with an online softmax.
 
     For each block of queries, key blocks are visited in order, keeping the running maximum
@@ -315,12 +360,16 @@ def _blocked(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, b
     if decay is not None:
         decay_q = _to_blocks(_pad_to(decay[0], n_q * block_size), block_size)  # [N, B, blk, H]
         decay_k = _to_blocks(_pad_to(decay[1], n_k * block_size), block_size)
+    valid_k = None  # key validity tiled like the keys: [N, B|1, blk]
+    if k_valid is not None:
+        valid_k = _to_blocks(_pad_to(k_valid, n_k * block_size), block_size)
     key_blocks = (
         _to_blocks(k, block_size),
         _to_blocks(v, block_size),
         _to_blocks(k_pos_padded, block_size),
         k_starts,
         decay_k,
+        valid_k,
     )
     value_term = "value_term" in encoding.hooks
     contextual = "contextual_logits" in encoding.hooks
@@ -332,7 +381,7 @@ def _blocked(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, b
         last_visible = q_start + block_size - 1 + (s - t) if causal else s - 1
 
         def key_block(carry, ys):
-            k_blk, v_blk, kpos_blk, k_start, decay_k_blk = ys
+            k_blk, v_blk, kpos_blk, k_start, decay_k_blk, valid_k_blk = ys
             tile_decay = None if decay is None else (decay_q_blk, decay_k_blk)
 
             def visit(carry):
@@ -344,10 +393,13 @@ def _blocked(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, b
                 visible = j < s
                 if causal:
                     visible = visible & (j <= i + (s - t))
-                logits = jnp.where(visible[None, None], logits, _NEG)  # [B, H, blk, blk]
+                visible = visible[None, None]  # [1, 1, blk, blk]
+                if valid_k_blk is not None:
+                    visible = visible & valid_k_blk[:, None, None, :]  # [B|1, 1, blk, blk]
+                logits = jnp.where(visible, logits, _NEG)  # [B, H, blk, blk]
                 if contextual:
                     logits, count = _contextual(
-                        q_blk, k_blk, logits, visible[None, None], count, encoding, params
+                        q_blk, k_blk, logits, visible, count, encoding, params
                     )
                 m_new = jnp.maximum(m, logits.max(axis=-1))  # [B, H, blk]
                 p = jnp.exp(logits - m_new[..., None])

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
@@ -136,6 +137,25 @@ def _values(params: nnx.Dict | None) -> Params:
     return {} if params is None else {name: p[...] for name, p in params.items()}
 
 
+class LayerCache(NamedTuple):
+    """What one layer's key/value cache keeps per token (:mod:`posenc.generate`).
+
+    ``k`` is kept before the encoder's ``rotate``: attention rotates the whole cache again at
+    every step from the slots' positions, which is exact also for a rotation that reads the
+    window's positions (xPos's centre). ``h`` is the layer's normed input, which ``log_decay``
+    reads.
+
+    Attributes:
+      h: ``[B, S, D]`` normed layer input, compute dtype.
+      k: ``[B, S, H, Dh]`` keys (before ``rotate``), compute dtype.
+      v: ``[B, S, H, Dh]`` values, compute dtype.
+    """
+
+    h: jax.Array
+    k: jax.Array
+    v: jax.Array
+
+
 class Block(nnx.Module):
     """Pre-norm transformer block; owns the encoder's parameters when they are per layer.
 
@@ -169,20 +189,36 @@ class Block(nnx.Module):
         rng: jax.Array | None,
     ) -> jax.Array:
         """``x: [B, T, D]`` float32 residual stream -> same shape."""
-        config, dims = self.config, self.config.dims
-        b, t, _ = x.shape
-        attn_rng, mlp_rng = jax.random.split(rng) if rng is not None else (None, None)
-        params = shared_params if self.pos_params is None else _values(self.pos_params)
+        return self.forward(x, positions, shared_params, rng)[0]
 
-        h = self.attn_norm(x).astype(config.dtype)
-        qkv = self.qkv(h).reshape(b, t, 3, dims.num_heads, dims.head_dim)  # [B, T, 3, H, Dh]
-        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [B, T, H, Dh] each
+    def forward(
+        self,
+        x: jax.Array,
+        positions: jax.Array,
+        shared_params: Params,
+        rng: jax.Array | None = None,
+    ) -> tuple[jax.Array, LayerCache]:
+        """The block over a whole window, and what a key/value cache keeps of it.
+
+        Args:
+          x: ``[B, T, D]`` float32 residual stream.
+          positions: ``[B|1, T]`` integer positions.
+          shared_params: the model's shared encoder parameters (``{}`` if none).
+          rng: dropout key; None for a deterministic pass.
+
+        Returns:
+          ``x`` after the block, ``[B, T, D]`` float32, and the window's :class:`LayerCache`
+          (``h``, ``k``, ``v`` at its ``T`` tokens, ``k`` before ``rotate``).
+        """
+        config = self.config
+        attn_rng, mlp_rng = jax.random.split(rng) if rng is not None else (None, None)
+        h, q, k, v = self._project(x)
         attn = attend(
             q,
             k,
             v,
             encoding=self.encoding,
-            params=params,
+            params=self._params(shared_params),
             q_pos=positions,
             k_pos=positions,
             implementation=config.attention_impl,
@@ -192,6 +228,86 @@ class Block(nnx.Module):
             layer=self.layer,
             performer_features=config.performer_features,
         )
+        return self._finish(x, attn, attn_rng, mlp_rng), LayerCache(h=h, k=k, v=v)
+
+    def decode(
+        self,
+        x: jax.Array,
+        cache: LayerCache,
+        slot: jax.Array | int,
+        positions: jax.Array,
+        k_valid: jax.Array,
+        shared_params: Params,
+    ) -> tuple[jax.Array, LayerCache]:
+        """The block for one new token at cache slot ``slot``, attending over the cache
+        (deterministic; causal models only).
+
+        The new token's ``h``, ``k`` and ``v`` are written into the cache, then its query
+        attends over every slot on the ``einsum`` path with ``k_valid`` masking the slots not
+        yet filled (exactly, see :func:`posenc.attention.attend`): each encoder's hooks see the
+        keys' positions and layer inputs as in a full pass over the filled slots.
+
+        Args:
+          x: ``[B, 1, D]`` float32 residual stream of the new token.
+          cache: this layer's :class:`LayerCache` with ``S`` slots.
+          slot: the new token's slot (an int or a traced scalar).
+          positions: ``[B|1, S]`` integer positions of every slot.
+          k_valid: ``[B|1, S]`` bool, the filled slots, the new one included and last.
+          shared_params: the model's shared encoder parameters (``{}`` if none).
+
+        Returns:
+          ``x`` after the block, ``[B, 1, D]`` float32, and the updated cache.
+        """
+        if x.shape[1] != 1:
+            raise ValueError(f"Block.decode takes one new token, got x of shape {x.shape}")
+        h, q, k, v = self._project(x)
+        cache = LayerCache(
+            *(
+                jax.lax.dynamic_update_slice_in_dim(old, new.astype(old.dtype), slot, axis=1)
+                for old, new in zip(cache, (h, k, v), strict=True)
+            )
+        )
+        attn = attend(
+            q,
+            cache.k,
+            cache.v,
+            encoding=self.encoding,
+            params=self._params(shared_params),
+            q_pos=jax.lax.dynamic_slice_in_dim(positions, slot, 1, axis=1),
+            k_pos=positions,
+            implementation="einsum",
+            causal=True,
+            inputs=cache.h,
+            layer=self.layer,
+            k_valid=k_valid,
+        )
+        return self._finish(x, attn, None, None), cache
+
+    def _params(self, shared_params: Params) -> Params:
+        """This layer's encoder parameters."""
+        return shared_params if self.pos_params is None else _values(self.pos_params)
+
+    def _project(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array, jax.Array]:
+        """``x: [B, T, D]`` -> the normed input ``h: [B, T, D]`` and ``q, k, v: [B, T, H, Dh]``,
+        in the compute dtype."""
+        config, dims = self.config, self.config.dims
+        b, t, _ = x.shape
+        h = self.attn_norm(x).astype(config.dtype)
+        qkv = self.qkv(h).reshape(b, t, 3, dims.num_heads, dims.head_dim)  # [B, T, 3, H, Dh]
+        q, k, v = qkv[:, :, 0], qkv[:, :, 1], qkv[:, :, 2]  # [B, T, H, Dh] each
+        return h, q, k, v
+
+    def _finish(
+        self,
+        x: jax.Array,
+        attn: jax.Array,
+        attn_rng: jax.Array | None,
+        mlp_rng: jax.Array | None,
+    ) -> jax.Array:
+        """Output projection, residual and MLP: ``x: [B, T, D]``, ``attn: [B, T, H, Dh]`` ->
+        ``[B, T, D]`` float32."""
+        config, dims = self.config, self.config.dims
+        b, t, _ = x.shape
         attn = self.out(attn.reshape(b, t, dims.num_heads * dims.head_dim))  # [B, T, D]
         x = x + _dropout(attn, config.dropout, attn_rng).astype(jnp.float32)
 
@@ -273,6 +389,17 @@ class Transformer(nnx.Module):
         Returns:
           ``[B, T, vocab_size]`` float32 logits.
         """
+        return self.forward(tokens, positions, rng=rng)[0]
+
+    def forward(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array | None = None,
+        *,
+        rng: jax.Array | None = None,
+    ) -> tuple[jax.Array, list[LayerCache]]:
+        """:meth:`__call__`'s logits and each layer's :class:`LayerCache` of the window (the
+        prefill of :mod:`posenc.generate`); arguments as for :meth:`__call__`."""
         config, encoding = self.config, self.encoding
         t = tokens.shape[1]
         if positions is None:
@@ -281,24 +408,92 @@ class Transformer(nnx.Module):
         given = jnp.atleast_2d(positions)  # [B|1, T]
         positions = given.astype(jnp.int32)
         shared = _values(self.shared_pos_params)
+
+        x = self.embed_inputs(tokens, given, rng=rng)  # [B, T, D] float32
+        rngs = jax.random.split(rng, config.num_layers + 1) if rng is not None else None
+        x = _dropout(x, config.dropout, None if rngs is None else rngs[-1])
+        caches = []
+        for i, block in enumerate(self.blocks):
+            x, cache = block.forward(x, positions, shared, None if rngs is None else rngs[i])
+            caches.append(cache)
+        return self.head(x), caches
+
+    def decode(
+        self,
+        tokens: jax.Array,
+        slot: jax.Array | int,
+        positions: jax.Array,
+        caches: list[LayerCache],
+    ) -> tuple[jax.Array, list[LayerCache]]:
+        """Logits of one new token at slot ``slot`` of a key/value cache (:mod:`posenc.generate`).
+
+        The input term is computed as in :meth:`forward`, over the whole token buffer, and the
+        new slots are taken from it, so any causal input term (one that reads earlier tokens
+        too) is exact; then each block attends over its cache (:meth:`Block.decode`), with the
+        slots after the new tokens masked.
+
+        Args:
+          tokens: ``[B, S]`` the token buffer, filled up to and including ``slot`` (later slots
+            are ignored).
+          slot: the new token's slot (an int or a traced scalar).
+          positions: ``[B|1, S]`` integer positions of every slot.
+          caches: each layer's :class:`LayerCache`, filled before ``slot``.
+
+        Returns:
+          ``[B, 1, vocab_size]`` float32 logits and the updated caches.
+        """
+        if not self.config.causal:
+            raise ValueError(
+                "model.causal=False: decoding with a key/value cache needs a causal model"
+            )
+        positions = jnp.atleast_2d(positions).astype(jnp.int32)  # [B|1, S]
+        shared = _values(self.shared_pos_params)
+        x = self.embed_inputs(tokens, positions)  # [B, S, D] float32
+        x = jax.lax.dynamic_slice_in_dim(x, slot, 1, axis=1)  # [B, 1, D]
+        k_valid = jnp.arange(tokens.shape[1])[None, :] <= slot  # [1, S]
+        new_caches = []
+        for block, cache in zip(self.blocks, caches, strict=True):
+            x, cache = block.decode(x, cache, slot, positions, k_valid, shared)
+            new_caches.append(cache)
+        return self.head(x), new_caches
+
+    def embed_inputs(
+        self, tokens: jax.Array, positions: jax.Array, *, rng: jax.Array | None = None
+    ) -> jax.Array:
+        """The input of the first block (before dropout): the token embeddings and the encoder's
+        input terms (``embed``, ``embed_tokens``); :meth:`forward` and :meth:`decode` both start
+        here.
+
+        Args:
+          tokens: ``[B, T]`` integer token ids.
+          positions: ``[B|1, T]`` positions (float only for a ``continuous_positions`` encoder).
+          rng: the training key (``augment_positions``); None for a deterministic pass.
+
+        Returns:
+          ``[B, T, D]`` float32.
+        """
+        encoding = self.encoding
+        given = jnp.atleast_2d(positions)  # [B|1, T]
+        shared = _values(self.shared_pos_params)
         embed_positions = self._embed_positions(given, tokens.shape, shared, rng)
 
         # Token embeddings scaled by sqrt(D) as in Vaswani et al., so they and the sinusoids
         # (entries in [-1, 1]) start on the same scale.
-        tokens_x = self.embed(tokens) * math.sqrt(config.model_dim)  # [B, T, D] float32
+        tokens_x = self.embed(tokens) * math.sqrt(self.config.model_dim)  # [B, T, D] float32
         x = tokens_x
         if "embed" in encoding.hooks:
             x = x + encoding.embed(shared, embed_positions).astype(jnp.float32)
         if "embed_tokens" in encoding.hooks:  # a term read from the token embeddings
+            positions = given.astype(jnp.int32)
             x = x + encoding.embed_tokens(shared, tokens_x, positions).astype(jnp.float32)
-        rngs = jax.random.split(rng, config.num_layers + 1) if rng is not None else None
-        x = _dropout(x, config.dropout, None if rngs is None else rngs[-1])
-        for i, block in enumerate(self.blocks):
-            x = block(x, positions, shared, None if rngs is None else rngs[i])
+        return x
+
+    def head(self, x: jax.Array) -> jax.Array:
+        """Final norm and output projection: ``[B, T, D]`` float32 -> ``[B, T, V]`` float32."""
         x = self.final_norm(x)
         if self.unembed is None:
             return x @ self.embed.embedding[...].T  # [B, T, V] float32
-        return self.unembed(x.astype(config.dtype)).astype(jnp.float32)
+        return self.unembed(x.astype(self.config.dtype)).astype(jnp.float32)
 
     def _embed_positions(
         self, given: jax.Array, shape: tuple[int, int], shared: Params, rng: jax.Array | None

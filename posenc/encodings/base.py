@@ -95,6 +95,14 @@ checks each one against what the encoder does):
   ``model.causal=False``. Default False: every hook also serves bidirectional attention, where
   attention passes pairs with keys after the query too. :meth:`Encoding.check_causal` applies
   it, and an encoder whose hyperparameters decide (T5's ``bidirectional``) extends it.
+- ``cacheable``: True when a key/value cache reproduces a full pass (:mod:`posenc.generate`):
+  each token's keys, values and layer inputs, once computed, stay what a full pass over any
+  longer window would compute for them. Hooks that read positions through their arguments
+  satisfy it (the cache passes every slot's position); an encoder whose *window* changes earlier
+  tokens' representations does not (RoPE's dynamic NTK scaling takes one length for the whole
+  window, so every token of layers after the first changes as the window grows). Default True;
+  :meth:`Encoding.check_cacheable` applies it, and an encoder whose hyperparameters decide
+  extends it; greedy generation refuses a non-cacheable encoder in one line.
 
 An encoder is created unbound (``posenc.encodings.get("rope", base=1e4)``); the model binds it to
 its shape with :meth:`Encoding.bind`, which validates the combination (e.g. RoPE needs an even
@@ -160,6 +168,8 @@ class Encoding:
     causal_only: ClassVar[bool] = False
     # `embed` takes float32 (continuous) positions, possibly from `augment_positions`.
     continuous_positions: ClassVar[bool] = False
+    # A key/value cache reproduces a full pass (posenc.generate refuses it otherwise).
+    cacheable: ClassVar[bool] = True
     # Set by `bind`; None while unbound.
     dims: Dims | None = dataclasses.field(default=None, kw_only=True)
 
@@ -199,6 +209,15 @@ class Encoding:
                 f"model.causal=False: encoding {self.name!r} is causal only (causal_only = True; "
                 "it defines nothing for keys after the query); use model.causal=True or a "
                 "bidirectional encoder"
+            )
+
+    def check_cacheable(self) -> None:
+        """Raises a one-line ``ValueError`` if a key/value cache cannot reproduce a full pass
+        with this encoder (greedy generation asks). Default: refuses when not ``cacheable``."""
+        if not self.cacheable:
+            raise ValueError(
+                f"encoding {self.name!r} cannot be decoded with a key/value cache (cacheable = "
+                "False); use posenc.generate.greedy_generate_reference (full recomputation)"
             )
 
     def check_length(self, length: int) -> None:

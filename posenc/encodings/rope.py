@@ -414,6 +414,17 @@ class RoPE(Encoding):
             )
         check_rope(dims.head_dim, self.fraction, self.scaling)
 
+    def check_cacheable(self) -> None:
+        # Dynamic NTK's one length for the whole window changes the frequencies of every token
+        # as the window grows, so the keys and values of layers after the first, cached at
+        # shorter lengths, are not what a full pass computes.
+        if self.scaling == "dynamic":
+            raise ValueError(
+                f"encoding.scaling='dynamic': {self.name!r} cannot be decoded with a key/value "
+                "cache (the window's length changes every token's frequencies); use "
+                "posenc.generate.greedy_generate_reference or another scaling"
+            )
+
     def rope_kwargs(self, k_pos: jax.Array) -> dict:
         """The keyword arguments of :func:`apply_rope` for attention over keys at ``k_pos``."""
         kwargs = dict(base=self.base, layout=self.layout, fraction=self.fraction)

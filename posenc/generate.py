@@ -1,0 +1,204 @@
+"""Greedy generation with a key/value cache that serves every encoder.
+
+:func:`greedy_generate` decodes ``num_new`` tokens after a batch of prompts by argmax, in one
+compiled program: a prefill runs the model over the ``P`` prompt tokens in one pass (on the
+model's own attention path) and keeps each layer's cache, then a ``lax.fori_loop`` adds one token
+per step to a cache preallocated with ``P + num_new`` slots, so nothing recompiles per step.
+:func:`greedy_generate_reference` is the definition it is tested against: the whole model run
+again on the prompt and the tokens so far at every step, the last logits taken.
+
+What the cache keeps per layer (:class:`posenc.model.LayerCache`): the keys *before* the
+encoder's ``rotate``, the values and the normed layer input ``h``; the slots' positions are one
+``[B|1, P + num_new]`` array given up front. Each step calls attention on the ``einsum`` path
+over all the slots with the unfilled ones masked (``attend(k_valid=...)``), so each hook sees
+what a full pass over the filled slots would give it, and no encoder is named here:
+
+- ``rotate`` (RoPE and its static scalings, xPos, PoPE) is applied to the whole cache again from
+  the positions, which is exact also where the rotation reads statistics of the window's
+  positions (xPos's centre: unfilled slots take the query's position, so the span is the
+  filled one);
+- ``bias`` and ``content_logits`` (ALiBi, T5, Kerple, FIRE, the dynamic bias, Shaw, XL) read the
+  explicit positions of the query and the keys, so relative encoders need no special case;
+- ``log_decay`` (the Forgetting Transformer) reads ``h`` at the keys; unfilled slots' decays are
+  zeroed before the cumulative sum;
+- ``contextual_logits`` (CoPE) counts gates that are exactly 0 at masked slots;
+- ``value_term`` (Shaw) sees probabilities that are exactly 0 at masked slots;
+- the input term (token embeddings plus ``embed``: sinusoidal, learned) is computed by
+  :meth:`Transformer.embed_inputs` over the whole token buffer and the new slot taken, the same
+  computation as the full pass, and exact for any input term that reads earlier tokens only.
+
+``positions`` gives every slot's position (``[B|1, P + num_new]``, default ``arange``); a model
+trained with randomized positions (Ruoss et al. 2023) evaluates on a sorted random subset.
+
+Refused, with a one-line ``ValueError`` (:func:`greedy_generate_reference` runs them all):
+
+- a bidirectional model (``model.causal=False``): later tokens change earlier outputs;
+- an encoder that is not ``cacheable`` (:meth:`Encoding.check_cacheable`): RoPE and xPos with
+  ``scaling="dynamic"``, whose one length for the whole window changes the frequencies of every
+  token as the window grows, so the cached keys and values of layers after the first are not
+  what a full pass computes (the test shows the difference);
+- the linear attention paths (``model.attention_impl`` in
+  :data:`posenc.linear_attention.PATHS`): a different model, whose decoding would carry its own
+  running sums; not implemented.
+
+Cost: a step is ``O(P + num_new)`` per layer (one query against every slot, including the
+encoder's hooks on those slots), against ``O((P + n)^2)`` for a full pass; the reference also
+compiles once per length.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from posenc import linear_attention
+from posenc.model import LayerCache, Transformer
+
+
+def greedy_generate(
+    model: Transformer,
+    prompts: jax.Array,
+    num_new: int,
+    *,
+    positions: jax.Array | None = None,
+    return_logits: bool = False,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """Greedy (argmax) continuation of ``prompts`` with a key/value cache.
+
+    Args:
+      model: a causal :class:`~posenc.model.Transformer` (dropout is not applied).
+      prompts: ``[B, P]`` integer token ids, ``P >= 1``.
+      num_new: tokens to generate, ``>= 1``.
+      positions: ``[B|1, P + num_new]`` or ``[P + num_new]`` integer positions of the prompt and
+        the generated tokens; default ``arange(P + num_new)``.
+      return_logits: also return the logits each token was chosen from.
+
+    Returns:
+      ``[B, num_new]`` int32 tokens, and with ``return_logits`` also ``[B, num_new, V]``
+      float32 logits (row ``n`` predicts token ``n``).
+    """
+    prompts, positions = _check(model, prompts, num_new, positions, cached=True)
+    graphdef, state = nnx.split(model)
+    tokens, logits = _generate(graphdef, state, prompts, positions, num_new, 0.0, return_logits)
+    return (tokens, logits) if return_logits else tokens
+
+
+def greedy_generate_reference(
+    model: Transformer,
+    prompts: jax.Array,
+    num_new: int,
+    *,
+    positions: jax.Array | None = None,
+    return_logits: bool = False,
+) -> jax.Array | tuple[jax.Array, jax.Array]:
+    """:func:`greedy_generate` by full recomputation: at step ``n`` the model runs over the
+    prompt and the ``n`` tokens so far (at their positions) and the last logits pick the next
+    token. Quadratic work per step and one compilation per length; for tests and as the
+    definition. Arguments and returns as for :func:`greedy_generate`."""
+    prompts, positions = _check(model, prompts, num_new, positions, cached=False)
+    graphdef, state = nnx.split(model)
+    sequence, logits = prompts, []
+    for n in range(num_new):
+        length = prompts.shape[1] + n
+        last = _last_logits(graphdef, state, sequence, positions[:, :length])  # [B, V]
+        logits.append(last)
+        sequence = jnp.concatenate([sequence, jnp.argmax(last, -1)[:, None].astype(jnp.int32)], 1)
+    tokens = sequence[:, prompts.shape[1] :]
+    return (tokens, jnp.stack(logits, axis=1)) if return_logits else tokens
+
+
+def _check(
+    model: Transformer,
+    prompts: jax.Array,
+    num_new: int,
+    positions: jax.Array | None,
+    cached: bool,
+) -> tuple[jax.Array, jax.Array]:
+    """Validates the arguments (and, for ``cached``, that the encoder can be cached); returns
+    ``prompts [B, P]`` int32 and ``positions [B|1, S]`` int32 with ``S = P + num_new``."""
+    config = model.config
+    if not config.causal:
+        raise ValueError("model.causal=False: greedy generation needs a causal model")
+    if config.attention_impl in linear_attention.PATHS:
+        raise ValueError(
+            f"model.attention_impl={config.attention_impl!r}: greedy generation has no key/value "
+            "cache for the linear attention paths; use a softmax path ('auto', 'einsum', ...)"
+        )
+    if cached:
+        model.encoding.check_cacheable()
+    if not isinstance(num_new, int | np.integer) or isinstance(num_new, bool) or num_new < 1:
+        raise ValueError(f"num_new must be a positive integer, got {num_new!r}")
+    prompts = jnp.asarray(prompts)
+    if prompts.ndim != 2 or prompts.shape[1] < 1:
+        raise ValueError(f"prompts must be [B, P] token ids with P >= 1, got {prompts.shape}")
+    if not jnp.issubdtype(prompts.dtype, jnp.integer):
+        raise ValueError(f"prompts must be integer token ids, got dtype {prompts.dtype}")
+    b, s = prompts.shape[0], prompts.shape[1] + int(num_new)
+    if positions is None:
+        model.encoding.check_length(s)
+        positions = jnp.arange(s, dtype=jnp.int32)
+    positions = jnp.atleast_2d(jnp.asarray(positions))
+    if (
+        positions.ndim != 2
+        or positions.shape[1] != s
+        or positions.shape[0] not in (1, b)
+        or not jnp.issubdtype(positions.dtype, jnp.integer)
+    ):
+        raise ValueError(
+            f"positions must be integer [B|1, P + num_new] = [{b}|1, {s}], got "
+            f"{positions.dtype}{list(positions.shape)}"
+        )
+    return prompts.astype(jnp.int32), positions.astype(jnp.int32)
+
+
+def _last_logits_impl(graphdef, state, tokens, positions):
+    """The model's last-position logits ``[B, V]`` for ``tokens [B, T]``."""
+    return nnx.merge(graphdef, state)(tokens, positions)[:, -1]
+
+
+def _generate_impl(graphdef, state, prompts, positions, num_new, fill, return_logits):
+    """Prefill, then ``num_new - 1`` cached steps in one ``fori_loop``.
+
+    ``fill`` (a traced scalar) is the value of the cache's slots before they are written: 0,
+    or NaN in the tests, which shows that unfilled slots never reach an output.
+    """
+    model = nnx.merge(graphdef, state)
+    b, p = prompts.shape
+    s = p + num_new
+    logits, prefill = model.forward(prompts, positions[:, :p])  # [B, P, V]
+    caches = [
+        LayerCache(
+            *(jnp.full((b, s, *x.shape[2:]), fill).astype(x.dtype).at[:, :p].set(x) for x in layer)
+        )
+        for layer in prefill
+    ]
+    first = logits[:, -1]  # [B, V]
+    buffer = jnp.zeros((b, s), jnp.int32).at[:, :p].set(prompts)
+    buffer = buffer.at[:, p].set(jnp.argmax(first, -1).astype(jnp.int32))
+    out = jnp.zeros((b, num_new, first.shape[-1]), jnp.float32) if return_logits else None
+    if return_logits:
+        out = out.at[:, 0].set(first)
+
+    def step(n, carry):
+        buffer, caches, out = carry
+        slot = p + n  # the slot of the newest token, whose logits choose the next one
+        logits, caches = model.decode(buffer, slot, positions, caches)
+        logits = logits[:, 0]  # [B, V]
+        buffer = jax.lax.dynamic_update_slice_in_dim(
+            buffer, jnp.argmax(logits, -1).astype(jnp.int32)[:, None], slot + 1, axis=1
+        )
+        if out is not None:
+            out = jax.lax.dynamic_update_slice_in_dim(out, logits[:, None], n + 1, axis=1)
+        return buffer, caches, out
+
+    buffer, _, out = jax.lax.fori_loop(0, num_new - 1, step, (buffer, caches, out))
+    return buffer[:, p:], out
+
+
+# Jitted once per model structure (the graphdef), length and ``num_new``; tests re-jit the
+# ``_impl`` functions with other compiler options.
+_STATIC = (0, 4, 6)  # graphdef, num_new, return_logits
+_generate = jax.jit(_generate_impl, static_argnums=_STATIC)
+_last_logits = jax.jit(_last_logits_impl)

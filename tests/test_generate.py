@@ -1,0 +1,294 @@
+"""posenc.generate: cached greedy generation equals full recomputation for every registered
+encoder, unfilled cache slots never reach an output, and what cannot be cached is refused.
+
+Also ``attend(k_valid=...)``, the mask the cache relies on, against attention over the valid
+keys alone.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from posenc import encodings, generate
+from posenc.attention import attend
+from posenc.encodings.base import Dims
+from posenc.model import EncoderParam, ModelConfig, Transformer
+
+VOCAB, P, NEW = 257, 6, 5
+ATOL = 1e-4
+
+# Every registered encoder (so a new one is tested the day it is registered), and RoPE with
+# YaRN scaling (frequencies by parts and a temperature on queries and keys) past its
+# original_max_len.
+CASES = [(name, {}) for name in encodings.names()] + [
+    ("rope", {"scaling": "yarn", "factor": 2.0, "original_max_len": 4}),
+]
+# Dynamic NTK takes one length for the whole window: not cacheable (tested below).
+DYNAMIC = ("rope", {"scaling": "dynamic", "factor": 2.0, "original_max_len": 4})
+
+
+def _ids(cases):
+    return [name + ("-" + "-".join(map(str, h.values())) if h else "") for name, h in cases]
+
+
+# Compiling dominates these tiny models' run time; LLVM at -O0 compiles about twice as fast and
+# computes the same program (as in tests/test_model.py).
+_O0 = {"xla_backend_optimization_level": 0}
+_GENERATE = jax.jit(generate._generate_impl, static_argnums=generate._STATIC, compiler_options=_O0)
+_LAST_LOGITS = jax.jit(generate._last_logits_impl, compiler_options=_O0)
+
+
+@pytest.fixture(autouse=True)
+def _nan_cache_and_fast_compile(monkeypatch):
+    """Every cached generation in this file starts from a cache whose unfilled slots hold NaN:
+    a slot that leaked into any output (through 0 * NaN, a cumulative sum, a count) would turn
+    its logits to NaN and fail the comparisons with the reference."""
+
+    def nan_filled(graphdef, state, prompts, positions, num_new, fill, return_logits):
+        del fill
+        return _GENERATE(graphdef, state, prompts, positions, num_new, jnp.nan, return_logits)
+
+    monkeypatch.setattr(generate, "_generate", nan_filled)
+    monkeypatch.setattr(generate, "_last_logits", _LAST_LOGITS)
+
+
+def _config(**overrides) -> ModelConfig:
+    base = dict(
+        vocab_size=VOCAB, num_layers=2, model_dim=32, num_heads=4, mlp_dim=64, dtype="float32"
+    )
+    return ModelConfig(**{**base, **overrides})
+
+
+def _perturb(params: dict, rng: np.random.Generator) -> dict:
+    """Adds noise to an encoder's parameters, so that tables initialised at zero or near it
+    (CoPE's embeddings, the dynamic bias's output layer, Shaw's tables) change the logits."""
+    return {
+        n: jnp.asarray(x) + 0.3 * rng.standard_normal(np.shape(x)).astype(np.float32)
+        for n, x in params.items()
+    }
+
+
+def _model(name: str, hparams: dict, seed: int = 0, **overrides) -> Transformer:
+    model = Transformer(_config(**overrides), encodings.get(name, **hparams), rngs=nnx.Rngs(seed))
+    rng = np.random.default_rng(seed)
+    for _, param in nnx.iter_graph(model):
+        if isinstance(param, EncoderParam):
+            param[...] = _perturb({"p": param[...]}, rng)["p"]
+    return model
+
+
+def _prompts(seed: int, b: int = 2) -> jax.Array:
+    return jnp.asarray(np.random.default_rng(seed).integers(0, VOCAB, (b, P)), jnp.int32)
+
+
+def _assert_same_generation(cached, reference):
+    """Cached and reference tokens are identical and their logits close.
+
+    A random model may, rarely, put two logits within float error of each other, where the
+    two computations could pick different tokens legitimately. So each row is compared up to
+    its first step whose reference top-2 gap is below ``10 * ATOL`` (logits included, token
+    excluded), and the test asserts that such near-ties leave most steps compared.
+    """
+    tokens, logits = map(np.asarray, cached)
+    ref_tokens, ref_logits = map(np.asarray, reference)
+    assert tokens.shape == ref_tokens.shape and tokens.dtype == np.int32
+    assert np.isfinite(ref_logits).all()
+    top2 = np.sort(ref_logits, axis=-1)[..., -2:]
+    near_tie = top2[..., 1] - top2[..., 0] < 10 * ATOL  # [B, NEW]
+    compared = 0
+    for row in range(tokens.shape[0]):
+        ties = np.flatnonzero(near_tie[row])
+        stop = int(ties[0]) if ties.size else tokens.shape[1]
+        np.testing.assert_allclose(
+            logits[row, : stop + 1], ref_logits[row, : stop + 1], atol=ATOL, rtol=0
+        )
+        np.testing.assert_array_equal(tokens[row, :stop], ref_tokens[row, :stop])
+        compared += stop
+    assert compared >= tokens.size - 1, "near-ties left too few steps compared; change seeds"
+
+
+def _gapped_positions(seed: int, n: int) -> np.ndarray:
+    """A sorted random subset of ``range(4 * n)``: increasing, with gaps."""
+    return np.sort(np.random.default_rng(seed).choice(4 * n, n, replace=False))
+
+
+# -- cached generation equals full recomputation ----------------------------------------------
+
+
+@pytest.mark.parametrize("name,hparams", CASES, ids=_ids(CASES))
+def test_cached_generation_equals_full_recomputation(name, hparams):
+    """Two rows in one batch, one at contiguous positions (offset by 3) and one at a sorted
+    random subset with gaps (randomized positions, Ruoss et al. 2023), so one compiled program
+    per encoder covers both; the default positions are tested below."""
+    model = _model(name, hparams)
+    s = P + NEW
+    positions = jnp.asarray(np.stack([3 + np.arange(s), _gapped_positions(1, s)]), jnp.int32)
+    prompts = _prompts(2)
+    cached = generate.greedy_generate(model, prompts, NEW, positions=positions, return_logits=True)
+    reference = generate.greedy_generate_reference(
+        model, prompts, NEW, positions=positions, return_logits=True
+    )
+    _assert_same_generation(cached, reference)
+    tokens_only = generate.greedy_generate(model, prompts, NEW, positions=positions)
+    np.testing.assert_array_equal(tokens_only, cached[0])
+
+
+_DEFAULT_POSITION_CASES = [("xl", {}), ("shaw", {"max_distance": 3}), ("xpos", {})]
+
+
+@pytest.mark.parametrize("name,hparams", _DEFAULT_POSITION_CASES, ids=_ids(_DEFAULT_POSITION_CASES))
+def test_default_positions(name, hparams):
+    """``positions=None`` is ``arange(P + num_new)``: the reference's windows are contiguous,
+    so XL and Shaw (clipping at 3) take their rel-shift paths there, and xPos's centre moves
+    with the window."""
+    model = _model(name, hparams, seed=3)
+    prompts = _prompts(4)
+    cached = generate.greedy_generate(model, prompts, NEW, return_logits=True)
+    reference = generate.greedy_generate_reference(model, prompts, NEW, return_logits=True)
+    _assert_same_generation(cached, reference)
+    explicit = generate.greedy_generate(model, prompts, NEW, positions=jnp.arange(P + NEW))
+    np.testing.assert_array_equal(explicit, cached[0])
+
+
+def test_reference_is_greedy_decoding_by_hand():
+    """The reference itself, against a loop written here: argmax of the last logits of the
+    model's full pass, appended, repeated."""
+    model = _model("alibi", {}, seed=5)
+    prompts = _prompts(6)
+    sequence = np.asarray(prompts)
+    for _ in range(3):
+        logits = np.asarray(model(jnp.asarray(sequence)))
+        sequence = np.concatenate([sequence, logits[:, -1].argmax(-1)[:, None]], axis=1)
+    got = generate.greedy_generate_reference(model, prompts, 3)
+    np.testing.assert_array_equal(got, sequence[:, P:])
+
+
+# -- refusals and bad arguments -------------------------------------------------------------
+
+
+def test_dynamic_ntk_is_refused_and_would_differ():
+    """The declaration is honest: decoding dynamic NTK through the cache anyway (the private
+    program, without the check) gives logits visibly different from full recomputation once
+    the window is longer than original_max_len, while the reference runs."""
+    model = _model(*DYNAMIC)
+    prompts = _prompts(2)
+    with pytest.raises(ValueError, match=r"^encoding.scaling='dynamic': 'rope' cannot .*cache"):
+        generate.greedy_generate(model, prompts, NEW)
+    ref_tokens, ref_logits = generate.greedy_generate_reference(
+        model, prompts, NEW, return_logits=True
+    )
+    graphdef, state = nnx.split(model)
+    positions = jnp.arange(P + NEW)[None]
+    tokens, logits = _GENERATE(graphdef, state, prompts, positions, NEW, 0.0, True)
+    np.testing.assert_allclose(logits[:, 0], ref_logits[:, 0], atol=ATOL, rtol=0)  # prefill
+    assert np.abs(np.asarray(logits[:, 1:]) - np.asarray(ref_logits[:, 1:])).max() > 1e-3
+
+
+def test_bidirectional_model_is_refused():
+    model = _model("nope", {}, causal=False)
+    for fn in (generate.greedy_generate, generate.greedy_generate_reference):
+        with pytest.raises(ValueError, match=r"^model.causal=False: .*causal model$"):
+            fn(model, _prompts(0), 2)
+
+
+@pytest.mark.parametrize("impl", ["linear", "linear_performer"])
+def test_linear_attention_paths_are_refused(impl):
+    model = _model("nope", {}, attention_impl=impl, performer_features=8)
+    with pytest.raises(ValueError, match=f"model.attention_impl='{impl}'"):
+        generate.greedy_generate(model, _prompts(0), 2)
+
+
+def test_bad_arguments_are_refused():
+    model = _model("nope", {})
+    prompts = _prompts(0)
+    bad = [
+        (dict(prompts=prompts, num_new=0), "num_new"),
+        (dict(prompts=prompts[0], num_new=2), r"prompts must be \[B, P\]"),
+        (dict(prompts=prompts.astype(jnp.float32), num_new=2), "integer token ids"),
+        (dict(prompts=prompts, num_new=2, positions=jnp.arange(P + 3)), "positions must be"),
+        (dict(prompts=prompts, num_new=2, positions=jnp.zeros((3, P + 2), int)), "positions"),
+    ]
+    for kwargs, message in bad:
+        with pytest.raises(ValueError, match=message):
+            generate.greedy_generate(model, **kwargs)
+
+
+def test_learned_table_too_short_is_refused():
+    model = _model("learned", {"max_len": P + 2})
+    with pytest.raises(ValueError, match="encoding.max_len=8"):
+        generate.greedy_generate(model, _prompts(0), 3)
+
+
+# -- attend(k_valid=...) --------------------------------------------------------------------
+
+_B, _H, _DH, _D = 2, 2, 8, 16
+
+
+def _bound(name, hparams):
+    dims = Dims(num_heads=_H, head_dim=_DH, model_dim=_D)
+    enc = encodings.get(name, **hparams).bind(dims)
+    params = _perturb(enc.init(jax.random.key(0), dims), np.random.default_rng(1))
+    return enc, params
+
+
+# (valid slots, number of queries T, paths): a cache's trailing unfilled slots with one query
+# at the last filled slot; and invalid keys before T = 3 queries, on the blocked path too
+# (block 2, so the queries span two blocks and the keys four tiles).
+_MASKS = [
+    ([1, 1, 1, 1, 1, 0, 0, 0], 1, ("einsum", "auto")),
+    ([0, 1, 0, 1, 1, 1, 1, 1], 3, ("einsum", "blocked")),
+]
+
+
+@pytest.mark.parametrize("name,hparams", [*CASES, DYNAMIC], ids=_ids([*CASES, DYNAMIC]))
+def test_attend_k_valid_equals_attention_over_the_valid_keys(name, hparams):
+    """Masked keys hold NaN (``k``, ``v``, layer input) and absurd positions; the output must
+    equal attention over the valid keys alone, at their positions."""
+    enc, params = _bound(name, hparams)
+    rng = np.random.default_rng(2)
+    for valid, t, paths in _MASKS:
+        valid = np.asarray(valid, bool)
+        s = valid.size
+        k, v = (rng.standard_normal((_B, s, _H, _DH)).astype(np.float32) for _ in range(2))
+        h = rng.standard_normal((_B, s, _D)).astype(np.float32)
+        pos = _gapped_positions(3, s)
+        keep = np.flatnonzero(valid)
+        q = rng.standard_normal((_B, t, _H, _DH)).astype(np.float32)
+        q_pos = pos[keep[-t:]]
+        expected = attend(
+            jnp.asarray(q),
+            jnp.asarray(k[:, keep]),
+            jnp.asarray(v[:, keep]),
+            encoding=enc,
+            params=params,
+            q_pos=q_pos,
+            k_pos=pos[keep],
+            implementation="einsum",
+            inputs=jnp.asarray(h[:, keep]),
+        )
+        garbage = ~valid
+        k[:, garbage], v[:, garbage], h[:, garbage] = np.nan, np.nan, np.nan
+        pos = np.where(valid, pos, 10**6)
+        args = (jnp.asarray(q), jnp.asarray(k), jnp.asarray(v))
+        kwargs = dict(encoding=enc, params=params, q_pos=q_pos, k_pos=pos, block_size=2)
+        for impl in paths:
+            got = attend(*args, **kwargs, implementation=impl, inputs=jnp.asarray(h), k_valid=valid)
+            np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5, err_msg=impl)
+        # The garbage is real: without the mask it reaches the output.
+        unmasked = attend(*args, **kwargs, implementation="einsum", inputs=jnp.asarray(h))
+        assert np.isnan(np.asarray(unmasked)).any()
+
+
+def test_attend_k_valid_is_refused_on_the_fused_and_linear_paths():
+    enc, params = _bound("nope", {})
+    x = jnp.zeros((1, 4, _H, _DH))
+    for impl in ("xla", "cudnn", "linear"):
+        with pytest.raises(ValueError, match="k_valid"):
+            attend(
+                x, x, x, encoding=enc, params=params, q_pos=jnp.arange(4), k_pos=jnp.arange(4),
+                implementation=impl, k_valid=jnp.ones((1, 4), bool),
+            )  # fmt: skip
