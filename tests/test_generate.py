@@ -7,6 +7,8 @@ keys alone.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -18,7 +20,7 @@ from posenc.attention import attend
 from posenc.encodings.base import Dims
 from posenc.model import EncoderParam, ModelConfig, Transformer
 
-VOCAB, P, NEW = 257, 6, 5
+VOCAB, P, NEW = 257, 6, 3
 ATOL = 1e-4
 
 # Every registered encoder (so a new one is tested the day it is registered), and RoPE with
@@ -40,6 +42,11 @@ def _ids(cases):
 _O0 = {"xla_backend_optimization_level": 0}
 _GENERATE = jax.jit(generate._generate_impl, static_argnums=generate._STATIC, compiler_options=_O0)
 _LAST_LOGITS = jax.jit(generate._last_logits_impl, compiler_options=_O0)
+_FORWARD = jax.jit(
+    lambda graphdef, state, tokens, positions: nnx.merge(graphdef, state)(tokens, positions),
+    static_argnums=0,
+    compiler_options=_O0,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -121,53 +128,67 @@ def _gapped_positions(seed: int, n: int) -> np.ndarray:
 
 @pytest.mark.parametrize("name,hparams", CASES, ids=_ids(CASES))
 def test_cached_generation_equals_full_recomputation(name, hparams):
-    """Two rows in one batch, one at contiguous positions (offset by 3) and one at a sorted
-    random subset with gaps (randomized positions, Ruoss et al. 2023), so one compiled program
-    per encoder covers both; the default positions are tested below."""
+    """Every encoder: the cached tokens are the argmax of the full model's logits at each step.
+
+    The full pass runs once over the prompt and the cached tokens (one compilation per encoder
+    instead of one per length): with causal attention and an encoder whose hooks read only the
+    positions they are given (what ``cacheable`` declares), its logits at step ``n`` are those
+    of :func:`greedy_generate_reference`'s pass of length ``P + n``, which the tests below
+    compare directly. Two rows in one batch, one at contiguous positions (offset by 3) and one
+    at a sorted random subset with gaps (randomized positions, Ruoss et al. 2023).
+    """
     model = _model(name, hparams)
     s = P + NEW
     positions = jnp.asarray(np.stack([3 + np.arange(s), _gapped_positions(1, s)]), jnp.int32)
     prompts = _prompts(2)
-    cached = generate.greedy_generate(model, prompts, NEW, positions=positions, return_logits=True)
-    reference = generate.greedy_generate_reference(
+    tokens, logits = generate.greedy_generate(
         model, prompts, NEW, positions=positions, return_logits=True
     )
-    _assert_same_generation(cached, reference)
-    tokens_only = generate.greedy_generate(model, prompts, NEW, positions=positions)
-    np.testing.assert_array_equal(tokens_only, cached[0])
+    graphdef, state = nnx.split(model)
+    sequence = jnp.concatenate([prompts, tokens[:, :-1]], axis=1)  # [B, S - 1]
+    full = _FORWARD(graphdef, state, sequence, positions[:, :-1])[:, P - 1 :]  # [B, NEW, V]
+    _assert_same_generation((tokens, logits), (full.argmax(-1), full))
 
 
-_DEFAULT_POSITION_CASES = [("xl", {}), ("shaw", {"max_distance": 3}), ("xpos", {})]
+_DEFAULT_POSITION_CASES = [("xpos", {}), ("shaw", {"max_distance": 3})]
 
 
 @pytest.mark.parametrize("name,hparams", _DEFAULT_POSITION_CASES, ids=_ids(_DEFAULT_POSITION_CASES))
-def test_default_positions(name, hparams):
-    """``positions=None`` is ``arange(P + num_new)``: the reference's windows are contiguous,
-    so XL and Shaw (clipping at 3) take their rel-shift paths there, and xPos's centre moves
-    with the window."""
+def test_default_positions_against_the_reference(name, hparams):
+    """:func:`greedy_generate_reference` itself, one pass per length, with ``positions=None``
+    (``arange(P + num_new)``): xPos's centre moves with each window, and Shaw (clipping at 3)
+    takes its rel-shift paths on the reference's contiguous windows."""
     model = _model(name, hparams, seed=3)
     prompts = _prompts(4)
     cached = generate.greedy_generate(model, prompts, NEW, return_logits=True)
     reference = generate.greedy_generate_reference(model, prompts, NEW, return_logits=True)
     _assert_same_generation(cached, reference)
-    explicit = generate.greedy_generate(model, prompts, NEW, positions=jnp.arange(P + NEW))
-    np.testing.assert_array_equal(explicit, cached[0])
+    explicit = generate.greedy_generate(
+        model, prompts, NEW, positions=jnp.arange(P + NEW), return_logits=True
+    )
+    np.testing.assert_array_equal(explicit[0], cached[0])
 
 
-def test_reference_is_greedy_decoding_by_hand():
-    """The reference itself, against a loop written here: argmax of the last logits of the
-    model's full pass, appended, repeated."""
-    model = _model("alibi", {}, seed=5)
+def test_tokens_only_and_reference_by_hand():
+    """Without ``return_logits`` both functions return the tokens alone; and the reference is
+    greedy decoding as written here: the argmax of the last logits of the model's full pass,
+    appended, repeated."""
+    model = _model("alibi", {}, seed=5, num_layers=1)
     prompts = _prompts(6)
     sequence = np.asarray(prompts)
-    for _ in range(3):
-        logits = np.asarray(model(jnp.asarray(sequence)))
+    graphdef, state = nnx.split(model)
+    forward = jax.jit(lambda state, x: nnx.merge(graphdef, state)(x), compiler_options=_O0)
+    for _ in range(2):
+        logits = np.asarray(forward(state, jnp.asarray(sequence)))
         sequence = np.concatenate([sequence, logits[:, -1].argmax(-1)[:, None]], axis=1)
-    got = generate.greedy_generate_reference(model, prompts, 3)
-    np.testing.assert_array_equal(got, sequence[:, P:])
+    reference = generate.greedy_generate_reference(model, prompts, 2)
+    cached = generate.greedy_generate(model, prompts, 2)
+    for tokens in (reference, cached):
+        assert isinstance(tokens, jax.Array) and tokens.dtype == jnp.int32
+        np.testing.assert_array_equal(tokens, sequence[:, P:])
 
 
-# -- refusals and bad arguments -------------------------------------------------------------
+# -- what cannot be cached, bad arguments -----------------------------------------------------
 
 
 def test_dynamic_ntk_is_refused_and_would_differ():
@@ -178,12 +199,10 @@ def test_dynamic_ntk_is_refused_and_would_differ():
     prompts = _prompts(2)
     with pytest.raises(ValueError, match=r"^encoding.scaling='dynamic': 'rope' cannot .*cache"):
         generate.greedy_generate(model, prompts, NEW)
-    ref_tokens, ref_logits = generate.greedy_generate_reference(
-        model, prompts, NEW, return_logits=True
-    )
+    _, ref_logits = generate.greedy_generate_reference(model, prompts, NEW, return_logits=True)
     graphdef, state = nnx.split(model)
     positions = jnp.arange(P + NEW)[None]
-    tokens, logits = _GENERATE(graphdef, state, prompts, positions, NEW, 0.0, True)
+    _, logits = _GENERATE(graphdef, state, prompts, positions, NEW, 0.0, True)
     np.testing.assert_allclose(logits[:, 0], ref_logits[:, 0], atol=ATOL, rtol=0)  # prefill
     assert np.abs(np.asarray(logits[:, 1:]) - np.asarray(ref_logits[:, 1:])).max() > 1e-3
 
@@ -235,52 +254,77 @@ def _bound(name, hparams):
     return enc, params
 
 
-# (valid slots, number of queries T, paths): a cache's trailing unfilled slots with one query
-# at the last filled slot; and invalid keys before T = 3 queries, on the blocked path too
-# (block 2, so the queries span two blocks and the keys four tiles).
-_MASKS = [
-    ([1, 1, 1, 1, 1, 0, 0, 0], 1, ("einsum", "auto")),
-    ([0, 1, 0, 1, 1, 1, 1, 1], 3, ("einsum", "blocked")),
+def _masked_window(seed: int):
+    """``q`` (T = 3), ``k``, ``v`` (S = 8), layer inputs ``h``, key positions (sorted, with
+    gaps) and key validity: invalid keys among the keys before the queries."""
+    rng = np.random.default_rng(seed)
+    k, v = (jnp.asarray(rng.standard_normal((_B, 8, _H, _DH)), jnp.float32) for _ in range(2))
+    q = jnp.asarray(rng.standard_normal((_B, 3, _H, _DH)), jnp.float32)
+    h = jnp.asarray(rng.standard_normal((_B, 8, _D)), jnp.float32)
+    valid = np.asarray([0, 1, 0, 1, 1, 1, 1, 1], bool)
+    return q, k, v, h, _gapped_positions(3, 8), valid
+
+
+def _with_garbage(k, v, h, pos, valid):
+    """NaN in the invalid keys' ``k``, ``v`` and ``h``, and a position far from the others."""
+    rows = jnp.asarray(valid)[None, :]
+    k, v = (jnp.where(rows[..., None, None], x, jnp.nan) for x in (k, v))
+    return k, v, jnp.where(rows[..., None], h, jnp.nan), jnp.where(jnp.asarray(valid), pos, 10**6)
+
+
+@functools.partial(jax.jit, static_argnums=0, compiler_options=_O0)
+def _valid_keys_three_ways(enc, params, q, k, v, h, pos, valid, keep):
+    """Attention over the valid keys alone (``keep``, einsum), and over all keys with
+    ``k_valid`` on the ``einsum`` and ``blocked`` paths (block 2: the queries span two blocks,
+    the keys four tiles)."""
+    q_pos = pos[keep[-q.shape[1] :]]
+    common = dict(encoding=enc, params=params, q_pos=q_pos, block_size=2)
+    alone = attend(
+        q, k[:, keep], v[:, keep], k_pos=pos[keep], inputs=h[:, keep], implementation="einsum",
+        **common,
+    )  # fmt: skip
+    k, v, h, pos = _with_garbage(k, v, h, pos, valid)
+    masked = [
+        attend(q, k, v, k_pos=pos, inputs=h, implementation=impl, k_valid=valid, **common)
+        for impl in ("einsum", "blocked")
+    ]
+    return alone, masked
+
+
+# One encoder per kind of hook in the default suite (counting, cumulative decay, value term and
+# pairwise content, window statistics of positions); the rest of the registry in the slow step.
+_ATTEND_FAST = ("cope", "forgetting", "shaw", "xpos")
+_ATTEND_CASES = [
+    pytest.param(*case, id=ident, marks=() if case[0] in _ATTEND_FAST else pytest.mark.slow)
+    for case, ident in zip([*CASES, DYNAMIC], _ids([*CASES, DYNAMIC]), strict=True)
 ]
 
 
-@pytest.mark.parametrize("name,hparams", [*CASES, DYNAMIC], ids=_ids([*CASES, DYNAMIC]))
+@pytest.mark.parametrize("name,hparams", _ATTEND_CASES)
 def test_attend_k_valid_equals_attention_over_the_valid_keys(name, hparams):
-    """Masked keys hold NaN (``k``, ``v``, layer input) and absurd positions; the output must
-    equal attention over the valid keys alone, at their positions."""
+    """Invalid keys before the queries (the cache's trailing unfilled slots are covered by the
+    generation tests above) hold NaN (``k``, ``v``, layer input) and absurd positions; the
+    output must equal attention over the valid keys alone, at their positions."""
     enc, params = _bound(name, hparams)
-    rng = np.random.default_rng(2)
-    for valid, t, paths in _MASKS:
-        valid = np.asarray(valid, bool)
-        s = valid.size
-        k, v = (rng.standard_normal((_B, s, _H, _DH)).astype(np.float32) for _ in range(2))
-        h = rng.standard_normal((_B, s, _D)).astype(np.float32)
-        pos = _gapped_positions(3, s)
-        keep = np.flatnonzero(valid)
-        q = rng.standard_normal((_B, t, _H, _DH)).astype(np.float32)
-        q_pos = pos[keep[-t:]]
-        expected = attend(
-            jnp.asarray(q),
-            jnp.asarray(k[:, keep]),
-            jnp.asarray(v[:, keep]),
-            encoding=enc,
-            params=params,
-            q_pos=q_pos,
-            k_pos=pos[keep],
-            implementation="einsum",
-            inputs=jnp.asarray(h[:, keep]),
-        )
-        garbage = ~valid
-        k[:, garbage], v[:, garbage], h[:, garbage] = np.nan, np.nan, np.nan
-        pos = np.where(valid, pos, 10**6)
-        args = (jnp.asarray(q), jnp.asarray(k), jnp.asarray(v))
-        kwargs = dict(encoding=enc, params=params, q_pos=q_pos, k_pos=pos, block_size=2)
-        for impl in paths:
-            got = attend(*args, **kwargs, implementation=impl, inputs=jnp.asarray(h), k_valid=valid)
-            np.testing.assert_allclose(got, expected, atol=1e-5, rtol=1e-5, err_msg=impl)
-        # The garbage is real: without the mask it reaches the output.
-        unmasked = attend(*args, **kwargs, implementation="einsum", inputs=jnp.asarray(h))
-        assert np.isnan(np.asarray(unmasked)).any()
+    q, k, v, h, pos, valid = _masked_window(seed=2)
+    keep = np.flatnonzero(valid)
+    alone, masked = _valid_keys_three_ways(enc, params, q, k, v, h, pos, valid, keep)
+    for impl, got in zip(("einsum", "blocked"), masked, strict=True):
+        np.testing.assert_allclose(got, alone, atol=1e-5, rtol=1e-5, err_msg=impl)
+
+
+def test_attend_k_valid_garbage_is_real_and_auto_resolves():
+    """Without the mask the garbage reaches the output (so the test above can fail); ``auto``
+    with a mask runs a path that takes it."""
+    enc, params = _bound("forgetting", {})
+    q, k, v, h, pos, valid = _masked_window(seed=4)
+    k, v, h, pos = _with_garbage(k, v, h, pos, valid)
+    kwargs = dict(encoding=enc, params=params, q_pos=pos[-3:], k_pos=pos, inputs=h)
+    assert np.isnan(np.asarray(attend(q, k, v, **kwargs, implementation="einsum"))).all()
+    masked = attend(q, k, v, **kwargs, implementation="einsum", k_valid=valid)
+    auto = attend(q, k, v, **kwargs, implementation="auto", k_valid=valid)
+    assert np.isfinite(np.asarray(masked)).all()
+    np.testing.assert_array_equal(auto, masked)
 
 
 def test_attend_k_valid_is_refused_on_the_fused_and_linear_paths():
