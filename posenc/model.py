@@ -14,6 +14,11 @@ Dropout takes an explicit RNG key (``model(tokens, rng=key)``); without one the 
 deterministic. Dropout is applied to the embeddings and to each residual branch. An encoder with
 ``augment_positions`` (CAPE) draws its training augmentation from the same key, folded with a
 constant, and gets no key (no augmentation) without one.
+
+Generation (:mod:`posenc.generate`): :meth:`Transformer.forward` also returns each layer's
+:class:`LayerCache` of the window (the prefill), and :meth:`Transformer.decode` runs one new
+token against the caches; both start from :meth:`Transformer.embed_inputs` and end in
+:meth:`Transformer.head`, as ``__call__`` does.
 """
 
 from __future__ import annotations

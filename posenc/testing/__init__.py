@@ -17,7 +17,7 @@ or parametrise your own pytest over them::
 The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.checks`):
 
 ==================  ===========================================================================
-``declarations``    name, paper, ``param_scope``, ``relative``, ``eval_safe_hparams`` well formed
+``declarations``    the class declarations (``name``, ``paper``, ``relative``, ...) well formed
 ``paths_agree``     every softmax path that takes the encoder equals the ``einsum`` reference
 ``carry``           ``contextual_logits`` on key tiles, last to first with the carry, equal one call
 ``causal``          no output depends on a later input (Jacobian through the model)

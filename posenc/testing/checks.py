@@ -39,6 +39,7 @@ DECLARATIONS = (
     "eval_safe_hparams",
     "causal_only",
     "continuous_positions",
+    "cacheable",
 )
 
 
@@ -78,6 +79,8 @@ def check_declarations(encoder: str | Encoding, settings: Settings | None = None
         )
     if "augment_positions" in enc.hooks and not cls.continuous_positions:
         raise fail("an `augment_positions` hook needs continuous_positions = True")
+    if not isinstance(cls.cacheable, bool):
+        raise fail(f"`cacheable` must be True or False, got {cls.cacheable!r}")
     hparams = enc.hparams()
     as_fields = sorted(set(hparams) & set(DECLARATIONS))
     if as_fields:
