@@ -216,9 +216,11 @@ def test_bidirectional_model_is_refused():
 
 @pytest.mark.parametrize("impl", ["linear", "linear_performer"])
 def test_linear_attention_paths_are_refused(impl):
+    """Refused by the cache; the reference, which only reruns the model, runs them."""
     model = _model("nope", {}, attention_impl=impl, performer_features=8)
     with pytest.raises(ValueError, match=f"model.attention_impl='{impl}'"):
         generate.greedy_generate(model, _prompts(0), 2)
+    assert generate.greedy_generate_reference(model, _prompts(0), 1).shape == (2, 1)
 
 
 def test_bad_arguments_are_refused():
