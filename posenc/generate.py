@@ -23,9 +23,10 @@ what a full pass over the filled slots would give it, and no encoder is named he
   zeroed before the cumulative sum;
 - ``contextual_logits`` (CoPE) counts gates that are exactly 0 at masked slots;
 - ``value_term`` (Shaw) sees probabilities that are exactly 0 at masked slots;
-- the input term (token embeddings plus ``embed``: sinusoidal, learned) is computed by
-  :meth:`Transformer.embed_inputs` over the whole token buffer and the new slot taken, the same
-  computation as the full pass, and exact for any input term that reads earlier tokens only.
+- the input terms (token embeddings plus ``embed``: sinusoidal, learned, CAPE; and
+  ``embed_tokens``: the causal convolution) are computed by :meth:`Transformer.embed_inputs` over
+  the whole token buffer and the new slot taken, the same computation as the full pass, and
+  exact for any input term that reads the tokens up to its own only.
 
 ``positions`` gives every slot's position (``[B|1, P + num_new]``, default ``arange``); a model
 trained with randomized positions (Ruoss et al. 2023) evaluates on a sorted random subset.
@@ -36,7 +37,8 @@ Refused, with a one-line ``ValueError`` (:func:`greedy_generate_reference` runs 
 - an encoder that is not ``cacheable`` (:meth:`Encoding.check_cacheable`): RoPE and xPos with
   ``scaling="dynamic"``, whose one length for the whole window changes the frequencies of every
   token as the window grows, so the cached keys and values of layers after the first are not
-  what a full pass computes (the test shows the difference);
+  what a full pass computes (the test shows the difference); CAPE with ``normalize=True``,
+  whose centring on the window's mean moves every position as the window grows;
 - the linear attention paths (``model.attention_impl`` in
   :data:`posenc.linear_attention.PATHS`): a different model, whose decoding would carry its own
   running sums; not implemented.

@@ -29,8 +29,10 @@ ATOL = 1e-4
 CASES = [(name, {}) for name in encodings.names()] + [
     ("rope", {"scaling": "yarn", "factor": 2.0, "original_max_len": 4}),
 ]
-# Dynamic NTK takes one length for the whole window: not cacheable (tested below).
+# Dynamic NTK takes one length for the whole window, CAPE's normalize its mean position: not
+# cacheable (tested below).
 DYNAMIC = ("rope", {"scaling": "dynamic", "factor": 2.0, "original_max_len": 4})
+NOT_CACHEABLE = [DYNAMIC, ("cape", {"normalize": True})]
 
 
 def _ids(cases):
@@ -191,13 +193,14 @@ def test_tokens_only_and_reference_by_hand():
 # -- what cannot be cached, bad arguments -----------------------------------------------------
 
 
-def test_dynamic_ntk_is_refused_and_would_differ():
-    """The declaration is honest: decoding dynamic NTK through the cache anyway (the private
-    program, without the check) gives logits visibly different from full recomputation once
-    the window is longer than original_max_len, while the reference runs."""
-    model = _model(*DYNAMIC)
+@pytest.mark.parametrize("name,hparams", NOT_CACHEABLE, ids=_ids(NOT_CACHEABLE))
+def test_not_cacheable_is_refused_and_would_differ(name, hparams):
+    """The declaration is honest: decoding through the cache anyway (the private program,
+    without the check) gives logits visibly different from full recomputation once the window
+    grows (dynamic NTK past original_max_len; CAPE's mean position), while the reference runs."""
+    model = _model(name, hparams)
     prompts = _prompts(2)
-    with pytest.raises(ValueError, match=r"^encoding.scaling='dynamic': 'rope' cannot .*cache"):
+    with pytest.raises(ValueError, match=rf"^encoding\.\w+=[^:]+: '{name}' cannot .*cache"):
         generate.greedy_generate(model, prompts, NEW)
     _, ref_logits = generate.greedy_generate_reference(model, prompts, NEW, return_logits=True)
     graphdef, state = nnx.split(model)

@@ -102,6 +102,15 @@ class CAPE(Encoding):
         if not isinstance(self.normalize, bool):
             raise ValueError(f"encoding.normalize must be True or False, got {self.normalize!r}")
 
+    def check_cacheable(self) -> None:
+        # Centring on the window's mean moves every token's position as the window grows.
+        if self.normalize:
+            raise ValueError(
+                "encoding.normalize=True: 'cape' cannot be decoded with a key/value cache (the "
+                "window's mean position changes every token's embedding); use "
+                "posenc.generate.greedy_generate_reference or normalize=False"
+            )
+
     def validate(self, dims: Dims) -> None:
         if dims.model_dim % 2:
             raise ValueError(f"cape needs an even model.model_dim, got {dims.model_dim}")
