@@ -65,7 +65,9 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.encoding.hparams = ml_collections.ConfigDict()
 
     config.data = ml_collections.ConfigDict()
-    # "pystdlib" (embedded default), "textdir:<path>" or "tfds:<name>[/<config>]".
+    # "pystdlib" (embedded default), "textdir:<path>", "tfds:<name>[/<config>]", or an
+    # algorithmic task "synthetic:<task>" (posenc/data/synthetic; train.seq_len is then the
+    # longest training input and eval.lengths input lengths).
     config.data.source = "pystdlib"
     # Where prepared data sets and caches live; None: $POSENC_DATA_DIR or ~/.cache/posenc/data.
     config.data.data_dir = ml_collections.config_dict.placeholder(str)
@@ -134,6 +136,11 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # Positions of evaluation windows: "as_trained" (randomized if train.positions is, as in
     # Ruoss et al.'s evaluation), "contiguous" or "randomized".
     config.eval.positions = "as_trained"
+    # Algorithmic tasks (data.source="synthetic:<task>", posenc/tasks.py): examples generated
+    # per evaluation length (eval.lengths are input lengths there) ...
+    config.eval.examples = 256
+    # ... and whether to score greedy generation (exact match) besides per-token accuracy.
+    config.eval.generate = True
 
     config.distributed = ml_collections.ConfigDict()
     # Call jax.distributed.initialize() before training (several hosts / processes).

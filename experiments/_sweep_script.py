@@ -1,5 +1,6 @@
 """The command line shared by the sweep reproductions (``alibi_table2.py``,
-``extrapolation_table.py``): run the sweep, write the report, print its table."""
+``extrapolation_table.py``, ``ruoss_table1.py``, ``nope_ranking.py``): run the sweep, write the
+report, print its table."""
 
 from __future__ import annotations
 
@@ -16,19 +17,25 @@ CONFIGS = os.path.normpath(
 )
 
 
-def main(config_name: str, description: str, argv: list[str] | None = None) -> int:
-    """``--variant``, ``--workdir``, ``--jobs``, ``--metric`` and ``--config.<field>=<value>``
-    overrides (applied to every point, as with ``posenc sweep``)."""
+def main(
+    config_name: str,
+    description: str,
+    argv: list[str] | None = None,
+    *,
+    variants: tuple[str, ...] = ("tiny", "gpu", "paper"),
+    metrics: tuple[str, ...] = ("perplexity", "bits_per_byte", "loss"),
+) -> int:
+    """``--variant`` (one of ``variants``), ``--workdir``, ``--jobs``, ``--metric`` (one of
+    ``metrics``, the first the default) and ``--config.<field>=<value>`` overrides (applied to
+    every point, as with ``posenc sweep``)."""
     rest, overrides = _split_overrides(sys.argv[1:] if argv is None else argv)
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--variant", choices=("tiny", "gpu", "paper"), default="tiny")
+    parser.add_argument("--variant", choices=variants, default=variants[0])
     parser.add_argument("--workdir", help=f"sweep directory (default runs/{config_name}_<variant>)")
     parser.add_argument(
         "--jobs", type=int, default=None, help="points at a time (default 2 for tiny, 1 otherwise)"
     )
-    parser.add_argument(
-        "--metric", choices=("perplexity", "bits_per_byte", "loss"), default="perplexity"
-    )
+    parser.add_argument("--metric", choices=metrics, default=metrics[0])
     args = parser.parse_args(rest)
     workdir = args.workdir or os.path.join("runs", f"{config_name}_{args.variant}")
     jobs = args.jobs or (2 if args.variant == "tiny" else 1)

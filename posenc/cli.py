@@ -117,7 +117,8 @@ def _cmd_eval(args, overrides) -> int:
         if value is not None:
             extra.append(f"eval.{field}={value!r}")
     config = apply_overrides(config, extra)
-    print(f"evaluating {args.workdir} at {_lengths_text(config)} ({config.eval.mode})")
+    what = "input lengths" if config.data.source.startswith("synthetic:") else config.eval.mode
+    print(f"evaluating {args.workdir} at {_lengths_text(config)} ({what})")
     report = evaluate_workdir(args.workdir, overrides=config, output=args.output)
     if not report["finished"]:
         print(
@@ -280,9 +281,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("sweep_dir", help="a directory written by posenc sweep")
     p.add_argument(
         "--metric",
-        choices=("perplexity", "bits_per_byte", "loss", "accuracy"),
+        choices=(
+            "perplexity",
+            "bits_per_byte",
+            "loss",
+            "accuracy",
+            "exact_match",
+            "sequence_accuracy",
+        ),
         default="perplexity",
-        help="accuracy: masked-LM runs (train.objective=masked_lm)",
+        help="accuracy: masked-LM runs (train.objective=masked_lm), or algorithmic-task runs "
+        "(data.source=synthetic:<task>; their default), with exact_match (greedy generation) "
+        "and sequence_accuracy",
     )
     p.set_defaults(func=_cmd_report)
     return parser

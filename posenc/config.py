@@ -20,7 +20,7 @@ from typing import Any
 import ml_collections
 
 from posenc import data as data_lib
-from posenc import encodings, linear_attention
+from posenc import encodings, linear_attention, tasks
 from posenc.attention import IMPLEMENTATIONS
 from posenc.model import DTYPES, NORMS, ModelConfig, Transformer
 from posenc.workdir import diff_fields, flatten, matches, parse_value
@@ -188,10 +188,12 @@ def check_eval_lengths(stream_len: int, lengths: Sequence[int], split: str) -> N
 
 def check_source(config: ml_collections.ConfigDict, source: data_lib.Source) -> None:
     """Checks a run config against its opened data source: the evaluation split can fill every
-    ``eval.lengths`` window, and ``model.vocab_size`` covers the tokenizer's ids."""
-    check_eval_lengths(
-        len(source.split_stream(config.eval.split)), eval_lengths(config), config.eval.split
-    )
+    ``eval.lengths`` window (a task generates its examples: no split to fill), and
+    ``model.vocab_size`` covers the tokenizer's ids."""
+    if not tasks.task_of(config):
+        check_eval_lengths(
+            len(source.split_stream(config.eval.split)), eval_lengths(config), config.eval.split
+        )
     vocab = source.info().get("vocab_size")
     if vocab is not None and config.model.vocab_size < vocab:
         raise ValueError(
@@ -287,12 +289,15 @@ def _validate_objective(config: ml_collections.ConfigDict) -> None:
         )
 
 
-def _validate_positions(config: ml_collections.ConfigDict, encoding: encodings.Encoding) -> None:
-    """``train.positions``, ``train.max_position`` and ``eval.positions``."""
+def _validate_positions(
+    config: ml_collections.ConfigDict, encoding: encodings.Encoding, lengths: bool = True
+) -> None:
+    """``train.positions``, ``train.max_position`` and ``eval.positions`` (against the window
+    lengths too, unless ``lengths`` is False)."""
     t = config.train
     _require_choice("train.positions", t.positions, data_lib.POSITION_MODES)
     _require_choice("eval.positions", config.eval.positions, EVAL_POSITIONS)
-    if "randomized" not in (t.positions, eval_positions(config)):
+    if "randomized" not in (t.positions, eval_positions(config)) or not lengths:
         return
     _require_int("train.max_position", t.max_position, 1)
     if t.positions == "randomized" and t.max_position < t.seq_len:
@@ -340,9 +345,11 @@ def validate(
     _require_int("train.log_every", t.log_every)
     _require_int("train.checkpoint_every", t.checkpoint_every)
     _require_int("train.keep_checkpoints", t.keep_checkpoints)
-    encoding.check_length(t.seq_len)
-    _validate_positions(config, encoding)
     _validate_objective(config)
+    task = tasks.task_of(config)
+    if not task:  # a task's lengths are input lengths: tasks.check_config, at the end
+        encoding.check_length(t.seq_len)
+    _validate_positions(config, encoding, lengths=not task)
     if num_devices is not None and t.batch_size % num_devices:
         raise ValueError(
             f"train.batch_size={t.batch_size} must be divisible by the number of devices "
@@ -388,4 +395,8 @@ def validate(
     _require_int("eval.batch_tokens", e.batch_tokens)
     _require_int("eval.max_tokens", e.max_tokens, 0)
     if not isinstance(config.data.source, str) or not config.data.source:
-        raise ValueError("data.source must be 'pystdlib', 'textdir:<path>' or 'tfds:<name>'")
+        raise ValueError(
+            "data.source must be 'pystdlib', 'textdir:<path>', 'tfds:<name>' or 'synthetic:<task>'"
+        )
+    if task:
+        tasks.check_config(config)

@@ -46,6 +46,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
+from posenc import tasks
 from posenc.config import (
     build_model,
     check_eval_lengths,
@@ -339,31 +340,47 @@ def evaluate_workdir(
         )
     e = config.eval
     source = open_source(config)
-    stream = source.split_stream(e.split)
     lengths = eval_lengths(config)
-    check_eval_lengths(len(stream), lengths, e.split)
+    task = tasks.task_of(config)
+    if not task:
+        stream = source.split_stream(e.split)
+        check_eval_lengths(len(stream), lengths, e.split)
     is_main = jax.process_index() == 0
     with run.lock(enabled=is_main):
         if model is None:
             model, step = restore_model(run, config)
-        results = evaluate(
-            model,
-            stream,
-            lengths,
-            mode=e.mode,
-            stride=e.stride,
-            batch_tokens=e.batch_tokens,
-            max_tokens=e.max_tokens,
-            split=e.split,
-            progress=progress,
-            positions=_positions(config),
-            masked_lm=masked_lm(config),
-        )
+        if task:  # generated examples per input length: accuracy and exact match
+            results = tasks.evaluate_task(
+                model,
+                task,
+                lengths,
+                examples=e.examples,
+                seed=config.seed,
+                generate=e.generate,
+                positions=_positions(config),
+                progress=progress,
+            )
+            data = {"source": config.data.source, **_short_info(source.info())}
+        else:
+            results = evaluate(
+                model,
+                stream,
+                lengths,
+                mode=e.mode,
+                stride=e.stride,
+                batch_tokens=e.batch_tokens,
+                max_tokens=e.max_tokens,
+                split=e.split,
+                progress=progress,
+                positions=_positions(config),
+                masked_lm=masked_lm(config),
+            )
+            data = {"source": config.data.source, "split": e.split, **_short_info(source.info())}
         report = {
             **_run_record(config, model, step),
             "file": name,
             "changes": changes,
-            "data": {"source": config.data.source, "split": e.split, **_short_info(source.info())},
+            "data": data,
             "results": results,
             "time": time.time(),
         }
@@ -381,6 +398,7 @@ def _run_record(
         "encoding": config.encoding.name,
         "encoding_hparams": config.encoding.hparams.to_dict(),
         "objective": objective(config),  # what was scored: "causal_lm" or "masked_lm"
+        "task": tasks.task_of(config),  # an algorithmic task (data.source synthetic:<task>)
         "train_seq_len": config.train.seq_len,
         "train_steps": config.train.steps,
         "checkpoint_step": step,

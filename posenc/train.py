@@ -32,7 +32,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
-from posenc import distributed
+from posenc import distributed, tasks
 from posenc.config import build_model, check_source, masked_lm, open_source, validate
 from posenc.distributed import abstract_on, make_mesh
 from posenc.metrics import MetricsWriter, drop_metrics_after, progress_bar
@@ -176,7 +176,7 @@ class Trainer:
                 batch["inputs"], batch.get("positions"), rng=self.dropout_key(state["step"])
             )
             losses = token_loss(logits, batch["targets"])  # [B, T]
-            if "weights" in batch:  # masked LM: the chosen tokens only
+            if "weights" in batch:  # masked LM: the chosen tokens; a task: its targets
                 loss_sum = (losses * batch["weights"]).sum()
                 return loss_sum / jnp.maximum(batch["weights"].sum(), 1.0), loss_sum
             return losses.mean(), losses.sum()
@@ -198,8 +198,11 @@ class Trainer:
             metrics["scored"] = batch["weights"].sum()  # the loss's tokens; "tokens" all read
         return new_state, metrics
 
-    def local_batch(self, windows: data_lib.TrainWindows, step: int) -> dict[str, np.ndarray]:
-        """This process's rows of step ``step``'s batch: ``inputs``, ``targets`` and, with
+    def local_batch(
+        self, windows: data_lib.TrainWindows | tasks.TaskBatches, step: int
+    ) -> dict[str, np.ndarray]:
+        """This process's rows of step ``step``'s batch: ``inputs``, ``targets`` (for a task,
+        ``weights`` on its target tokens) and, with
         ``train.positions = "randomized"``, the step's ``positions`` (one draw per batch); for
         masked LM the windows corrupted (BERT's rule, drawn per global row) with ``weights`` on
         the chosen tokens, and the windows themselves as ``targets``."""
@@ -308,14 +311,18 @@ def train(
     source = open_source(config)
     check_source(config, source)
     t = config.train
-    windows = data_lib.TrainWindows(
-        source.split_stream("train"),
-        seq_len=t.seq_len,
-        global_batch=t.batch_size,
-        seed=config.seed,
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
-    )
+    shares = dict(process_index=jax.process_index(), process_count=jax.process_count())
+    task = tasks.task_of(config)
+    if task:  # generated examples, the loss on their targets
+        windows = tasks.TaskBatches(task, t.seq_len, t.batch_size, config.seed, **shares)
+    else:
+        windows = data_lib.TrainWindows(
+            source.split_stream("train"),
+            seq_len=t.seq_len,
+            global_batch=t.batch_size,
+            seed=config.seed,
+            **shares,
+        )
     is_main = jax.process_index() == 0
     # Created only now, so that a bad config or a missing data set leaves nothing behind.
     run.create()

@@ -12,6 +12,7 @@ SPEC_FORMS: tuple[str, ...] = (
     "pystdlib",
     "textdir:<path>",
     "tfds:<name>[/<config>][:<version>]",
+    "synthetic:<task>",
 )
 
 
@@ -22,7 +23,7 @@ def _parse(spec: str) -> tuple[str, str]:
     kind, sep, arg = spec.strip().partition(":")
     if kind == "pystdlib" and not sep:
         return kind, ""
-    if kind in ("textdir", "tfds") and sep and arg:
+    if kind in ("textdir", "tfds", "synthetic") and sep and arg:
         return kind, arg
     raise ValueError(
         f"{SOURCE_FIELD}={spec!r} is not a known data source; "
@@ -43,7 +44,8 @@ def get_source(
     to run otherwise.
 
     Args:
-      spec: "pystdlib", "textdir:<path>" or "tfds:<name>[/<config>][:<version>]".
+      spec: "pystdlib", "textdir:<path>", "tfds:<name>[/<config>][:<version>]" or
+        "synthetic:<task>" (:mod:`posenc.data.synthetic`).
       data_dir: data directory; None means `default_data_dir()`.
       text_field: for `tfds:` only, the text feature to read (default "text", or the data set's
         only text feature).
@@ -59,6 +61,10 @@ def get_source(
         from posenc.data.pystdlib import PyStdlibSource
 
         return PyStdlibSource(root, spec=spec)
+    if kind == "synthetic":  # an algorithmic task: generated, nothing to read or prepare
+        from posenc.data.task_source import TaskSource
+
+        return TaskSource(arg, spec=spec)
     if kind == "textdir":
         from posenc.data.textdir import TextdirSource
 

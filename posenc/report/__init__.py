@@ -45,6 +45,7 @@ from posenc.report.tables import (
     write_csv,
     write_runs_csv,
 )
+from posenc.report.tasks import TASK_METRICS, is_task_run, write_task_report
 from posenc.workdir import EVAL_FILE
 
 __all__ = [
@@ -101,7 +102,9 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
       sweep_dir: a directory written by ``posenc sweep`` (or any folder of work directories,
         or one work directory).
       metric: ``perplexity``, ``bits_per_byte``, ``loss`` or ``accuracy`` (masked-LM runs,
-        ``train.objective = "masked_lm"``: the share of masked tokens predicted).
+        ``train.objective = "masked_lm"``: the share of masked tokens predicted). Runs of
+        algorithmic tasks get :func:`posenc.report.tasks.write_task_report` instead, with
+        ``accuracy`` (the default for them), ``exact_match``, ``sequence_accuracy`` or ``loss``.
 
     Returns:
       The paths written (report.md first).
@@ -113,13 +116,15 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
-    if metric not in METRICS:
-        raise ValueError(f"--metric must be one of {list(METRICS)}, got {metric!r}")
+    if metric not in METRICS + TASK_METRICS:
+        raise ValueError(f"--metric must be one of {list(METRICS + TASK_METRICS)}, got {metric!r}")
     runs = find_runs(sweep_dir)
     if not runs:
         raise FileNotFoundError(
             f"no {EVAL_FILE} under {sweep_dir}; run `posenc sweep` (or `posenc train`) first"
         )
+    if any(is_task_run(r) for r in runs):  # algorithmic tasks: accuracy per input length
+        return write_task_report(sweep_dir, runs, "accuracy" if metric == "perplexity" else metric)
     if metric == "accuracy" and not any(r.eval.get("objective") == "masked_lm" for r in runs):
         raise ValueError(
             f"--metric accuracy: no masked-LM run (train.objective=masked_lm) under {sweep_dir}; "

@@ -12,12 +12,21 @@ from posenc.report.runs import Column, Run, cell, table_lengths
 from posenc.workdir import SWEEP_FILE, read_json
 
 DASH = "—"
-_DIGITS = {"perplexity": 2, "bits_per_byte": 4, "loss": 4, "accuracy": 4}
+_DIGITS = {
+    "perplexity": 2,
+    "bits_per_byte": 4,
+    "loss": 4,
+    "accuracy": 4,
+    "exact_match": 4,
+    "sequence_accuracy": 4,
+}
 METRIC_TEXT = {
     "perplexity": "perplexity (per token; tokens are bytes)",
     "bits_per_byte": "bits per byte",
     "loss": "loss (nats per token)",
     "accuracy": "masked-LM accuracy (share of the masked tokens predicted)",
+    "exact_match": "exact match of greedy generation (algorithmic tasks)",
+    "sequence_accuracy": "per-token accuracy averaged per example (algorithmic tasks)",
 }
 
 
@@ -79,7 +88,8 @@ def describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
         text = f"- Data: `{source}`"
         if d.get("content_sha256"):
             text += f", content sha256 `{d['content_sha256'][:16]}`"
-        text += f"; scored split `{d.get('split')}`"
+        if d.get("split"):  # an algorithmic task generates its examples: no split
+            text += f"; scored split `{d.get('split')}`"
         if split_info.get("tokens"):
             text += f" ({split_info['tokens']:,} tokens"
             if split_info.get("stream_sha256"):
@@ -125,7 +135,13 @@ def describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
         )
     mode = _common([e["mode"] for e in evals])
     tokens = [r["tokens"] for e in evals for r in e["results"] if "tokens" in r]
-    text = f"- Evaluation: {mode or 'mixed'} windows"
+    examples = sorted({r["examples"] for e in evals for r in e["results"] if "examples" in r})
+    if all(e.get("task") for e in evals):  # algorithmic tasks: examples, not windows
+        text = f"- Evaluation: {'/'.join(map(str, examples))} generated examples per input length"
+        text += " (drawn from a seed of their own, not training's)"
+        mode = tokens = split = None
+    else:
+        text = f"- Evaluation: {mode or 'mixed'} windows"
     if mode == "sliding":
         text += f" (stride {_common([e['stride'] for e in evals])})"
     if tokens:

@@ -157,6 +157,8 @@ ADDED_FIELDS = {
     "model.causal": True,
     "train.objective": "causal_lm",
     "model.performer_features": 256,
+    "eval.examples": 256,
+    "eval.generate": True,
 }
 
 

@@ -19,15 +19,20 @@ def test_public_api():
 
 
 @pytest.mark.parametrize(
-    "spec", ["", "wikitext", "synthetic:copy", "tfds:", "textdir:", "pystdlib:extra", "TFDS:pg19"]
+    "spec", ["", "wikitext", "synthetic:", "tfds:", "textdir:", "pystdlib:extra", "TFDS:pg19"]
 )
 def test_unknown_spec_names_the_field_and_the_allowed_forms(spec, tmp_path):
     with pytest.raises(ValueError) as err:
         get_source(spec, tmp_path)
     message = str(err.value)
     assert "data.source" in message
-    for form in ("pystdlib", "textdir:<path>", "tfds:<name>"):
+    for form in ("pystdlib", "textdir:<path>", "tfds:<name>", "synthetic:<task>"):
         assert form in message
+
+
+def test_an_unknown_task_lists_the_tasks(tmp_path):
+    with pytest.raises(ValueError, match=r"unknown task 'copyy'; tasks: even_pairs, .*copy"):
+        get_source("synthetic:copyy", tmp_path)
 
 
 def test_default_data_dir(monkeypatch):

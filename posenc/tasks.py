@@ -1,0 +1,309 @@
+"""Algorithmic tasks (``data.source = "synthetic:<task>"``): train on the targets, test longer.
+
+The length-generalisation protocol of Ruoss et al. 2023 (*Randomized Positional Encodings Boost
+Length Generalization of Transformers*, after Delétang et al. 2023) and of Kazemnejad et al. 2023
+(*The Impact of Positional Encoding on Length Generalization in Transformers*): a decoder-only
+model reads ``input SEP target`` and is trained on the target tokens only; the lengths of
+training are drawn from ``[1, train.seq_len]`` (Ruoss: 40, NoPE: 20); evaluation generates
+examples at each of ``eval.lengths`` (most beyond training) and reports
+
+- ``accuracy``: per-token accuracy on the target under teacher forcing (the arg max at each
+  target position, given the true prefix; Ruoss et al.'s metric), the share over all target
+  tokens of the length's examples;
+- ``sequence_accuracy``: the mean over examples of each example's per-token accuracy;
+- ``exact_match``: the share of examples whose target is reproduced exactly by **greedy
+  generation** from ``input SEP`` (Kazemnejad et al.'s metric), with the key/value cache of
+  :mod:`posenc.generate` (``eval.generate = False`` skips it);
+- ``loss``: mean cross entropy of the target tokens (nats), and its ``perplexity``.
+
+A length is the task's own (:mod:`posenc.data.synthetic`): the input length for Ruoss et al.'s
+tasks, Kazemnejad et al.'s unit for theirs (digits of an addition, terms of a polynomial, ...).
+Examples are pure functions of ``(task, length, seed, index)``;
+evaluation draws them from a seed stream of its own (:func:`eval_seed`), apart from training's.
+Positions: contiguous, or for a run trained with randomized positions, by default a sorted random
+subset of ``[0, train.max_position)`` per batch, as for text (``eval.positions``), the same for
+scoring and generating a batch.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from posenc.data import synthetic
+from posenc.data.task_source import PREFIX, task_name
+from posenc.model import Transformer, token_loss
+
+# Evaluation examples come from this offset of the run's seed, never used by training draws.
+_EVAL_SEED_OFFSET = 1_000_003
+
+
+def task_of(config: ml_collections.ConfigDict) -> str | None:
+    """The task of a run whose ``data.source`` is ``synthetic:<task>``, else None."""
+    return task_name(config.data.source)
+
+
+def eval_seed(seed: int) -> int:
+    """The seed evaluation examples are drawn with (apart from training's)."""
+    return seed + _EVAL_SEED_OFFSET
+
+
+def train_width(task: str, max_length: int) -> int:
+    """Tokens per training row (:func:`posenc.data.synthetic.train_width`): the widest
+    ``input SEP target`` of the training lengths."""
+    return synthetic.train_width(task, max_length)
+
+
+def check_config(config: ml_collections.ConfigDict) -> None:
+    """Checks a task run's config beyond :func:`posenc.config.validate`; raises a one-line
+    ``ValueError`` naming the field.
+
+    A task run is a causal LM (greedy generation needs one); ``train.seq_len`` is the longest
+    training length and every ``eval.lengths`` entry a length the task can produce; an encoder
+    with a position table must cover the longest row it is trained on, and randomized positions
+    must have a range that covers the longest row evaluated.
+    """
+    from posenc.config import eval_lengths, objective
+
+    task = task_of(config)
+    spec = f"data.source={config.data.source!r}"
+    if task not in synthetic.TASKS:
+        raise ValueError(f"{spec}: unknown task {task!r}; tasks: {', '.join(synthetic.TASKS)}")
+    if objective(config) != "causal_lm":
+        raise ValueError(
+            f"train.objective={objective(config)!r} does not apply to {spec}: a task is trained "
+            "on its target tokens as a causal LM; use train.objective=causal_lm"
+        )
+    if not config.model.get("causal", True):
+        raise ValueError(f"model.causal=False does not apply to {spec}: tasks need a causal LM")
+    try:  # training draws the lengths in [1, train.seq_len] the task can produce
+        synthetic.train_lengths(task, 1, config.train.seq_len)
+    except ValueError as e:
+        raise ValueError(f"train.seq_len={config.train.seq_len}: {e}") from None
+    for length in eval_lengths(config):
+        try:
+            synthetic.check_length(task, length)
+        except ValueError as e:
+            raise ValueError(f"eval.lengths: {e}") from None
+    from posenc.config import make_encoding
+
+    width = train_width(task, config.train.seq_len)
+    make_encoding(config).check_length(width)  # a learned table covers every training row
+    if "randomized" in (config.train.positions, config.eval.positions):
+        longest = max(
+            [width] + [synthetic.row_width(task, length) for length in eval_lengths(config)]
+        )
+        if config.train.max_position < longest:
+            raise ValueError(
+                f"train.max_position={config.train.max_position} is below {longest}, the tokens "
+                f"of the longest example (input, SEP and target) of {spec}; randomized "
+                f"positions draw that many distinct positions: use train.max_position >= {longest}"
+            )
+    examples = config.eval.get("examples", 256)
+    if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
+        raise ValueError(f"eval.examples must be an integer >= 1, got {examples!r}")
+
+
+class TaskBatches:
+    """Training batches of a task, deterministic in ``(seed, step)``, row by row of the global
+    batch (so each process builds only its rows), in the interface of
+    :class:`posenc.data.TrainWindows`.
+
+    Args:
+      task: a task name (:data:`posenc.data.synthetic.TASKS`).
+      max_length: the longest training input (``train.seq_len``); lengths are drawn from
+        ``[1, max_length]`` as :func:`posenc.data.synthetic.train_batch` documents.
+      global_batch: examples per step over all processes.
+      seed: the run's seed.
+      process_index, process_count: this process's share of the global batch.
+    """
+
+    def __init__(
+        self,
+        task: str,
+        max_length: int,
+        global_batch: int,
+        seed: int,
+        process_index: int = 0,
+        process_count: int = 1,
+    ):
+        self.task = task
+        self.max_length = max_length
+        self.global_batch = global_batch
+        self.seed = seed
+        self.process_index = process_index
+        self.local_batch = global_batch // process_count
+        self.width = train_width(task, max_length)
+
+    def batch(self, step: int) -> dict[str, np.ndarray]:
+        """This process's rows of step ``step``: ``inputs``, ``targets`` int32 and ``weights``
+        float32 (1 on the target tokens) ``[b, width]``."""
+        lo = self.process_index * self.local_batch
+        rows = range(lo, lo + self.local_batch)
+        batch = synthetic.train_batch(
+            self.task, self.global_batch, self.max_length, self.seed, step, rows=rows
+        )
+        return {k: batch[k] for k in ("inputs", "targets", "weights")}
+
+
+class TaskScorer:
+    """Scores a model on task examples: teacher-forced accuracy and loss, and greedy exact
+    match, one compilation per evaluation length."""
+
+    def __init__(self, model: Transformer):
+        self.model = model
+        self.graphdef, self.state = nnx.split(model)
+        self._score = jax.jit(self._score_batch)
+
+    def _score_batch(self, state, inputs, targets, weights, positions):
+        model = nnx.merge(self.graphdef, state)
+        logits = model(inputs, positions)
+        losses = token_loss(logits, targets)  # [B, W]
+        correct = (logits.argmax(-1) == targets).astype(jnp.float32) * weights
+        return (losses * weights).sum(-1), correct.sum(-1), weights.sum(-1)  # [B] each
+
+    def score(self, batch: dict[str, np.ndarray], positions: np.ndarray | None):
+        """Per example ``(loss sum, correct, target tokens)`` float64 ``[B]``."""
+        out = self._score(
+            self.state, batch["inputs"], batch["targets"], batch["weights"], positions
+        )
+        return tuple(np.asarray(x, np.float64) for x in jax.device_get(out))
+
+    def exact_match(
+        self, batch: dict[str, np.ndarray], num_new: int, positions: np.ndarray | None
+    ) -> np.ndarray:
+        """Per example, whether greedy generation of ``num_new`` tokens from ``input SEP``
+        reproduces the target (bool ``[B]``). Rows are generated in groups of one prompt length
+        (a task whose inputs vary in length at one task length), each group padded to the batch
+        with copies of its first row, so every call has the batch's shape."""
+        from posenc.generate import greedy_generate, greedy_generate_reference
+
+        rows = len(batch["prompt_len"])
+        ok = np.zeros(rows, bool)
+        for prompt in np.unique(batch["prompt_len"]):
+            group = np.flatnonzero(batch["prompt_len"] == prompt)
+            take = np.concatenate([group, np.full(rows - len(group), group[0])])
+            prompts = jnp.asarray(batch["inputs"][take, :prompt])
+            pos = None if positions is None else positions[take, : prompt + num_new]
+            try:
+                generated = greedy_generate(self.model, prompts, num_new, positions=pos)
+            except ValueError:  # a model the cache cannot serve: the same tokens, recomputed
+                generated = greedy_generate_reference(self.model, prompts, num_new, positions=pos)
+            generated = np.asarray(generated)
+            for row, tokens in zip(group, generated, strict=False):
+                n = int(batch["target_len"][row])
+                # targets[prompt - 1 + i] is the target's i-th symbol (inputs shifted by one).
+                want = batch["targets"][row, prompt - 1 : prompt - 1 + n]
+                ok[row] = np.array_equal(tokens[:n], want)
+        return ok
+
+
+def evaluate_task(
+    model: Transformer,
+    task: str,
+    lengths: Sequence[int],
+    *,
+    examples: int,
+    seed: int,
+    batch_size: int = 64,
+    generate: bool = True,
+    positions: Any = None,
+    progress: bool = False,
+) -> list[dict[str, Any]]:
+    """Scores ``model`` on ``examples`` fresh examples of ``task`` at each input length.
+
+    Args:
+      model: a trained causal model.
+      task: the task (:data:`posenc.data.synthetic.TASKS`).
+      lengths: input lengths.
+      examples: examples per length.
+      seed: the run's seed (examples are drawn with :func:`eval_seed` of it).
+      batch_size: examples per compiled batch.
+      generate: also score greedy generation (exact match).
+      positions: randomized positions (:class:`posenc.evaluate.Positions`, one draw per
+        batch); None: ``0 .. W - 1``.
+      progress: print one line per length.
+
+    Returns:
+      One dict per length (see the module docstring); a length the encoder cannot represent
+      (a learned table too short) gets ``{"length": L, "error": message}``.
+    """
+    scorer = TaskScorer(model)
+    results = []
+    for length in lengths:
+        num_new = synthetic.max_target_length(task, length)
+        width = synthetic.row_width(task, length)  # input SEP target
+        try:
+            model.encoding.check_length(positions.max_position if positions else width)
+        except ValueError as e:
+            results.append({"length": int(length), "error": str(e)})
+            continue
+        start = time.perf_counter()
+        loss = correct = tokens = 0.0
+        per_example, matches = [], []
+        for number, lo in enumerate(range(0, examples, batch_size)):
+            n = min(batch_size, examples - lo)
+            batch = _eval_rows(task, length, lo, n, batch_size, eval_seed(seed), width)
+            # One draw per batch, the same for scoring and for generating (a token keeps its
+            # position); the prompt and the generated tokens fit the width.
+            pos = None if positions is None else positions.draw(number, batch_size, width)
+            loss_b, correct_b, tokens_b = scorer.score(batch, pos)
+            loss += loss_b[:n].sum()
+            correct += correct_b[:n].sum()
+            tokens += tokens_b[:n].sum()
+            per_example += list(correct_b[:n] / np.maximum(tokens_b[:n], 1))
+            if generate:
+                matches += list(scorer.exact_match(batch, num_new, pos)[:n])
+        result = {
+            "length": int(length),
+            "examples": int(examples),
+            "tokens": int(tokens),  # target tokens scored
+            "loss": float(loss / max(tokens, 1)),
+            "perplexity": perplexity(float(loss / max(tokens, 1))),  # of the target tokens
+            "accuracy": float(correct / max(tokens, 1)),
+            "sequence_accuracy": float(np.mean(per_example)),
+            "exact_match": float(np.mean(matches)) if generate else None,
+            "seconds": time.perf_counter() - start,
+        }
+        results.append(result)
+        if progress and jax.process_index() == 0:
+            em = "" if not generate else f"  exact match {result['exact_match']:.4f}"
+            print(
+                f"  length {length:>5}: accuracy {result['accuracy']:.4f}{em}  "
+                f"({examples} examples, {result['seconds']:.1f}s)",
+                flush=True,
+            )
+    return results
+
+
+def perplexity(loss: float) -> float:
+    """``exp(loss)``, ``inf`` where that overflows."""
+    return math.exp(loss) if loss < 709 else math.inf
+
+
+def _eval_rows(task, length, lo, n, batch_size, seed, width) -> dict[str, np.ndarray]:
+    """Examples ``lo .. lo + n - 1`` of one length, padded with copies of the first to
+    ``batch_size`` rows (one compiled shape; the padding rows are not counted)."""
+    pairs = [synthetic.example(task, length, seed, lo + i) for i in range(n)]
+    pairs += [pairs[0]] * (batch_size - n)
+    return synthetic.encode(pairs, width)
+
+
+__all__ = [
+    "PREFIX",
+    "TaskBatches",
+    "TaskScorer",
+    "check_config",
+    "eval_seed",
+    "evaluate_task",
+    "task_of",
+    "train_width",
+]
