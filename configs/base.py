@@ -55,6 +55,11 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # Random features per head of "linear_performer" (FAVOR+'s m): 256, the Performer code's
     # default (about Dh log Dh for Dh = 64); drawn once per layer from a fixed seed.
     config.model.performer_features = 256
+    # Transformer-XL segment recurrence (Dai et al. 2019, Sec. 3.2): each layer also attends to
+    # the states of the last mem_len tokens before the segment (gradient stopped); training then
+    # reads consecutive segments of each batch row, and evaluation carries the memory across
+    # windows. 0: no memory (random windows, as before).
+    config.model.mem_len = 0
 
     config.encoding = ml_collections.ConfigDict()
     # Registered encoder name: any of posenc.encodings.names() (alibi, learned, nope, rope, shaw,

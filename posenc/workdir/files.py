@@ -157,6 +157,7 @@ ADDED_FIELDS = {
     "model.causal": True,
     "train.objective": "causal_lm",
     "model.performer_features": 256,
+    "model.mem_len": 0,
 }
 
 
