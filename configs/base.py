@@ -139,6 +139,10 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # Positions of evaluation windows: "as_trained" (randomized if train.positions is, as in
     # Ruoss et al.'s evaluation), "contiguous" or "randomized".
     config.eval.positions = "as_trained"
+    # Transformer-XL memory carried from window to window (the states of the last mem_len tokens
+    # per layer; each window then scores its tokens with up to mem_len tokens before it); None:
+    # model.mem_len, 0: none. The paper evaluates with a longer memory than it trains with.
+    config.eval.mem_len = ml_collections.config_dict.placeholder(int)
 
     config.distributed = ml_collections.ConfigDict()
     # Call jax.distributed.initialize() before training (several hosts / processes).

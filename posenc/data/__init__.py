@@ -13,7 +13,7 @@ Nothing downloads at run time; `prepare(spec)` is the explicit preparation step.
 """
 
 from posenc.data.base import DataNotFoundError, Source, default_data_dir
-from posenc.data.batching import EvalWindows, TrainWindows, eval_windows
+from posenc.data.batching import EvalWindows, StreamSegments, TrainWindows, eval_windows
 from posenc.data.masking import MASK_ID, OBJECTIVES, MaskedLM
 from posenc.data.positions import MODES as POSITION_MODES
 from posenc.data.positions import batch_positions, random_positions
@@ -33,6 +33,7 @@ __all__ = [
     "MaskedLM",
     "POSITION_MODES",
     "Source",
+    "StreamSegments",
     "TrainWindows",
     "batch_positions",
     "default_data_dir",

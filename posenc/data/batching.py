@@ -4,6 +4,10 @@ Training: the start of every window is a pure function of (seed, step, row of th
 batch), so resuming needs only the step, and N processes together see exactly the batch one
 process would.
 
+Training with Transformer-XL memory (``model.mem_len > 0``): :class:`StreamSegments`, where each
+row of the batch reads consecutive segments of its own part of the stream, so the memory a row
+carries from one step to the next holds the tokens just before its segment.
+
 Evaluation: windows of one length tile the stream so that each target token is scored exactly
 once (non-overlapping, as in the ALiBi paper), or slide by a stride with only the last `stride`
 targets of each window scored (the first window scores all of its targets).
@@ -103,6 +107,85 @@ class TrainWindows:
         lo = self.process_index * self.local_batch
         starts = self.global_starts(step)[lo : lo + self.local_batch]
         rows = _gather(self.stream, starts, self.seq_len + 1)  # [b, seq_len + 1]
+        return {"inputs": rows[:, :-1], "targets": rows[:, 1:]}
+
+
+class StreamSegments:
+    """Consecutive training segments per batch row, for Transformer-XL memory (Dai et al. 2019).
+
+    As in the paper's data order, the stream is cut into ``global_batch`` equal parts, one per
+    row of the global batch; step ``s`` gives row ``r`` the ``(s mod n)``-th segment of part ``r``,
+    where ``n`` is the number of whole segments in a part (one more token is needed for the
+    last target). After ``n`` steps every row starts its part again and the memory is emptied.
+    The parts start at a seed-dependent rotation of the stream (the stream read cyclically), so
+    a batch is a pure function of (seed, step): resuming needs only the step, and N processes
+    together see exactly the batch one process would.
+
+    Args:
+      stream: uint16 token stream `[N]` (an array or a memory map).
+      seq_len: tokens per segment (``train.seq_len``).
+      global_batch: rows per step over all processes.
+      seed: non-negative integer seed.
+      process_index: this process's index in [0, process_count).
+      process_count: number of processes sharing the global batch.
+    """
+
+    def __init__(
+        self,
+        stream: np.ndarray,
+        seq_len: int,
+        global_batch: int,
+        seed: int,
+        process_index: int = 0,
+        process_count: int = 1,
+    ):
+        if seq_len < 1:
+            raise ValueError(f"{_SEQ_LEN_FIELD} must be positive, got {seq_len}")
+        if global_batch < 1 or process_count < 1 or global_batch % process_count:
+            raise ValueError(
+                f"global batch {global_batch} must be a positive multiple of the process count "
+                f"{process_count}"
+            )
+        if not 0 <= process_index < process_count:
+            raise ValueError(f"process_index {process_index} not in [0, {process_count})")
+        if seed < 0:
+            raise ValueError(f"seed must be non-negative, got {seed}")
+        part = len(stream) // global_batch
+        if part < seq_len + 1:
+            raise ValueError(
+                f"{_SEQ_LEN_FIELD}={seq_len} with train.batch_size={global_batch} and "
+                "model.mem_len > 0 needs batch_size * (seq_len + 1) tokens (one part of the stream "
+                f"per row), but the {SOURCE_FIELD} training stream has {len(stream)}"
+            )
+        self.stream = stream
+        self.seq_len = seq_len
+        self.global_batch = global_batch
+        self.seed = seed
+        self.process_index = process_index
+        self.process_count = process_count
+        self.local_batch = global_batch // process_count
+        self.segments_per_row = (part - 1) // seq_len
+        offset = int(np.random.default_rng([seed, len(stream)]).integers(0, len(stream)))
+        self.row_starts = offset + np.arange(global_batch, dtype=np.int64) * part  # [global_batch]
+
+    def segment(self, step: int) -> int:
+        """The index of step ``step``'s segment within each row's part."""
+        if step < 0:
+            raise ValueError(f"step must be non-negative, got {step}")
+        return step % self.segments_per_row
+
+    def memory_tokens(self, step: int, mem_len: int) -> int:
+        """Tokens of memory the rows carry into step ``step``: those read since the part began
+        (none at its first segment), at most ``mem_len``."""
+        return min(mem_len, self.segment(step) * self.seq_len)
+
+    def batch(self, step: int) -> dict[str, np.ndarray]:
+        """This process's rows of step ``step``: ``{"inputs", "targets"}``, int32
+        `[global_batch // process_count, seq_len]`, targets shifted by one token."""
+        lo = self.process_index * self.local_batch
+        starts = self.row_starts[lo : lo + self.local_batch] + self.segment(step) * self.seq_len
+        index = starts[:, None] + np.arange(self.seq_len + 1, dtype=np.int64)[None, :]
+        rows = np.asarray(self.stream[index % len(self.stream)], dtype=np.int32)
         return {"inputs": rows[:, :-1], "targets": rows[:, 1:]}
 
 

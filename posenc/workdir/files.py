@@ -158,6 +158,7 @@ ADDED_FIELDS = {
     "train.objective": "causal_lm",
     "model.performer_features": 256,
     "model.mem_len": 0,
+    "eval.mem_len": None,
 }
 
 
