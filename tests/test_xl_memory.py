@@ -19,6 +19,7 @@ from flax import nnx
 from posenc import data as data_lib
 from posenc import encodings
 from posenc.config import validate
+from posenc.evaluate import evaluate, evaluate_workdir
 from posenc.metrics import read_metrics
 from posenc.model import ModelConfig, Transformer, token_loss
 from posenc.train import Trainer, train
@@ -186,6 +187,8 @@ def test_resume_with_memory_is_exact(data_dir, tmp_path):
     helpers.assert_same_leaves(helpers.param_leaves(full.model), helpers.param_leaves(second.model))
     full_lines = helpers.strip_timing(read_metrics(str(tmp_path / "full")))
     assert helpers.strip_timing(read_metrics(cut)) == full_lines
+    report = evaluate_workdir(cut, progress=False)
+    assert report["mem_len"] == 24 and all(r["mem_len"] == 24 for r in report["results"])
     # The memory matters: the same run without it trains differently.
     plain = train(helpers.tiny_config(data_dir, "train.steps=6"), str(tmp_path / "plain"))
     assert helpers.strip_timing(plain.history) != full_lines
@@ -205,3 +208,27 @@ def test_memory_config_errors_name_the_field(data_dir, override, match):
     with pytest.raises(ValueError, match=match) as error:
         validate(config)
     assert "\n" not in str(error.value)
+
+
+# --- evaluation with memory ---------------------------------------------------------------------
+
+
+def test_evaluation_with_memory_equals_one_pass_with_the_past_as_context():
+    """One row, memory longer than the stream: window k is scored with windows 0..k-1 as its
+    memory, which (see the module docstring) is one pass over the whole stream."""
+    model = _model("xl", mem_len=0)
+    stream = np.asarray(_tokens(batch=1, length=3 * T + 1)[0], np.uint16)
+    [result] = evaluate(model, stream, [T], batch_tokens=T, mem_len=3 * T)
+    assert (result["rows"], result["windows"], result["tokens"]) == (1, 3, 3 * T)
+    logits = model(jnp.asarray(stream[None, :-1], jnp.int32))  # [1, 3T, V]
+    losses = helpers.cross_entropy(logits, stream[None, 1:])[0].reshape(3, T)  # [window, pos]
+    np.testing.assert_allclose(result["loss"], losses.mean(), rtol=1e-5)
+    np.testing.assert_allclose(result["loss_by_position"], losses.mean(0), rtol=1e-4, atol=1e-5)
+    # A shorter memory sees less: the same tokens score differently.
+    [short] = evaluate(model, stream, [T], batch_tokens=T, mem_len=1)
+    assert abs(short["loss"] - result["loss"]) > 1e-4
+    # Several rows: each part of the stream is scored on its own, every target once.
+    stream = np.asarray(_tokens(batch=1, length=40)[0], np.uint16)
+    [rows] = evaluate(model, stream, [T], batch_tokens=3 * T, mem_len=T)
+    assert (rows["rows"], rows["windows"], rows["tokens"]) == (3, 9, 36)
+    assert rows["dropped_tokens"] == 39 - 36

@@ -286,6 +286,84 @@ class EvalWindows:
             yield batch
 
 
+@dataclasses.dataclass(frozen=True, eq=False)
+class MemorySegments:
+    """Evaluation over a stream with Transformer-XL memory: ``rows`` parallel parts of the
+    stream, each read as ``segments`` consecutive windows of ``length`` (every target of every
+    window scored once); row ``r``'s window ``k`` covers inputs
+    ``stream[r * part + k * length : ... + length]`` and the targets one token later. A model
+    scores the windows of a row in order, carrying its memory from one to the next (the first
+    window of a row has none).
+
+    Attributes:
+      stream: the token stream `[N]`.
+      length: window (segment) length L.
+      rows: parallel parts of the stream (rows of the batch that hold data).
+      part: tokens per part.
+      segments: windows per row.
+      scored_tokens: ``rows * segments * length``.
+      dropped_tokens: predictable tokens (stream positions 1..N-1) not scored.
+    """
+
+    stream: np.ndarray = dataclasses.field(repr=False)
+    length: int
+    rows: int
+    part: int
+    segments: int
+    scored_tokens: int
+    dropped_tokens: int
+
+    def iter_batches(
+        self, batch_size: int, process_index: int = 0, process_count: int = 1
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """Yields window ``k`` of every row, ``k = 0 .. segments - 1``, as
+        ``{"inputs", "targets": int32 [b, L], "mask": float32 [b, L]}`` with
+        ``b = batch_size // process_count`` this process's rows; rows past ``self.rows`` pad
+        the batch (token 0, mask 0)."""
+        if batch_size < self.rows or batch_size % process_count:
+            raise ValueError(
+                f"memory evaluation batch {batch_size} must be >= {self.rows} rows and a multiple "
+                f"of the process count {process_count}"
+            )
+        local = batch_size // process_count
+        ids = process_index * local + np.arange(local)
+        real = ids < self.rows
+        starts = np.where(real, ids, 0) * self.part
+        for k in range(self.segments):
+            inputs = _gather(self.stream, starts + k * self.length, self.length)
+            targets = _gather(self.stream, starts + k * self.length + 1, self.length)
+            mask = np.repeat(real[:, None], self.length, axis=1).astype(np.float32)
+            inputs[~real] = 0
+            targets[~real] = 0
+            yield {"inputs": inputs, "targets": targets, "mask": mask}
+
+
+def memory_segments(
+    stream: np.ndarray, length: int, rows: int, max_tokens: int = 0
+) -> MemorySegments:
+    """Cuts a stream into ``rows`` parts read as consecutive windows of ``length``.
+
+    Args:
+      stream: token stream `[N]`.
+      length: window length L (one entry of `eval.lengths`).
+      rows: parts wanted; fewer when the stream cannot give each a whole window.
+      max_tokens: score at most about this many tokens (at least one window per row); 0: all.
+    """
+    predictable = len(stream) - 1
+    if length < 1 or predictable < length:
+        raise ValueError(
+            f"{_EVAL_FIELD}: length {length} needs {length + 1} tokens for one window, but the "
+            f"evaluation stream has only {len(stream)} tokens"
+        )
+    rows = max(1, min(rows, predictable // length))
+    part = predictable // rows
+    segments = part // length
+    if max_tokens:
+        segments = max(1, min(segments, max_tokens // (rows * length)))
+    scored = rows * segments * length
+    return MemorySegments(stream, length, rows, part, segments, scored, predictable - scored)
+
+
 def eval_windows(
     stream: np.ndarray,
     length: int,
