@@ -150,13 +150,17 @@ def context_losses(
             pad = rows - len(chunk)  # fixed shapes: one compilation per context
             index = np.concatenate([chunk, np.full(pad, chunk[-1])])
             windows = np.asarray(stream[index[:, None] + np.arange(-c, 1)], np.int32)  # [b, c+1]
-            losses = _last_losses(graphdef, state, jnp.asarray(windows), segment_len)
+            losses = _last_losses(graphdef, state, jnp.asarray(windows), segment_len, max(contexts))
             out[i, first : first + len(chunk)] = np.asarray(losses, np.float64)[: len(chunk)]
     return out
 
 
-def _last_losses(graphdef, state, windows: jax.Array, segment_len: int | None) -> jax.Array:
-    """The loss of each row's last token given the rest: ``[b, c + 1]`` -> ``[b]``."""
+def _last_losses(
+    graphdef, state, windows: jax.Array, segment_len: int | None, mem_len: int
+) -> jax.Array:
+    """The loss of each row's last token given the rest: ``[b, c + 1]`` -> ``[b]``; with
+    ``segment_len``, read in segments with a memory of up to ``mem_len >= c`` tokens (one
+    value for every context, so that contexts share compilations)."""
     inputs, target = windows[:, :-1], windows[:, -1]
     c = inputs.shape[1]
     if segment_len is None:
@@ -166,7 +170,7 @@ def _last_losses(graphdef, state, windows: jax.Array, segment_len: int | None) -
     memory = nnx.merge(graphdef, state).empty_memory(inputs.shape[0])
     start = 0
     for end in range(first, c + 1, segment_len):
-        logits, memory = _forward_memory(graphdef, state, inputs[:, start:end], memory, c)
+        logits, memory = _forward_memory(graphdef, state, inputs[:, start:end], memory, mem_len)
         start = end
     return token_loss(logits[:, -1:], target[:, None])[:, 0]
 

@@ -85,13 +85,12 @@ def test_context_losses_score_each_target_with_exactly_c_tokens():
     targets = [12, 20, 39]
     got = context_losses(model, stream, targets, [3, 10], batch_tokens=20)
     for i, c in enumerate([3, 10]):
-        for j, t in enumerate(targets):
-            logits = np.asarray(model(np.asarray(stream[None, t - c : t], np.int32))[0, -1])
-            logits = logits.astype(np.float64)
-            expected = (
-                np.log(np.exp(logits - logits.max()).sum()) + logits.max() - logits[stream[t]]
-            )
-            np.testing.assert_allclose(got[i, j], expected, rtol=1e-5)
+        windows = np.stack([stream[t - c : t] for t in targets]).astype(np.int32)  # [3, c]
+        logits = np.asarray(model(windows)[:, -1], np.float64)  # [3, V]
+        top = logits.max(-1)
+        expected = np.log(np.exp(logits - top[:, None]).sum(-1)) + top
+        expected -= logits[np.arange(3), stream[targets]]
+        np.testing.assert_allclose(got[i], expected, rtol=1e-5)
     # Read as segments of 4 with memory holding all of the context: the same numbers (the memory
     # equivalence), although no pass sees more than 4 queries.
     segmented = context_losses(model, stream, targets, [3, 10], segment_len=4, batch_tokens=20)
