@@ -120,6 +120,11 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # replaced by a mask token, 10 % by a random one, 10 % kept; loss on the chosen ones).
     # Masked LM needs model.causal=False and model.vocab_size >= 258 (the mask token is 257).
     config.train.objective = "causal_lm"
+    # Order of the training windows: "random" (each window anywhere in the stream, a function of
+    # seed and step), "consecutive" (each batch row reads consecutive segments of its own part
+    # of the stream, as Transformer-XL trains) or "auto" (consecutive with model.mem_len > 0,
+    # else random). Memory needs consecutive segments.
+    config.train.order = "auto"
 
     config.eval = ml_collections.ConfigDict()
     # Evaluation window lengths in tokens; empty: eval.multiples x train.seq_len.

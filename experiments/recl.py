@@ -8,7 +8,11 @@ rows do (its Table 9 ablations):
   training length);
 - ``shaw_memory``: the same model with Shaw et al.'s relative encoding, recurrence kept;
 - ``xl_no_memory``: Transformer-XL's encoding without recurrence;
-- ``vanilla``: absolute sinusoids, no memory (the paper's vanilla Transformer).
+- ``vanilla``: absolute sinusoids, no memory, and a fixed context: it reads at most its training
+  length (the paper's vanilla Transformer, Al-Rfou et al. 2018).
+
+All four read the training data in the same order (consecutive segments per batch row,
+``train.order=consecutive``), so that they differ only in encoding and memory.
 
 Each run is evaluated as usual (``eval.json`` at 1-16x the training length, with memory where the
 run has it; ``report.md`` puts them side by side). Then every run scores the same validation
@@ -72,7 +76,7 @@ VARIANTS = {
         "start": 16,
         "delta": 16,
         "contexts": 12,  # 16 .. 192
-        "targets": 256,
+        "targets": 512,
         "batch_tokens": 16_384,
     },
     "gpu": {
@@ -97,7 +101,10 @@ VARIANTS = {
 
 def _config(variant: dict, encoding: str, memory: bool, extra: list[str]):
     config = load_config(f"{CONFIG}:{variant['config']}")
-    overrides = [*variant["overrides"], f"encoding.name={encoding}", *extra]
+    # Every run reads the training data in the same order (consecutive segments per row, as
+    # Transformer-XL trains), so that the runs differ only in encoding and memory.
+    order = "train.order=consecutive"
+    overrides = [*variant["overrides"], order, f"encoding.name={encoding}", *extra]
     config = apply_overrides(config, overrides)
     mem_len = config.train.seq_len if memory else 0
     return apply_overrides(config, [f"model.mem_len={mem_len}"])
@@ -152,12 +159,15 @@ def main(argv: list[str] | None = None) -> int:
     for name, config in configs.items():
         model = load_model(os.path.join(workdir, name))
         segment = config.train.seq_len if config.model.mem_len else None
+        # The paper's vanilla Transformer has a fixed context, its training length.
+        fixed = config.train.seq_len if name == "vanilla" else None
         losses[name] = context_losses(
             model,
             stream,
             targets,
             contexts,
             segment_len=segment,
+            max_context=fixed,
             batch_tokens=variant["batch_tokens"],
         )
     timings["context_losses"] = round(time.perf_counter() - start, 1)

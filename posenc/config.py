@@ -318,12 +318,28 @@ def eval_mem_len(config: ml_collections.ConfigDict) -> int:
     return config.model.get("mem_len", 0) if value is None else value
 
 
+TRAIN_ORDERS = ("auto", "random", "consecutive")
+
+
+def consecutive_segments(config: ml_collections.ConfigDict) -> bool:
+    """Whether training reads consecutive segments per batch row (``train.order``; ``auto``:
+    with Transformer-XL memory) rather than random windows."""
+    order = config.train.get("order", "auto")
+    return order == "consecutive" or (order == "auto" and config.model.get("mem_len", 0) > 0)
+
+
 def _validate_memory(config: ml_collections.ConfigDict) -> None:
     """``model.mem_len`` and ``eval.mem_len`` with what Transformer-XL memory cannot combine with:
     a bidirectional model, randomized positions, linear attention, sliding evaluation."""
     m = config.model
     mem_len = m.get("mem_len", 0)
     _require_int("model.mem_len", mem_len, 0)
+    _require_choice("train.order", config.train.get("order", "auto"), TRAIN_ORDERS)
+    if mem_len and config.train.get("order") == "random":
+        raise ValueError(
+            f"train.order='random' with model.mem_len={mem_len}: the memory would hold the states "
+            "of an unrelated window; use train.order=auto or consecutive"
+        )
     if config.eval.get("mem_len") is not None:
         _require_int("eval.mem_len", config.eval.mem_len, 0)
     if not mem_len and not eval_mem_len(config):

@@ -116,6 +116,7 @@ def context_losses(
     contexts: Sequence[int],
     *,
     segment_len: int | None = None,
+    max_context: int | None = None,
     batch_tokens: int = 32_768,
 ) -> np.ndarray:
     """``l(c, t)``: the loss of the token at ``stream[t]`` given exactly the ``c`` tokens
@@ -130,6 +131,9 @@ def context_losses(
         the ``c`` tokens are read as consecutive segments of this length (the first one shorter
         when ``segment_len`` does not divide ``c``), each with the memory of all the tokens
         before it in the context.
+      max_context: a model with a fixed context (the paper's vanilla Transformer reads its
+        training length and no more): contexts beyond it are scored with ``max_context``
+        tokens. None: every context as asked.
       batch_tokens: input tokens per batch (targets per batch: ``batch_tokens // c``).
 
     Returns:
@@ -144,6 +148,7 @@ def context_losses(
     graphdef, state = nnx.split(model)
     out = np.zeros((len(contexts), len(targets)), np.float64)
     for i, c in enumerate(contexts):
+        c = c if max_context is None else min(c, max_context)
         rows = max(1, batch_tokens // c)
         for first in range(0, len(targets), rows):
             chunk = targets[first : first + rows]

@@ -41,7 +41,14 @@ from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
 from posenc import distributed
-from posenc.config import build_model, check_source, masked_lm, open_source, validate
+from posenc.config import (
+    build_model,
+    check_source,
+    consecutive_segments,
+    masked_lm,
+    open_source,
+    validate,
+)
 from posenc.distributed import abstract_on, make_mesh
 from posenc.metrics import MetricsWriter, drop_metrics_after, progress_bar
 from posenc.model import EncoderParam, Transformer, token_loss
@@ -221,9 +228,10 @@ class Trainer:
 
     def windows(self, stream: np.ndarray) -> data_lib.TrainWindows | data_lib.StreamSegments:
         """The run's training batches over ``stream``: random windows, or consecutive segments
-        per row with memory."""
+        per row (with memory, or ``train.order = "consecutive"``)."""
         t = self.config.train
-        cls = data_lib.StreamSegments if self.mem_len else data_lib.TrainWindows
+        consecutive = consecutive_segments(self.config)
+        cls = data_lib.StreamSegments if consecutive else data_lib.TrainWindows
         return cls(
             stream,
             seq_len=t.seq_len,

@@ -95,5 +95,8 @@ def test_context_losses_score_each_target_with_exactly_c_tokens():
     # equivalence), although no pass sees more than 4 queries.
     segmented = context_losses(model, stream, targets, [3, 10], segment_len=4, batch_tokens=20)
     np.testing.assert_allclose(segmented, got, rtol=2e-5)
+    # A fixed-context model scores longer contexts with its own.
+    capped = context_losses(model, stream, targets, [3, 10], max_context=3, batch_tokens=20)
+    np.testing.assert_allclose(capped[1], got[0], rtol=1e-6)
     with pytest.raises(ValueError, match="targets must be"):
         context_losses(model, stream, [5], [10])

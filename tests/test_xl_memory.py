@@ -171,6 +171,16 @@ def test_a_training_step_carries_the_layer_inputs_of_the_previous_segment(data_d
     np.testing.assert_array_equal(windows.batch(1)["inputs"][:, 0], batch0["targets"][:, -1])
 
 
+def test_train_order_chooses_the_windows(data_dir):
+    stream = helpers.stream(data_dir, "train")
+    for overrides, cls in [
+        ((), data_lib.TrainWindows),
+        (("train.order=consecutive",), data_lib.StreamSegments),
+        (("model.mem_len=8",), data_lib.StreamSegments),
+    ]:
+        assert type(Trainer(helpers.tiny_config(data_dir, *overrides)).windows(stream)) is cls
+
+
 @pytest.mark.slow
 def test_resume_with_memory_is_exact(data_dir, tmp_path):
     """Interrupted while the memory is still filling (step 1 of mem_len = 1.5 segments) and
@@ -201,6 +211,8 @@ def test_resume_with_memory_is_exact(data_dir, tmp_path):
         ("eval.mem_len=-2", r"^eval\.mem_len must be an integer >= 0"),
         ("train.positions=randomized", r"^model\.mem_len > 0 .* train\.positions='randomized'"),
         ("model.attention_impl=linear", r"^model\.mem_len > 0 .* model\.attention_impl='linear'"),
+        ("train.order=random", r"^train\.order='random' with model\.mem_len=16"),
+        ("train.order=shuffled", r"^train\.order must be one of"),
     ],
 )
 def test_memory_config_errors_name_the_field(data_dir, override, match):

@@ -153,9 +153,10 @@ class StreamSegments:
         part = len(stream) // global_batch
         if part < seq_len + 1:
             raise ValueError(
-                f"{_SEQ_LEN_FIELD}={seq_len} with train.batch_size={global_batch} and "
-                "model.mem_len > 0 needs batch_size * (seq_len + 1) tokens (one part of the stream "
-                f"per row), but the {SOURCE_FIELD} training stream has {len(stream)}"
+                f"{_SEQ_LEN_FIELD}={seq_len} with train.batch_size={global_batch}: consecutive "
+                "segments (model.mem_len > 0 or train.order) need batch_size * (seq_len + 1) "
+                f"tokens, one part of the stream per row, but the {SOURCE_FIELD} training stream "
+                f"has {len(stream)}"
             )
         self.stream = stream
         self.seq_len = seq_len

@@ -159,6 +159,7 @@ ADDED_FIELDS = {
     "model.performer_features": 256,
     "model.mem_len": 0,
     "eval.mem_len": None,
+    "train.order": "auto",
 }
 
 
