@@ -131,7 +131,9 @@ class Trainer:
         self.graphdef, _, self.rest = nnx.split(abstract, nnx.Param, ...)
         # CAPE-like encoders draw a position augmentation from the step's key, even without dropout.
         self.augments = "augment_positions" in abstract.encoding.hooks
-        self._step = jax.jit(self._train_step, donate_argnums=(0,), static_argnums=(2,))
+        # With memory, the count of real memory states is static (one compilation per count).
+        static = dict(static_argnums=(2,)) if self.mem_len else {}
+        self._step = jax.jit(self._train_step, donate_argnums=(0,), **static)
 
     def init_state(self, params: Any | None = None) -> dict[str, Any]:
         """Step 0: fresh parameters (or ``params``) and a fresh optimizer state, replicated on
@@ -189,7 +191,7 @@ class Trainer:
             return None
         return jax.random.fold_in(jax.random.key(self.config.seed + 1), step)
 
-    def _train_step(self, state, batch, memory_tokens):
+    def _train_step(self, state, batch, memory_tokens=0):
         """One step; ``memory_tokens`` (static): how many of the memory's states are real."""
 
         def loss_fn(params):
@@ -227,19 +229,8 @@ class Trainer:
         return new_state, metrics
 
     def windows(self, stream: np.ndarray) -> data_lib.TrainWindows | data_lib.StreamSegments:
-        """The run's training batches over ``stream``: random windows, or consecutive segments
-        per row (with memory, or ``train.order = "consecutive"``)."""
-        t = self.config.train
-        consecutive = consecutive_segments(self.config)
-        cls = data_lib.StreamSegments if consecutive else data_lib.TrainWindows
-        return cls(
-            stream,
-            seq_len=t.seq_len,
-            global_batch=t.batch_size,
-            seed=self.config.seed,
-            process_index=jax.process_index(),
-            process_count=jax.process_count(),
-        )
+        """The run's training batches over ``stream`` (:func:`training_windows`)."""
+        return training_windows(self.config, stream)
 
     def local_batch(
         self, windows: data_lib.TrainWindows | data_lib.StreamSegments, step: int
@@ -273,7 +264,26 @@ class Trainer:
         ``memory_tokens``: with memory, how many of the state's memory states are real
         (:meth:`posenc.data.StreamSegments.memory_tokens`); one compilation per value.
         """
+        if not self.mem_len:
+            return self._step(state, batch)
         return self._step(state, batch, min(memory_tokens, self.mem_len))
+
+
+def training_windows(
+    config: ml_collections.ConfigDict, stream: np.ndarray
+) -> data_lib.TrainWindows | data_lib.StreamSegments:
+    """A run's training batches over ``stream``: random windows, or consecutive segments per
+    row (with memory, or ``train.order = "consecutive"``)."""
+    t = config.train
+    cls = data_lib.StreamSegments if consecutive_segments(config) else data_lib.TrainWindows
+    return cls(
+        stream,
+        seq_len=t.seq_len,
+        global_batch=t.batch_size,
+        seed=config.seed,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+    )
 
 
 def _train_state(state: dict[str, Any]) -> dict[str, Any]:
@@ -362,8 +372,7 @@ def train(
     source = open_source(config)
     check_source(config, source)
     t = config.train
-    trainer = Trainer(config, mesh)
-    windows = trainer.windows(source.split_stream("train"))
+    windows = training_windows(config, source.split_stream("train"))
     is_main = jax.process_index() == 0
     # Created only now, so that a bad config or a missing data set leaves nothing behind.
     run.create()
@@ -371,6 +380,7 @@ def train(
         if is_main:
             run.record_config(config)
             run.record_data(source.info())
+        trainer = Trainer(config, mesh)
         checkpoints = run.checkpoints(keep=t.keep_checkpoints, primary=is_main)
         try:
             state, resumed_from = trainer.restore_or_init(checkpoints, run)

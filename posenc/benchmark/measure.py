@@ -143,7 +143,7 @@ def measure_train(settings: Settings, encoder: str) -> tuple[dict[str, Any], Tra
     batch = trainer.global_batch(windows.batch(0))
     start = time.perf_counter()
     # The jitted step Trainer.step calls: the compiled program is cached and reused by it.
-    compiled = trainer._step.lower(state, batch, 0).compile()  # 0: no memory tokens
+    compiled = trainer._step.lower(state, batch).compile()
     result["compile_s"] = time.perf_counter() - start
     result.update(compiled_memory(compiled))
 
