@@ -351,6 +351,8 @@ def _validate_memory(config: ml_collections.ConfigDict) -> None:
         "eval.positions='randomized'": eval_positions(config) == "randomized",
         f"model.attention_impl={m.attention_impl!r}": m.attention_impl in linear_attention.PATHS,
         "eval.mode='sliding'": config.eval.mode == "sliding",
+        f"encoding.name={config.encoding.name!r} (its embed_tokens reads neighbouring tokens, "
+        "which the memory does not keep)": "embed_tokens" in make_encoding(config).hooks,
     }
     bad = [name for name, conflict in conflicts.items() if conflict]
     if bad:

@@ -74,6 +74,10 @@ EVERY_OTHER = tuple(n for n in encodings.names() if n not in HOOK_EXAMPLES)
 def test_memory_covering_the_past_equals_one_full_pass(name):
     model = _model(name, mem_len=(SEGMENTS - 1) * T)
     tokens = _tokens()
+    if "embed_tokens" in model.encoding.hooks:  # reads neighbouring tokens: refused
+        with pytest.raises(ValueError, match="embed_tokens"):
+            model(tokens[:, :T], memory=model.empty_memory(2))
+        return
     full = model(tokens)
     segmented, memory = _by_segments(model, tokens)
     np.testing.assert_allclose(segmented, full, rtol=2e-5, atol=2e-5, err_msg=name)
@@ -213,6 +217,7 @@ def test_resume_with_memory_is_exact(data_dir, tmp_path):
         ("model.attention_impl=linear", r"^model\.mem_len > 0 .* model\.attention_impl='linear'"),
         ("train.order=random", r"^train\.order='random' with model\.mem_len=16"),
         ("train.order=shuffled", r"^train\.order must be one of"),
+        ("encoding.name=conv", r"^model\.mem_len > 0 .* encoding\.name='conv'"),
     ],
 )
 def test_memory_config_errors_name_the_field(data_dir, override, match):
