@@ -55,6 +55,11 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # Random features per head of "linear_performer" (FAVOR+'s m): 256, the Performer code's
     # default (about Dh log Dh for Dh = 64); drawn once per layer from a fixed seed.
     config.model.performer_features = 256
+    # Transformer-XL segment recurrence (Dai et al. 2019, Sec. 3.2): each layer also attends to
+    # the states of the last mem_len tokens before the segment (gradient stopped); training then
+    # reads consecutive segments of each batch row, and evaluation carries the memory across
+    # windows. 0: no memory (random windows, as before).
+    config.model.mem_len = 0
 
     config.encoding = ml_collections.ConfigDict()
     # Registered encoder name: any of posenc.encodings.names() (alibi, learned, nope, rope, shaw,
@@ -117,6 +122,11 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # replaced by a mask token, 10 % by a random one, 10 % kept; loss on the chosen ones).
     # Masked LM needs model.causal=False and model.vocab_size >= 258 (the mask token is 257).
     config.train.objective = "causal_lm"
+    # Order of the training windows: "random" (each window anywhere in the stream, a function of
+    # seed and step), "consecutive" (each batch row reads consecutive segments of its own part
+    # of the stream, as Transformer-XL trains) or "auto" (consecutive with model.mem_len > 0,
+    # else random). Memory needs consecutive segments.
+    config.train.order = "auto"
 
     config.eval = ml_collections.ConfigDict()
     # Evaluation window lengths in tokens; empty: eval.multiples x train.seq_len.
@@ -141,6 +151,10 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.eval.examples = 256
     # ... and whether to score greedy generation (exact match) besides per-token accuracy.
     config.eval.generate = True
+    # Transformer-XL memory carried from window to window (the states of the last mem_len tokens
+    # per layer; each window then scores its tokens with up to mem_len tokens before it); None:
+    # model.mem_len, 0: none. The paper evaluates with a longer memory than it trains with.
+    config.eval.mem_len = ml_collections.config_dict.placeholder(int)
 
     config.distributed = ml_collections.ConfigDict()
     # Call jax.distributed.initialize() before training (several hosts / processes).

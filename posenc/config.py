@@ -316,6 +316,61 @@ def _validate_positions(
             )
 
 
+def eval_mem_len(config: ml_collections.ConfigDict) -> int:
+    """The memory evaluation carries across windows: ``eval.mem_len``, or ``model.mem_len`` when
+    that is None (0: evaluation without memory)."""
+    value = config.eval.get("mem_len")
+    return config.model.get("mem_len", 0) if value is None else value
+
+
+TRAIN_ORDERS = ("auto", "random", "consecutive")
+
+
+def consecutive_segments(config: ml_collections.ConfigDict) -> bool:
+    """Whether training reads consecutive segments per batch row (``train.order``; ``auto``:
+    with Transformer-XL memory) rather than random windows."""
+    order = config.train.get("order", "auto")
+    return order == "consecutive" or (order == "auto" and config.model.get("mem_len", 0) > 0)
+
+
+def _validate_memory(config: ml_collections.ConfigDict) -> None:
+    """``model.mem_len`` and ``eval.mem_len`` with what Transformer-XL memory cannot combine with:
+    a bidirectional model, randomized positions, linear attention, sliding evaluation."""
+    m = config.model
+    mem_len = m.get("mem_len", 0)
+    _require_int("model.mem_len", mem_len, 0)
+    _require_choice("train.order", config.train.get("order", "auto"), TRAIN_ORDERS)
+    if mem_len and config.train.get("order") == "random":
+        raise ValueError(
+            f"train.order='random' with model.mem_len={mem_len}: the memory would hold the states "
+            "of an unrelated window; use train.order=auto or consecutive"
+        )
+    if config.eval.get("mem_len") is not None:
+        _require_int("eval.mem_len", config.eval.mem_len, 0)
+    if not mem_len and not eval_mem_len(config):
+        return
+    field = "model.mem_len" if mem_len else "eval.mem_len"
+    conflicts = {
+        "model.causal=False": not m.get("causal", True),
+        "train.positions='randomized'": config.train.positions == "randomized",
+        "eval.positions='randomized'": eval_positions(config) == "randomized",
+        f"model.attention_impl={m.attention_impl!r}": m.attention_impl in linear_attention.PATHS,
+        "eval.mode='sliding'": config.eval.mode == "sliding",
+        f"encoding.name={config.encoding.name!r} (its embed_tokens reads neighbouring tokens, "
+        "which the memory does not keep)": "embed_tokens" in make_encoding(config).hooks,
+        f"data.source={config.data.source!r} (an algorithmic task: examples, not a stream)": bool(
+            tasks.task_of(config)
+        ),
+    }
+    bad = [name for name, conflict in conflicts.items() if conflict]
+    if bad:
+        raise ValueError(
+            f"{field} > 0 (Transformer-XL memory) cannot run with {bad[0]}: memory needs a causal "
+            "softmax-attention model over contiguous positions and non-overlapping windows; set "
+            f"{field}=0 or change that field"
+        )
+
+
 def validate(
     config: ml_collections.ConfigDict,
     *,
@@ -350,6 +405,7 @@ def validate(
     if not task:  # a task's lengths are input lengths: tasks.check_config, at the end
         encoding.check_length(t.seq_len)
     _validate_positions(config, encoding, lengths=not task)
+    _validate_memory(config)
     if num_devices is not None and t.batch_size % num_devices:
         raise ValueError(
             f"train.batch_size={t.batch_size} must be divisible by the number of devices "

@@ -15,6 +15,15 @@ Reported per length: tokens scored, mean loss (nats), perplexity (``inf`` where 
 loss overflows), bits per byte, loss by position inside the window, windows, tokens left
 unscored and seconds.
 
+With Transformer-XL memory (``eval.mem_len``, default ``model.mem_len``, > 0; Dai et al. 2019,
+Sec. 3.2) the split is cut into ``B`` parallel parts (``B`` = the batch's windows), each read as
+consecutive windows of ``L`` scored one after another with the memory carried
+(:func:`posenc.data.memory_segments`): length ``L`` then means *segments of L tokens, each scored
+with the per-layer states of the up to ``mem_len`` tokens before it* (the first window of each
+part has none; through the layers the memory reaches further back, as in the paper). Every
+target of every window is scored once; the report adds ``mem_len`` and ``rows`` and counts the
+windows over all rows.
+
 A masked-LM run (``train.objective = "masked_lm"``) is scored on the same windows as a masked LM:
 each window is corrupted by BERT's rule (:mod:`posenc.data.masking`), drawn from the seed, the
 length and the window's place in the stream, and the loss is over the chosen tokens of the
@@ -51,6 +60,7 @@ from posenc.config import (
     build_model,
     check_eval_lengths,
     eval_lengths,
+    eval_mem_len,
     eval_positions,
     evaluation_changes,
     masked_lm,
@@ -103,6 +113,7 @@ class Scorer:
         self.batch_sharding = NamedSharding(self.mesh, P("data"))
         self.state = jax.device_put(self.state, NamedSharding(self.mesh, P()))
         self._score = jax.jit(self._score_batch)
+        self._score_memory = jax.jit(self._score_with_memory, static_argnums=(3,))
 
     def _score_batch(self, state, batch):
         model = nnx.merge(self.graphdef, state)
@@ -113,6 +124,31 @@ class Scorer:
             return (losses * mask).sum(axis=0), mask.sum(axis=0)  # [L], [L]
         correct = (logits.argmax(-1) == batch["targets"]) * mask  # [B, L]
         return (losses * mask).sum(axis=0), mask.sum(axis=0), correct.sum(axis=0)
+
+    def _score_with_memory(self, state, batch, memory, mem_len):
+        model = nnx.merge(self.graphdef, state)
+        logits, memory = model(batch["inputs"], memory=memory, mem_len=mem_len)
+        losses = token_loss(logits, batch["targets"])  # [B, L]
+        mask = batch["mask"]
+        return (losses * mask).sum(axis=0), mask.sum(axis=0), memory
+
+    def score_with_memory(
+        self, segments: data_lib.MemorySegments, batch_size: int, mem_len: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Per-position ``(loss_sum, count)``, float64 ``[L]``, over the windows of ``segments``
+        scored row by row in order with ``mem_len`` tokens of memory carried."""
+        model = nnx.merge(self.graphdef, self.state)
+        memory = model.empty_memory(batch_size)
+        sums = [np.zeros(segments.length, np.float64) for _ in range(2)]
+        for local in segments.iter_batches(batch_size, jax.process_index(), jax.process_count()):
+            batch = {
+                k: jax.make_array_from_process_local_data(self.batch_sharding, v)
+                for k, v in local.items()
+            }
+            loss_sum, count, memory = self._score_memory(self.state, batch, memory, mem_len)
+            for total, part in zip(sums, jax.device_get((loss_sum, count)), strict=True):
+                total += part
+        return tuple(sums)
 
     def score(
         self,
@@ -168,6 +204,7 @@ def evaluate(
     progress: bool = False,
     positions: Positions | None = None,
     masked_lm: data_lib.MaskedLM | None = None,
+    mem_len: int = 0,
 ) -> list[dict[str, Any]]:
     """Evaluates ``model`` on ``stream`` at each window length.
 
@@ -185,6 +222,8 @@ def evaluate(
       progress: print one line per length.
       positions: randomized window positions (:class:`Positions`); None: ``0 .. L - 1``.
       masked_lm: score as a masked LM (see the module docstring); None: causal LM.
+      mem_len: > 0: score consecutive windows with this much Transformer-XL memory carried
+        (see the module docstring; non-overlapping causal LM only).
 
     Returns:
       One dict per length (see the module docstring); a length the encoder cannot represent
@@ -201,14 +240,19 @@ def evaluate(
         except ValueError as e:
             results.append({"length": int(length), "error": str(e)})
             continue
-        step = length if mode == "nonoverlapping" else stride
-        windows = data_lib.eval_windows(
-            stream, length, stride=step, max_windows=_max_windows(length, step, max_tokens)
-        )
         batch = max(1, batch_tokens // length)
         batch = -(-batch // devices) * devices  # a multiple of the device count
         start = time.perf_counter()
-        loss_sum, count, *correct = scorer.score(windows, batch, positions)
+        if mem_len:
+            windows = data_lib.memory_segments(stream, length, batch, max_tokens)
+            loss_sum, count = scorer.score_with_memory(windows, batch, mem_len)
+            correct = []
+        else:
+            step = length if mode == "nonoverlapping" else stride
+            windows = data_lib.eval_windows(
+                stream, length, stride=step, max_windows=_max_windows(length, step, max_tokens)
+            )
+            loss_sum, count, *correct = scorer.score(windows, batch, positions)
         seconds = time.perf_counter() - start
         tokens = int(count.sum())
         if masked_lm is not None:
@@ -232,11 +276,13 @@ def evaluate(
             "perplexity": perplexity(loss),
             # Byte-level tokens: one token per byte (a document separator counts as one).
             "bits_per_byte": loss / math.log(2),
-            "windows": int(windows.num_windows),
+            "windows": int(_num_windows(windows)),
             "dropped_tokens": int(windows.dropped_tokens),
             "seconds": seconds,
             "loss_by_position": [None if np.isnan(x) else round(float(x), 5) for x in by_position],
         }
+        if mem_len:
+            result.update(mem_len=int(mem_len), rows=int(windows.rows))
         results.append(result)
         if progress and jax.process_index() == 0:
             print(
@@ -245,6 +291,12 @@ def evaluate(
                 flush=True,
             )
     return results
+
+
+def _num_windows(windows: data_lib.EvalWindows | data_lib.MemorySegments) -> int:
+    if isinstance(windows, data_lib.MemorySegments):
+        return windows.rows * windows.segments
+    return windows.num_windows
 
 
 def _masked_result(windows, loss_sum, count, correct, seconds) -> dict[str, Any]:
@@ -374,6 +426,7 @@ def evaluate_workdir(
                 progress=progress,
                 positions=_positions(config),
                 masked_lm=masked_lm(config),
+                mem_len=eval_mem_len(config),
             )
             data = {"source": config.data.source, "split": e.split, **_short_info(source.info())}
         report = {
@@ -408,6 +461,7 @@ def _run_record(
         "mode": e.mode,
         "stride": e.stride if e.mode == "sliding" else None,
         "positions": eval_positions(config),
+        "mem_len": eval_mem_len(config),  # Transformer-XL memory carried across windows
         "train_positions": config.train.positions,
         "max_position": config.train.max_position,
         "device": device_description(),

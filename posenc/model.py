@@ -19,6 +19,23 @@ Generation (:mod:`posenc.generate`): :meth:`Transformer.forward` also returns ea
 :class:`LayerCache` of the window (the prefill), and :meth:`Transformer.decode` runs one new
 token against the caches; both start from :meth:`Transformer.embed_inputs` and end in
 :meth:`Transformer.head`, as ``__call__`` does.
+
+Segment-level recurrence (Dai et al. 2019, *Transformer-XL: Attentive Language Models Beyond a
+Fixed-Length Context*, Sec. 3.2): ``model(tokens, positions, memory=mem)`` returns
+``(logits, new_mem)``. ``mem: [L, B, M, D]`` holds, per layer, the hidden states that entered
+that layer for the ``M`` tokens before the segment (the paper's ``h^{n-1}_{tau}``); layer ``l``
+computes its keys and values from ``concat(stop_gradient(mem_l), h_l)`` and its queries from the
+segment, and the paper's ``SG`` is ``jax.lax.stop_gradient``. With pre-norm blocks the cache is
+the residual stream *before* the layer's norm, and the current norm is applied to memory and
+segment together: the norm acts per token, so this equals caching the normed states, except that
+the norm's parameters are the current ones, as the paper applies the current ``W_k, W_v`` to the
+cached states. Positions span memory and segment (``[M + T]``, the memory's first); attention's
+queries are the last ``T`` of the ``M + T`` keys (:func:`posenc.attention.attend`), so every
+encoder that takes positions runs with memory unchanged; input terms (``embed``) are computed
+for the segment's positions. An encoder with ``embed_tokens`` (a term read from neighbouring
+token embeddings, which the memory does not keep) is refused with memory. ``new_mem`` is the
+last ``mem_len`` states of ``concat(mem_l, h_l)`` per layer, gradient stopped. Without
+``memory`` the model is unchanged.
 """
 
 from __future__ import annotations
@@ -61,6 +78,9 @@ class ModelConfig:
         ``m``), fixed per layer (:mod:`posenc.linear_attention`).
       causal: mask keys after the query (a decoder, for causal LM); False runs attention
         unmasked on every path (a bidirectional encoder, for masked LM).
+      mem_len: Transformer-XL memory: the number of earlier tokens whose per-layer states a
+        call with ``memory`` keeps for the next segment (Dai et al. 2019, Sec. 3.2); 0: none
+        (training and evaluation without memory, as before).
     """
 
     vocab_size: int = 257
@@ -77,6 +97,7 @@ class ModelConfig:
     attention_block_size: int = 512
     performer_features: int = 256
     causal: bool = True
+    mem_len: int = 0
 
     def __post_init__(self):
         positive = ("vocab_size", "num_layers", "model_dim", "num_heads", "mlp_dim")
@@ -89,6 +110,8 @@ class ModelConfig:
                 f"model.model_dim={self.model_dim} is not divisible by model.num_heads="
                 f"{self.num_heads}; change one of them or set model.head_dim"
             )
+        if not isinstance(self.mem_len, int) or isinstance(self.mem_len, bool) or self.mem_len < 0:
+            raise ValueError(f"model.mem_len must be an integer >= 0, got {self.mem_len!r}")
         if not isinstance(self.causal, bool):
             raise ValueError(f"model.causal must be True or False, got {self.causal!r}")
         if not 0.0 <= self.dropout < 1.0:
@@ -192,9 +215,15 @@ class Block(nnx.Module):
         positions: jax.Array,
         shared_params: Params,
         rng: jax.Array | None,
+        memory: jax.Array | None = None,
     ) -> jax.Array:
-        """``x: [B, T, D]`` float32 residual stream -> same shape."""
-        return self.forward(x, positions, shared_params, rng)[0]
+        """``x: [B, T, D]`` float32 residual stream -> same shape.
+
+        ``memory``: ``[B, M, D]`` float32 residual stream of the ``M`` tokens before ``x``
+        (already gradient-stopped), read as extra keys and values; ``positions`` then covers
+        ``[M + T]``, the memory's first. None: self-attention over ``x`` alone.
+        """
+        return self.forward(x, positions, shared_params, rng, memory)[0]
 
     def forward(
         self,
@@ -202,29 +231,37 @@ class Block(nnx.Module):
         positions: jax.Array,
         shared_params: Params,
         rng: jax.Array | None = None,
+        memory: jax.Array | None = None,
     ) -> tuple[jax.Array, LayerCache]:
         """The block over a whole window, and what a key/value cache keeps of it.
 
         Args:
           x: ``[B, T, D]`` float32 residual stream.
-          positions: ``[B|1, T]`` integer positions.
+          positions: ``[B|1, T]`` integer positions (``[B|1, M + T]`` with ``memory``).
           shared_params: the model's shared encoder parameters (``{}`` if none).
           rng: dropout key; None for a deterministic pass.
+          memory: ``[B, M, D]`` Transformer-XL memory (see :meth:`__call__`), or None.
 
         Returns:
-          ``x`` after the block, ``[B, T, D]`` float32, and the window's :class:`LayerCache`
-          (``h``, ``k``, ``v`` at its ``T`` tokens, ``k`` before ``rotate``).
+          ``x`` after the block, ``[B, T, D]`` float32, and the :class:`LayerCache` of the keys
+          (``h``, ``k``, ``v`` at the ``T`` tokens, or ``M + T`` with memory; ``k`` before
+          ``rotate``).
         """
         config = self.config
         attn_rng, mlp_rng = jax.random.split(rng) if rng is not None else (None, None)
-        h, q, k, v = self._project(x)
+        q_pos = positions
+        if memory is None:
+            h, q, k, v = self._project(x)
+        else:  # keys and values over memory + segment, queries from the segment
+            h, q, k, v = self._project(jnp.concatenate([memory, x], axis=1))  # [B, M + T, ...]
+            q, q_pos = q[:, memory.shape[1] :], positions[:, memory.shape[1] :]
         attn = attend(
             q,
             k,
             v,
             encoding=self.encoding,
             params=self._params(shared_params),
-            q_pos=positions,
+            q_pos=q_pos,
             k_pos=positions,
             implementation=config.attention_impl,
             block_size=config.attention_block_size,
@@ -379,7 +416,9 @@ class Transformer(nnx.Module):
         positions: jax.Array | None = None,
         *,
         rng: jax.Array | None = None,
-    ) -> jax.Array:
+        memory: jax.Array | None = None,
+        mem_len: int | None = None,
+    ) -> jax.Array | tuple[jax.Array, jax.Array]:
         """Next-token logits (causal), or logits per position (bidirectional).
 
         Args:
@@ -387,14 +426,24 @@ class Transformer(nnx.Module):
           positions: ``[B, T]``, ``[1, T]`` or ``[T]`` integer positions, any values (e.g. the
             randomized positions of Ruoss et al. 2023); default ``arange(T)``. Float positions
             reach ``embed`` as they are only for a ``continuous_positions`` encoder (CAPE); every
-            other use casts them to int32.
+            other use casts them to int32. With ``memory`` of ``M`` tokens, the positions of
+            memory and segment, ``[B|1, M + T]`` or ``[M + T]``; default ``arange(M + T)``.
           rng: the training key: dropout, and the position augmentation of an encoder with
             ``augment_positions`` (CAPE); None for a deterministic (evaluation) pass.
+          memory: ``[L, B, M, D]`` float32 Transformer-XL memory (``M`` may be 0): per layer,
+            the residual stream that entered it for the ``M`` tokens before ``tokens``, as the
+            previous call returned it. None: no memory, and only the logits are returned.
+          mem_len: states kept in the returned memory; default ``config.mem_len``. Evaluation
+            may keep more than training did.
 
         Returns:
-          ``[B, T, vocab_size]`` float32 logits.
+          ``[B, T, vocab_size]`` float32 logits; with ``memory``, ``(logits, new_memory)``
+          where ``new_memory: [L, B, min(mem_len, M + T), D]`` is the last ``mem_len`` states
+          of ``concat(memory_l, input_l)`` per layer, gradient stopped.
         """
-        return self.forward(tokens, positions, rng=rng)[0]
+        if memory is None:
+            return self.forward(tokens, positions, rng=rng)[0]
+        return self._forward_memory(tokens, positions, rng, memory, mem_len)
 
     def forward(
         self,
@@ -403,8 +452,8 @@ class Transformer(nnx.Module):
         *,
         rng: jax.Array | None = None,
     ) -> tuple[jax.Array, list[LayerCache]]:
-        """:meth:`__call__`'s logits and each layer's :class:`LayerCache` of the window (the
-        prefill of :mod:`posenc.generate`); arguments as for :meth:`__call__`."""
+        """:meth:`__call__`'s logits (without memory) and each layer's :class:`LayerCache` of the
+        window (the prefill of :mod:`posenc.generate`); arguments as for :meth:`__call__`."""
         config, encoding = self.config, self.encoding
         t = tokens.shape[1]
         if positions is None:
@@ -422,6 +471,57 @@ class Transformer(nnx.Module):
             x, cache = block.forward(x, positions, shared, None if rngs is None else rngs[i])
             caches.append(cache)
         return self.head(x), caches
+
+    def _forward_memory(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array | None,
+        rng: jax.Array | None,
+        memory: jax.Array,
+        mem_len: int | None,
+    ) -> tuple[jax.Array, jax.Array]:
+        """:meth:`__call__` with Transformer-XL memory: ``(logits, new_memory)``."""
+        config, encoding = self.config, self.encoding
+        t = tokens.shape[1]
+        m = memory.shape[2]
+        if positions is None:
+            encoding.check_length(m + t)
+            positions = jnp.arange(m + t, dtype=jnp.int32)
+        given = jnp.atleast_2d(positions)  # [B|1, M + T]
+        positions = given.astype(jnp.int32)
+        expected = (config.num_layers, tokens.shape[0], m, config.model_dim)
+        if memory.shape != expected or positions.shape[1] != m + t:
+            raise ValueError(
+                f"memory must be [L, B, M, D] = {expected[:2]} + [M, {config.model_dim}] "
+                f"with positions [B|1, M + T = {m + t}], got memory {tuple(memory.shape)} "
+                f"and positions {tuple(positions.shape)}"
+            )
+        if "embed_tokens" in encoding.hooks:
+            raise ValueError(
+                f"encoding {encoding.name!r} reads neighbouring token embeddings "
+                "(embed_tokens), which Transformer-XL memory does not keep; use "
+                "model.mem_len=0 with it"
+            )
+        memory = jax.lax.stop_gradient(memory)  # the paper's SG(h^{n-1}_tau)
+        shared = _values(self.shared_pos_params)
+
+        x = self.embed_inputs(tokens, given[:, m:], rng=rng)  # the segment's input terms
+        rngs = jax.random.split(rng, config.num_layers + 1) if rng is not None else None
+        x = _dropout(x, config.dropout, None if rngs is None else rngs[-1])
+        inputs = []  # the residual stream entering each layer, for the next memory
+        for i, block in enumerate(self.blocks):
+            inputs.append(x)
+            x = block(x, positions, shared, None if rngs is None else rngs[i], memory[i])
+        logits = self.head(x)
+        keep = config.mem_len if mem_len is None else mem_len
+        states = jnp.concatenate([memory, jnp.stack(inputs)], axis=2)  # [L, B, M + T, D]
+        new_memory = states[:, :, max(0, m + t - keep) :]
+        return logits, jax.lax.stop_gradient(new_memory)
+
+    def empty_memory(self, batch: int) -> jax.Array:
+        """The memory before a stream's first segment: ``[L, batch, 0, D]`` float32."""
+        c = self.config
+        return jnp.zeros((c.num_layers, batch, 0, c.model_dim), jnp.float32)
 
     def decode(
         self,

@@ -12,6 +12,14 @@ checkpoints (parameters, optimizer state, step; training windows and dropout key
 functions of the seed and the step, so the step *is* the data position and the RNG state) and
 the metrics. Calling :func:`train` again on the same work directory resumes from the newest
 intact checkpoint; the directory is locked while a process trains in it.
+
+With Transformer-XL memory (``model.mem_len > 0``; Dai et al. 2019, Sec. 3.2) the batches are
+consecutive segments of each row's part of the stream (:class:`posenc.data.StreamSegments`) and
+the train state also holds the memory, ``[L, batch, mem_len, D]`` float32, the per-layer states of
+each row's last ``mem_len`` tokens (zero-padded at the front while fewer have been read; how
+many are real is a function of the step). Each step reads it as its memory and writes the next
+one; it is checkpointed with the optimizer state, so a resumed run continues with exactly the
+memory the uninterrupted run had. No gradient flows into it.
 """
 
 from __future__ import annotations
@@ -33,7 +41,14 @@ from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
 from posenc import distributed, tasks
-from posenc.config import build_model, check_source, masked_lm, open_source, validate
+from posenc.config import (
+    build_model,
+    check_source,
+    consecutive_segments,
+    masked_lm,
+    open_source,
+    validate,
+)
 from posenc.distributed import abstract_on, make_mesh
 from posenc.metrics import MetricsWriter, drop_metrics_after, progress_bar
 from posenc.model import EncoderParam, Transformer, token_loss
@@ -111,11 +126,14 @@ class Trainer:
         self.batch_sharding = NamedSharding(self.mesh, P("data"))
         self.optimizer, self.schedule = make_optimizer(config)
         self.masked_lm = masked_lm(config)  # None for causal LM
+        self.mem_len = config.model.get("mem_len", 0)
         abstract = nnx.eval_shape(lambda: build_model(config))
         self.graphdef, _, self.rest = nnx.split(abstract, nnx.Param, ...)
         # CAPE-like encoders draw a position augmentation from the step's key, even without dropout.
         self.augments = "augment_positions" in abstract.encoding.hooks
-        self._step = jax.jit(self._train_step, donate_argnums=(0,))
+        # With memory, the count of real memory states is static (one compilation per count).
+        static = dict(static_argnums=(2,)) if self.mem_len else {}
+        self._step = jax.jit(self._train_step, donate_argnums=(0,), **static)
 
     def init_state(self, params: Any | None = None) -> dict[str, Any]:
         """Step 0: fresh parameters (or ``params``) and a fresh optimizer state, replicated on
@@ -124,11 +142,16 @@ class Trainer:
         def init(params):
             if params is None:
                 _, params, _ = nnx.split(build_model(self.config), nnx.Param, ...)
-            return {
+            state = {
                 "params": params,
                 "opt_state": self.optimizer.init(params),
                 "step": jnp.zeros((), jnp.int32),
             }
+            if self.mem_len:
+                m = self.config.model
+                shape = (m.num_layers, self.config.train.batch_size, self.mem_len, m.model_dim)
+                state["memory"] = jnp.zeros(shape, jnp.float32)
+            return state
 
         return jax.jit(init, out_shardings=self.replicated)(params)
 
@@ -139,7 +162,7 @@ class Trainer:
         warning), or a fresh one (from ``train.init_from``'s parameters if set, recorded in
         ``run``); and the step resumed from (None for a fresh start)."""
         abstract = abstract_on(jax.eval_shape(self.init_state), self.replicated)
-        train_state = {"opt_state": abstract["opt_state"], "step": abstract["step"]}
+        train_state = _train_state(abstract)
         restored = checkpoints.restore_latest(abstract["params"], train_state, set_aside=True)
         if restored is not None:
             step, params, train_state = restored
@@ -155,8 +178,7 @@ class Trainer:
     def save(self, checkpoints: Checkpoints, state: dict[str, Any], step: int) -> None:
         """Saves ``state`` as checkpoint ``step`` (parameters apart from the optimizer state,
         so evaluation can restore them alone)."""
-        train_state = {"opt_state": state["opt_state"], "step": state["step"]}
-        checkpoints.save(step, state["params"], train_state)
+        checkpoints.save(step, state["params"], _train_state(state))
 
     def model(self, state: dict[str, Any]) -> Transformer:
         """The NNX model holding ``state``'s parameters."""
@@ -169,25 +191,33 @@ class Trainer:
             return None
         return jax.random.fold_in(jax.random.key(self.config.seed + 1), step)
 
-    def _train_step(self, state, batch):
+    def _train_step(self, state, batch, memory_tokens=0):
+        """One step; ``memory_tokens`` (static): how many of the memory's states are real."""
+
         def loss_fn(params):
             model = nnx.merge(self.graphdef, params, self.rest)
-            logits = model(
-                batch["inputs"], batch.get("positions"), rng=self.dropout_key(state["step"])
-            )
+            rng = self.dropout_key(state["step"])
+            if self.mem_len:
+                memory = state["memory"][:, :, self.mem_len - memory_tokens :]  # [L, B, M, D]
+                logits, memory = model(batch["inputs"], memory=memory, rng=rng)
+            else:
+                logits, memory = model(batch["inputs"], batch.get("positions"), rng=rng), None
             losses = token_loss(logits, batch["targets"])  # [B, T]
             if "weights" in batch:  # masked LM: the chosen tokens; a task: its targets
                 loss_sum = (losses * batch["weights"]).sum()
-                return loss_sum / jnp.maximum(batch["weights"].sum(), 1.0), loss_sum
-            return losses.mean(), losses.sum()
+                return loss_sum / jnp.maximum(batch["weights"].sum(), 1.0), (loss_sum, memory)
+            return losses.mean(), (losses.sum(), memory)
 
-        (_, loss_sum), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+        (_, (loss_sum, memory)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
         updates, opt_state = self.optimizer.update(grads, state["opt_state"], state["params"])
         new_state = {
             "params": optax.apply_updates(state["params"], updates),
             "opt_state": opt_state,
             "step": state["step"] + 1,
         }
+        if self.mem_len:  # zero-padded at the front to the fixed [L, B, mem_len, D]
+            pad = self.mem_len - memory.shape[2]
+            new_state["memory"] = jnp.pad(memory, ((0, 0), (0, 0), (pad, 0), (0, 0)))
         metrics = {
             "loss_sum": loss_sum,
             "tokens": jnp.asarray(batch["targets"].size, jnp.float32),
@@ -198,8 +228,14 @@ class Trainer:
             metrics["scored"] = batch["weights"].sum()  # the loss's tokens; "tokens" all read
         return new_state, metrics
 
+    def windows(self, stream: np.ndarray) -> data_lib.TrainWindows | data_lib.StreamSegments:
+        """The run's training batches over ``stream`` (:func:`training_windows`)."""
+        return training_windows(self.config, stream)
+
     def local_batch(
-        self, windows: data_lib.TrainWindows | tasks.TaskBatches, step: int
+        self,
+        windows: data_lib.TrainWindows | data_lib.StreamSegments | tasks.TaskBatches,
+        step: int,
     ) -> dict[str, np.ndarray]:
         """This process's rows of step ``step``'s batch: ``inputs``, ``targets`` (for a task,
         ``weights`` on its target tokens) and, with
@@ -225,9 +261,37 @@ class Trainer:
             for k, v in local.items()
         }
 
-    def step(self, state, batch):
-        """One optimizer step (the state is donated); returns ``(state, metrics)``."""
-        return self._step(state, batch)
+    def step(self, state, batch, memory_tokens: int = 0):
+        """One optimizer step (the state is donated); returns ``(state, metrics)``.
+
+        ``memory_tokens``: with memory, how many of the state's memory states are real
+        (:meth:`posenc.data.StreamSegments.memory_tokens`); one compilation per value.
+        """
+        if not self.mem_len:
+            return self._step(state, batch)
+        return self._step(state, batch, min(memory_tokens, self.mem_len))
+
+
+def training_windows(
+    config: ml_collections.ConfigDict, stream: np.ndarray
+) -> data_lib.TrainWindows | data_lib.StreamSegments:
+    """A run's training batches over ``stream``: random windows, or consecutive segments per
+    row (with memory, or ``train.order = "consecutive"``)."""
+    t = config.train
+    cls = data_lib.StreamSegments if consecutive_segments(config) else data_lib.TrainWindows
+    return cls(
+        stream,
+        seq_len=t.seq_len,
+        global_batch=t.batch_size,
+        seed=config.seed,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+    )
+
+
+def _train_state(state: dict[str, Any]) -> dict[str, Any]:
+    """What a checkpoint keeps beside the parameters: optimizer state, step (and memory)."""
+    return {k: v for k, v in state.items() if k != "params"}
 
 
 def _params_of(
@@ -311,18 +375,18 @@ def train(
     source = open_source(config)
     check_source(config, source)
     t = config.train
-    shares = dict(process_index=jax.process_index(), process_count=jax.process_count())
     task = tasks.task_of(config)
     if task:  # generated examples, the loss on their targets
-        windows = tasks.TaskBatches(task, t.seq_len, t.batch_size, config.seed, **shares)
-    else:
-        windows = data_lib.TrainWindows(
-            source.split_stream("train"),
-            seq_len=t.seq_len,
-            global_batch=t.batch_size,
-            seed=config.seed,
-            **shares,
+        windows = tasks.TaskBatches(
+            task,
+            t.seq_len,
+            t.batch_size,
+            config.seed,
+            process_index=jax.process_index(),
+            process_count=jax.process_count(),
         )
+    else:
+        windows = training_windows(config, source.split_stream("train"))
     is_main = jax.process_index() == 0
     # Created only now, so that a bad config or a missing data set leaves nothing behind.
     run.create()
@@ -344,7 +408,7 @@ def train(
 def _train_steps(
     trainer: Trainer,
     state: dict[str, Any],
-    windows: data_lib.TrainWindows,
+    windows: data_lib.TrainWindows | data_lib.StreamSegments,
     run: RunDir,
     checkpoints: Checkpoints,
     last: int,
@@ -365,7 +429,8 @@ def _train_steps(
     try:
         while step < last:
             batch = trainer.global_batch(trainer.local_batch(windows, step))
-            state, metrics = trainer.step(state, batch)
+            memory_tokens = windows.memory_tokens(step, trainer.mem_len) if trainer.mem_len else 0
+            state, metrics = trainer.step(state, batch, memory_tokens)
             pending.append(metrics)
             step += 1
             save = step % t.checkpoint_every == 0 or step == last

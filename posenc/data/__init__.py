@@ -13,7 +13,14 @@ Nothing downloads at run time; `prepare(spec)` is the explicit preparation step.
 """
 
 from posenc.data.base import DataNotFoundError, Source, default_data_dir
-from posenc.data.batching import EvalWindows, TrainWindows, eval_windows
+from posenc.data.batching import (
+    EvalWindows,
+    MemorySegments,
+    StreamSegments,
+    TrainWindows,
+    eval_windows,
+    memory_segments,
+)
 from posenc.data.masking import MASK_ID, OBJECTIVES, MaskedLM
 from posenc.data.positions import MODES as POSITION_MODES
 from posenc.data.positions import batch_positions, random_positions
@@ -33,10 +40,13 @@ __all__ = [
     "MaskedLM",
     "POSITION_MODES",
     "Source",
+    "MemorySegments",
+    "StreamSegments",
     "TrainWindows",
     "batch_positions",
     "default_data_dir",
     "eval_windows",
+    "memory_segments",
     "get_source",
     "prepare",
     "random_positions",

@@ -4,6 +4,10 @@ Training: the start of every window is a pure function of (seed, step, row of th
 batch), so resuming needs only the step, and N processes together see exactly the batch one
 process would.
 
+Training with Transformer-XL memory (``model.mem_len > 0``): :class:`StreamSegments`, where each
+row of the batch reads consecutive segments of its own part of the stream, so the memory a row
+carries from one step to the next holds the tokens just before its segment.
+
 Evaluation: windows of one length tile the stream so that each target token is scored exactly
 once (non-overlapping, as in the ALiBi paper), or slide by a stride with only the last `stride`
 targets of each window scored (the first window scores all of its targets).
@@ -106,6 +110,86 @@ class TrainWindows:
         return {"inputs": rows[:, :-1], "targets": rows[:, 1:]}
 
 
+class StreamSegments:
+    """Consecutive training segments per batch row, for Transformer-XL memory (Dai et al. 2019).
+
+    As in the paper's data order, the stream is cut into ``global_batch`` equal parts, one per
+    row of the global batch; step ``s`` gives row ``r`` the ``(s mod n)``-th segment of part ``r``,
+    where ``n`` is the number of whole segments in a part (one more token is needed for the
+    last target). After ``n`` steps every row starts its part again and the memory is emptied.
+    The parts start at a seed-dependent rotation of the stream (the stream read cyclically), so
+    a batch is a pure function of (seed, step): resuming needs only the step, and N processes
+    together see exactly the batch one process would.
+
+    Args:
+      stream: uint16 token stream `[N]` (an array or a memory map).
+      seq_len: tokens per segment (``train.seq_len``).
+      global_batch: rows per step over all processes.
+      seed: non-negative integer seed.
+      process_index: this process's index in [0, process_count).
+      process_count: number of processes sharing the global batch.
+    """
+
+    def __init__(
+        self,
+        stream: np.ndarray,
+        seq_len: int,
+        global_batch: int,
+        seed: int,
+        process_index: int = 0,
+        process_count: int = 1,
+    ):
+        if seq_len < 1:
+            raise ValueError(f"{_SEQ_LEN_FIELD} must be positive, got {seq_len}")
+        if global_batch < 1 or process_count < 1 or global_batch % process_count:
+            raise ValueError(
+                f"global batch {global_batch} must be a positive multiple of the process count "
+                f"{process_count}"
+            )
+        if not 0 <= process_index < process_count:
+            raise ValueError(f"process_index {process_index} not in [0, {process_count})")
+        if seed < 0:
+            raise ValueError(f"seed must be non-negative, got {seed}")
+        part = len(stream) // global_batch
+        if part < seq_len + 1:
+            raise ValueError(
+                f"{_SEQ_LEN_FIELD}={seq_len} with train.batch_size={global_batch}: consecutive "
+                "segments (model.mem_len > 0 or train.order) need batch_size * (seq_len + 1) "
+                f"tokens, one part of the stream per row, but the {SOURCE_FIELD} training stream "
+                f"has {len(stream)}"
+            )
+        self.stream = stream
+        self.seq_len = seq_len
+        self.global_batch = global_batch
+        self.seed = seed
+        self.process_index = process_index
+        self.process_count = process_count
+        self.local_batch = global_batch // process_count
+        self.segments_per_row = (part - 1) // seq_len
+        offset = int(np.random.default_rng([seed, len(stream)]).integers(0, len(stream)))
+        self.row_starts = offset + np.arange(global_batch, dtype=np.int64) * part  # [global_batch]
+
+    def segment(self, step: int) -> int:
+        """The index of step ``step``'s segment within each row's part."""
+        if step < 0:
+            raise ValueError(f"step must be non-negative, got {step}")
+        return step % self.segments_per_row
+
+    def memory_tokens(self, step: int, mem_len: int) -> int:
+        """Tokens of memory the rows carry into step ``step``: those read since the part began
+        (none at its first segment), at most ``mem_len``."""
+        return min(mem_len, self.segment(step) * self.seq_len)
+
+    def batch(self, step: int) -> dict[str, np.ndarray]:
+        """This process's rows of step ``step``: ``{"inputs", "targets"}``, int32
+        `[global_batch // process_count, seq_len]`, targets shifted by one token."""
+        lo = self.process_index * self.local_batch
+        starts = self.row_starts[lo : lo + self.local_batch] + self.segment(step) * self.seq_len
+        index = starts[:, None] + np.arange(self.seq_len + 1, dtype=np.int64)[None, :]
+        rows = np.asarray(self.stream[index % len(self.stream)], dtype=np.int32)
+        return {"inputs": rows[:, :-1], "targets": rows[:, 1:]}
+
+
 # eq=False: comparing would compare (possibly huge) streams element-wise.
 @dataclasses.dataclass(frozen=True, eq=False)
 class EvalWindows:
@@ -201,6 +285,84 @@ class EvalWindows:
             if with_starts:
                 batch["starts"] = np.where(real, ids * self.stride, -1).astype(np.int64)
             yield batch
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class MemorySegments:
+    """Evaluation over a stream with Transformer-XL memory: ``rows`` parallel parts of the
+    stream, each read as ``segments`` consecutive windows of ``length`` (every target of every
+    window scored once); row ``r``'s window ``k`` covers inputs
+    ``stream[r * part + k * length : ... + length]`` and the targets one token later. A model
+    scores the windows of a row in order, carrying its memory from one to the next (the first
+    window of a row has none).
+
+    Attributes:
+      stream: the token stream `[N]`.
+      length: window (segment) length L.
+      rows: parallel parts of the stream (rows of the batch that hold data).
+      part: tokens per part.
+      segments: windows per row.
+      scored_tokens: ``rows * segments * length``.
+      dropped_tokens: predictable tokens (stream positions 1..N-1) not scored.
+    """
+
+    stream: np.ndarray = dataclasses.field(repr=False)
+    length: int
+    rows: int
+    part: int
+    segments: int
+    scored_tokens: int
+    dropped_tokens: int
+
+    def iter_batches(
+        self, batch_size: int, process_index: int = 0, process_count: int = 1
+    ) -> Iterator[dict[str, np.ndarray]]:
+        """Yields window ``k`` of every row, ``k = 0 .. segments - 1``, as
+        ``{"inputs", "targets": int32 [b, L], "mask": float32 [b, L]}`` with
+        ``b = batch_size // process_count`` this process's rows; rows past ``self.rows`` pad
+        the batch (token 0, mask 0)."""
+        if batch_size < self.rows or batch_size % process_count:
+            raise ValueError(
+                f"memory evaluation batch {batch_size} must be >= {self.rows} rows and a multiple "
+                f"of the process count {process_count}"
+            )
+        local = batch_size // process_count
+        ids = process_index * local + np.arange(local)
+        real = ids < self.rows
+        starts = np.where(real, ids, 0) * self.part
+        for k in range(self.segments):
+            inputs = _gather(self.stream, starts + k * self.length, self.length)
+            targets = _gather(self.stream, starts + k * self.length + 1, self.length)
+            mask = np.repeat(real[:, None], self.length, axis=1).astype(np.float32)
+            inputs[~real] = 0
+            targets[~real] = 0
+            yield {"inputs": inputs, "targets": targets, "mask": mask}
+
+
+def memory_segments(
+    stream: np.ndarray, length: int, rows: int, max_tokens: int = 0
+) -> MemorySegments:
+    """Cuts a stream into ``rows`` parts read as consecutive windows of ``length``.
+
+    Args:
+      stream: token stream `[N]`.
+      length: window length L (one entry of `eval.lengths`).
+      rows: parts wanted; fewer when the stream cannot give each a whole window.
+      max_tokens: score at most about this many tokens (at least one window per row); 0: all.
+    """
+    predictable = len(stream) - 1
+    if length < 1 or predictable < length:
+        raise ValueError(
+            f"{_EVAL_FIELD}: length {length} needs {length + 1} tokens for one window, but the "
+            f"evaluation stream has only {len(stream)} tokens"
+        )
+    rows = max(1, min(rows, predictable // length))
+    part = predictable // rows
+    segments = part // length
+    if max_tokens:
+        segments = max(1, min(segments, max_tokens // (rows * length)))
+    scored = rows * segments * length
+    return MemorySegments(stream, length, rows, part, segments, scored, predictable - scored)
 
 
 def eval_windows(

@@ -117,6 +117,7 @@ def _identity(run_dir: str, report: dict[str, Any]) -> dict[str, Any]:
     flat["eval.stride"] = report.get("stride")
     flat["eval.split"] = report["data"].get("split")
     flat["eval.positions"] = report.get("positions", "contiguous")
+    flat["eval.mem_len"] = report.get("mem_len", 0)
     return {
         k: v
         for k, v in flat.items()

@@ -159,6 +159,9 @@ ADDED_FIELDS = {
     "model.performer_features": 256,
     "eval.examples": 256,
     "eval.generate": True,
+    "model.mem_len": 0,
+    "eval.mem_len": None,
+    "train.order": "auto",
 }
 
 
