@@ -3,7 +3,9 @@ same model, training and evaluation at every scale) for every registered encoder
 eight, KERPLE, FIRE, dynamic position bias, xPos, CoPE, PoPE, the forgetting transformer,
 DeBERTa, conv, CAPE and any plugin), plus RoPE and sinusoidal trained and evaluated with randomized
 positions (Ruoss et al. 2023: a sorted random subset of [0, 2048) per batch, at evaluation too,
-as in the paper).
+as in the paper), and Transformer-XL with its segment recurrence (``model.mem_len`` = L: trained
+on consecutive segments, each evaluation window scored with the memory of the L tokens before
+it).
 
 Variants: ``tiny`` (a 2-core CPU), ``gpu``, ``paper`` (see ``alibi_table2.py``).
 
@@ -42,6 +44,8 @@ def get_sweep(variant: str = "tiny") -> list[dict]:
         for name in RANDOMIZED
         if name in names
     ]
+    if "xl" in names:  # Transformer-XL with its segment recurrence (memory of one window)
+        points.append({"encoding.name": "xl", "seed": 0, "model.mem_len": seq_len})
     for point in points:
         point.update(_TABLE2.encoder_overrides(point["encoding.name"], seq_len))
     return points
