@@ -33,6 +33,19 @@ def _gather(stream: np.ndarray, starts: np.ndarray, width: int) -> np.ndarray:
     return np.asarray(stream[index], dtype=np.int32)
 
 
+def _check_shares(global_batch: int, seed: int, process_index: int, process_count: int) -> None:
+    """The batch, seed and process arguments every training-batch source takes."""
+    if global_batch < 1 or process_count < 1 or global_batch % process_count:
+        raise ValueError(
+            f"global batch {global_batch} must be a positive multiple of the process count "
+            f"{process_count}"
+        )
+    if not 0 <= process_index < process_count:
+        raise ValueError(f"process_index {process_index} not in [0, {process_count})")
+    if seed < 0:
+        raise ValueError(f"seed must be non-negative, got {seed}")
+
+
 class TrainWindows:
     """Random training windows, deterministic in (seed, step).
 
@@ -61,15 +74,7 @@ class TrainWindows:
                 f"{_SEQ_LEN_FIELD}={seq_len} needs at least {seq_len + 1} tokens (inputs plus the "
                 f"next-token target), but the {SOURCE_FIELD} training stream has {len(stream)}"
             )
-        if global_batch < 1 or process_count < 1 or global_batch % process_count:
-            raise ValueError(
-                f"global batch {global_batch} must be a positive multiple of the process count "
-                f"{process_count}"
-            )
-        if not 0 <= process_index < process_count:
-            raise ValueError(f"process_index {process_index} not in [0, {process_count})")
-        if seed < 0:
-            raise ValueError(f"seed must be non-negative, got {seed}")
+        _check_shares(global_batch, seed, process_index, process_count)
         self.stream = stream
         self.seq_len = seq_len
         self.global_batch = global_batch
@@ -141,15 +146,7 @@ class StreamSegments:
     ):
         if seq_len < 1:
             raise ValueError(f"{_SEQ_LEN_FIELD} must be positive, got {seq_len}")
-        if global_batch < 1 or process_count < 1 or global_batch % process_count:
-            raise ValueError(
-                f"global batch {global_batch} must be a positive multiple of the process count "
-                f"{process_count}"
-            )
-        if not 0 <= process_index < process_count:
-            raise ValueError(f"process_index {process_index} not in [0, {process_count})")
-        if seed < 0:
-            raise ValueError(f"seed must be non-negative, got {seed}")
+        _check_shares(global_batch, seed, process_index, process_count)
         part = len(stream) // global_batch
         if part < seq_len + 1:
             raise ValueError(
