@@ -138,3 +138,33 @@ def test_an_interrupted_task_run_resumes_to_the_same_parameters(tmp_path):
     assert_same_leaves(param_leaves(whole.model), param_leaves(resumed.model))
     data = json.load(open(os.path.join(tmp_path / "cut", "data.json")))
     assert data["task"] == "even_pairs"
+
+
+@pytest.mark.parametrize("sweep", ["ruoss_table1", "nope_ranking"])
+@pytest.mark.parametrize("variant", ["tiny", "paper"])
+def test_the_papers_sweeps_are_valid_runs(sweep, variant):
+    from posenc.sweep import load_sweep
+
+    points, configs = load_sweep(f"{REPO / 'configs' / 'sweeps' / sweep}.py:{variant}")
+    for config in configs:
+        validate(config)
+    names = {p["encoding.name"] for p in points}
+    if sweep == "ruoss_table1":
+        # Every encoding that takes positions is trained both ways; NoPE only contiguously.
+        modes = {(p["encoding.name"], p["train.positions"]) for p in points}
+        assert {(n, m) for n in names - {"nope"} for m in ("contiguous", "randomized")} <= modes
+        assert ("nope", "randomized") not in modes
+        if variant == "paper":
+            assert {p["data.source"] for p in points} == {
+                f"synthetic:{t}" for t in synthetic.RUOSS_TASKS
+            }
+            assert names == {"nope", "sinusoidal", "xl", "alibi", "rope", "learned"}
+    else:
+        assert names == {"nope", "t5", "alibi", "rope", "learned"}
+        if variant == "paper":  # the paper's lengths per task, three seeds
+            for point, config in zip(points, configs, strict=True):
+                task = point["data.source"].removeprefix("synthetic:")
+                train_len, test_len = synthetic.PAPER_LENGTHS[task]
+                assert config.train.seq_len == train_len
+                assert max(config.eval.lengths) == test_len
+            assert {p["seed"] for p in points} == {0, 1, 2}

@@ -9,7 +9,7 @@ accuracy over unseen lengths (by 12.0 points across its 15 tasks).
 Variants:
 
 - ``tiny``: three tasks a 2-layer model learns on a CPU in a few hundred steps, on inputs 1-8,
-  scored up to 32 (``configs/tasks.py:tiny``); one seed.
+  scored up to 32 (``configs/tasks.py:tiny``); two seeds (entries are their mean and spread).
 - ``paper``: all 15 tasks at the paper's lengths (train 1-40, test 41-500) with the reference
   code's model (``configs/tasks.py:ruoss``); one seed per point (the paper takes the best of 10
   seeds x 3 learning rates: add ``seed`` values to compare like with like).
@@ -30,6 +30,7 @@ TINY_TASKS = ("even_pairs", "reverse_string", "bucket_sort")
 ENCODINGS = ("nope", "sinusoidal", "xl", "alibi", "rope", "learned")
 TINY_ENCODINGS = ("nope", "sinusoidal", "rope", "alibi")
 VARIANTS = ("tiny", "paper")
+SEEDS = {"tiny": (0, 1), "paper": (0,)}
 
 
 def get_config(variant: str = "tiny"):
@@ -60,8 +61,8 @@ def get_sweep(variant: str = "tiny") -> list[dict]:
         )
         for name in names:
             modes = ("contiguous",) if name == "nope" else ("contiguous", "randomized")
-            for mode in modes:
-                point = {"data.source": f"synthetic:{task}", "encoding.name": name}
+            for mode, seed in ((m, s) for m in modes for s in SEEDS[variant]):
+                point = {"data.source": f"synthetic:{task}", "encoding.name": name, "seed": seed}
                 point["train.positions"] = mode
                 if lengths != tuple(config.eval.lengths):
                     point["eval.lengths"] = lengths
