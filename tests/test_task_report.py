@@ -113,3 +113,18 @@ def test_the_report_has_the_summary_the_ranking_and_a_plot_per_task(sweep):
 def test_a_text_metric_is_refused_for_task_runs(sweep):
     with pytest.raises(ValueError, match="for task runs"):
         write_report(sweep, metric="bits_per_byte")
+
+
+def test_a_configuration_without_a_score_ranks_last_in_that_task():
+    mrr = task_report.mean_reciprocal_rank(
+        {"a": {"x": 1.0}, "b": {"x": 0.5, "y": 0.9, "z": 0.1}}, labels=["x", "y", "z"]
+    )
+    # a: x 1, y and z unscored (rank 3); b: y 1, x 2, z 3.
+    assert mrr == pytest.approx({"x": 0.75, "y": (1 / 3 + 1) / 2, "z": 1 / 3})
+
+
+def test_the_report_also_summarises_the_other_papers_metric(sweep):
+    text = open(write_report(sweep, metric="exact_match")[0]).read()
+    assert "## Summary: exact_match (%)" in text and "## Summary: accuracy (%)" in text
+    lines = [" ".join(line.split()) for line in text.splitlines()]
+    assert "| copy | 40.0 | 25.0 ± 7.1 |" in lines  # exact match is accuracy / 2 here

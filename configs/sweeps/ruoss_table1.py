@@ -41,7 +41,6 @@ def get_config(variant: str = "tiny"):
 
 def get_sweep(variant: str = "tiny") -> list[dict]:
     config = get_config(variant)
-    from posenc import tasks as tasks_lib
     from posenc.data import synthetic
     from posenc.data.synthetic.tasks import length_ok
 
@@ -49,7 +48,6 @@ def get_sweep(variant: str = "tiny") -> list[dict]:
     names = TINY_ENCODINGS if variant == "tiny" else ENCODINGS
     points = []
     for task in tasks:
-        width = tasks_lib.train_width(task, config.train.seq_len)
         # A length the task cannot produce (modular arithmetic: odd ones only) is replaced by
         # the next shorter one, as Delétang et al.'s code does.
         lengths = tuple(
@@ -59,6 +57,7 @@ def get_sweep(variant: str = "tiny") -> list[dict]:
                 if length_ok(task, n) or length_ok(task, n - 1)
             )
         )
+        rows = max(synthetic.row_width(task, n) for n in lengths)
         for name in names:
             modes = ("contiguous",) if name == "nope" else ("contiguous", "randomized")
             for mode, seed in ((m, s) for m in modes for s in SEEDS[variant]):
@@ -66,9 +65,9 @@ def get_sweep(variant: str = "tiny") -> list[dict]:
                 point["train.positions"] = mode
                 if lengths != tuple(config.eval.lengths):
                     point["eval.lengths"] = lengths
-                if name == "learned":  # a table for every position the run can see
+                if name == "learned":  # a row for every position evaluated (or drawn)
                     point["encoding.hparams.max_len"] = (
-                        width if mode == "contiguous" else config.train.max_position
+                        rows if mode == "contiguous" else config.train.max_position
                     )
                 points.append(point)
     return points

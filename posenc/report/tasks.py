@@ -78,11 +78,14 @@ def ranks(scores: dict[str, float], higher_is_better: bool = True) -> dict[str, 
 
 
 def mean_reciprocal_rank(
-    per_task: dict[str, dict[str, float]], higher_is_better: bool = True
+    per_task: dict[str, dict[str, float]],
+    higher_is_better: bool = True,
+    labels: Sequence[str] | None = None,
 ) -> dict[str, float]:
     """``{configuration: mean over tasks of 1 / rank}``, ranking within each task; a
-    configuration missing from a task counts as ranked last there."""
-    labels = list(dict.fromkeys(label for scores in per_task.values() for label in scores))
+    configuration without a score in a task (in ``labels`` but not scored there, e.g. a learned
+    table that cannot embed the unseen lengths) counts as ranked last there."""
+    labels = list(labels or dict.fromkeys(label for s in per_task.values() for label in s))
     totals = dict.fromkeys(labels, 0.0)
     for scores in per_task.values():
         r = ranks(scores, higher_is_better)
@@ -144,6 +147,51 @@ def plot_task(path: str, columns: Sequence[Column], train_len: int, metric: str,
     plt.close(fig)
 
 
+def _summary_section(grouped: dict[str, dict[int, list[Column]]], metric: str):
+    """Per task and configuration the metric over the unseen lengths, its average over tasks and
+    the mean reciprocal rank: ``(summary, mrr, markdown lines)``."""
+    summary: dict[str, dict[str, tuple[float | None, float | None, int]]] = {}
+    for task, tables in grouped.items():
+        for train_len, columns in tables.items():
+            key = task if len(tables) == 1 else f"{task} (L={train_len})"
+            summary[key] = {c.label.removesuffix(" †"): unseen_mean(c, metric) for c in columns}
+    labels = list(dict.fromkeys(label for row in summary.values() for label in row))
+    rows = []
+    for key, row in summary.items():
+        rows.append(
+            [key, *(_fmt(*row[label][:2], metric) if label in row else "" for label in labels)]
+        )
+    averages = []
+    for label in labels:
+        values = [
+            row[label][0] for row in summary.values() if row.get(label, (None,))[0] is not None
+        ]
+        averages.append(_fmt(math.fsum(values) / len(values), None, metric) if values else "")
+    rows.append(["average over tasks", *averages])
+    scores = {
+        key: {label: v[0] for label, v in row.items() if v[0] is not None}
+        for key, row in summary.items()
+    }
+    mrr = mean_reciprocal_rank(scores, metric != "loss", labels) if scores else {}
+    unit = "%" if metric != "loss" else "nats"
+    md = [
+        f"## Summary: {metric} ({unit}) averaged over the unseen lengths (above the training "
+        "length), per task",
+        "",
+        *_table(["task", *labels], rows),
+        "",
+        f"## Mean reciprocal rank over the tasks by {metric} (the summary above; a configuration "
+        "without a score in a task ranks last there)",
+        "",
+        *_table(
+            ["configuration", "MRR"],
+            [[label, f"{mrr[label]:.3f}"] for label in sorted(mrr, key=lambda k: -mrr[k])],
+        ),
+        "",
+    ]
+    return summary, mrr, md
+
+
 def write_task_report(sweep_dir: str, runs: Sequence[Run], metric: str = "accuracy") -> list[str]:
     """Writes ``report.md``, ``report.csv`` and one plot per task (see the module docstring)
     for the task runs ``runs`` found under ``sweep_dir``; returns the paths (report.md first).
@@ -168,15 +216,13 @@ def write_task_report(sweep_dir: str, runs: Sequence[Run], metric: str = "accura
     ):
         raise ValueError("--metric exact_match: the runs were evaluated with eval.generate=False")
     tasks = list(dict.fromkeys(run.eval["task"] for run in runs))
-    higher = metric != "loss"
-    summary: dict[str, dict[str, tuple[float | None, float | None, int]]] = {}
+    grouped = {task: group_runs([r for r in runs if r.eval["task"] == task]) for task in tasks}
+    summary, mrr, summary_md = _summary_section(grouped, metric)
     sections, plots = [], []
     footnotes: dict = {}
-    for task in tasks:
-        tables = group_runs([r for r in runs if r.eval["task"] == task])
+    for task, tables in grouped.items():
         for train_len, columns in tables.items():
             key = task if len(tables) == 1 else f"{task} (L={train_len})"
-            summary[key] = {c.label.removesuffix(" †"): unseen_mean(c, metric) for c in columns}
             plot = f"{metric}_{key.replace(' ', '_').replace('(', '').replace(')', '')}.png"
             plot_task(
                 os.path.join(sweep_dir, plot),
@@ -189,44 +235,15 @@ def write_task_report(sweep_dir: str, runs: Sequence[Run], metric: str = "accura
             sections += [f"### {key}", ""]
             sections += markdown_table(columns, metric, footnotes, f" ({key})") + [""]
             sections += [f"![{key}]({plot})", ""]
-    labels = list(dict.fromkeys(label for row in summary.values() for label in row))
-    rows = []
-    for key, row in summary.items():
-        rows.append(
-            [key, *(_fmt(*row[label][:2], metric) if label in row else "" for label in labels)]
-        )
-    averages = []
-    for label in labels:
-        values = [
-            row[label][0] for row in summary.values() if row.get(label, (None,))[0] is not None
-        ]
-        averages.append(_fmt(math.fsum(values) / len(values), None, metric) if values else "")
-    rows.append(["average over tasks", *averages])
-    scores = {
-        key: {label: v[0] for label, v in row.items() if v[0] is not None}
-        for key, row in summary.items()
-    }
-    mrr = mean_reciprocal_rank(scores, higher) if scores else {}
 
-    unit = "%" if metric != "loss" else "nats"
     md = [f"# {os.path.basename(os.path.abspath(sweep_dir))}: {TASK_METRIC_TEXT[metric]}", ""]
-    first = group_runs([r for r in runs if r.eval["task"] == tasks[0]])  # one column per config
-    md += describe(runs, [c for cols in first.values() for c in cols])
-    md += [
-        "",
-        f"## Summary: {metric} ({unit}) averaged over the unseen lengths (above the training "
-        "length), per task",
-        "",
-    ]
-    md += _table(["task", *labels], rows) + [""]
-    md += [
-        "## Mean reciprocal rank over the tasks (ranked by the summary above)",
-        "",
-    ]
-    md += _table(
-        ["configuration", "MRR"],
-        [[label, f"{mrr[label]:.3f}"] for label in sorted(mrr, key=lambda k: -mrr[k])],
-    ) + [""]
+    first = grouped[tasks[0]]  # one column per configuration
+    md += describe(runs, [c for cols in first.values() for c in cols]) + [""]
+    md += summary_md
+    # The other paper's metric too, where the runs have it (Ruoss: accuracy; NoPE: exact match).
+    other = {"accuracy": "exact_match", "exact_match": "accuracy"}.get(metric)
+    if other and any(r.get(other) is not None for run in runs for r in run.eval["results"]):
+        md += _summary_section(grouped, other)[2]
     md += ["## Per task and length", ""] + sections
     for label, note in footnotes.items():
         md.append(f"{note['number']}. {label}: {note['error']} (lengths {note['lengths']})")
