@@ -88,8 +88,8 @@ _REFUSED = {
 
 
 def refusal(encoding: Encoding) -> str | None:
-    """Why the linear paths cannot run ``encoding``, or None when they can (only ``embed`` and a
-    width-preserving ``rotate``)."""
+    """Why the linear paths cannot run ``encoding``, or None when they can (input-level terms:
+    ``embed``, ``embed_tokens``, ``augment_positions``; and a width-preserving ``rotate``)."""
     for hook, why in _REFUSED.items():
         if hook in encoding.hooks:
             return f"{why}, which linear attention never forms; use a softmax path (e.g. 'auto')"

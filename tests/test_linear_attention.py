@@ -265,8 +265,8 @@ def test_encoders_that_cannot_be_linearised_are_refused_with_the_reason(impl, na
     if "rotate" in hooks and enc.qk_head_dim(DH) != DH:
         reasons.append("its rotate widens q and k (qk_head_dim) rather than rotating them")
     if not reasons:
-        check_implementation(enc, impl)  # rotate and embed only, or nothing: accepted
-        assert set(hooks) <= {"rotate", "embed"}
+        check_implementation(enc, impl)  # rotate and input-level terms only: accepted
+        assert set(hooks) <= {"rotate", "embed", "embed_tokens", "augment_positions"}
         return
     with pytest.raises(ValueError) as info:
         check_implementation(enc, impl)
