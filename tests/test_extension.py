@@ -17,6 +17,7 @@ def data_dir(tmp_path_factory):
     return helpers.build_pystdlib(tmp_path_factory.mktemp("pystdlib"))
 
 
+@pytest.mark.slow
 def test_zero_shot_and_fine_tuned_columns(data_dir, tmp_path):
     config = helpers.tiny_config(data_dir, "train.steps=4", "eval.lengths=16,64")
     plan = extension.Plan(factor=2, finetune_steps=2, finetune_warmup=1)

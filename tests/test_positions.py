@@ -59,7 +59,7 @@ def test_training_sees_the_positions_drawn_for_its_step(data_dir, tmp_path):
     assert abs(at_arange.mean() - at_drawn.mean()) > 1e-4, "RoPE sees the positions"
 
 
-@pytest.mark.parametrize("name", ["xl", "shaw"])
+@pytest.mark.parametrize("name", ["xl", pytest.param("shaw", marks=pytest.mark.slow)])
 def test_a_resumed_randomized_run_is_exact(data_dir, tmp_path, name):
     """Relative-table encoders take the general path; the draws are functions of the step."""
     config = helpers.tiny_config(data_dir, *RANDOMIZED, f"encoding.name={name}", "train.steps=4")

@@ -76,6 +76,7 @@ def test_bad_parameters_are_refused():
         recl({"A": A, "B": B[:2]}, start=10, delta=5, r=0.5)
 
 
+@pytest.mark.slow
 def test_context_losses_score_each_target_with_exactly_c_tokens():
     cfg = ModelConfig(
         vocab_size=32, num_layers=2, model_dim=16, num_heads=2, mlp_dim=32, dtype="float32"

@@ -25,6 +25,7 @@ def test_contract(name, check):
 # -- a new encoder is tested the day it is registered ---------------------------------------
 
 
+@pytest.mark.slow
 def test_an_encoder_registered_in_one_decorator_is_picked_up_by_the_battery():
     with testing.temporary_registry():
 

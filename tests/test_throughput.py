@@ -42,6 +42,7 @@ def _smoke_run(out: pathlib.Path):
     return report, (out / "throughput_cpu.md").read_text()
 
 
+@pytest.mark.slow
 def test_smoke_run_numbers_agree(tmp_path):
     """One test for one run (about 20 s on two cores), so that xdist workers do not repeat it."""
     smoke = _smoke_run(tmp_path)
