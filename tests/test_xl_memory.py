@@ -62,9 +62,9 @@ def _by_segments(model: Transformer, tokens: jax.Array, mem_len: int | None = No
     return jnp.concatenate(logits, axis=1), memory
 
 
-# One encoder per hook (content logits, rotate, bias, embed, log decay, contextual logits) in
-# the default suite; every registered encoder in the slow one.
-HOOK_EXAMPLES = ("xl", "rope", "alibi", "sinusoidal", "forgetting", "cope")
+# One encoder per attention hook (content logits, bias, log decay, contextual logits) in the
+# default suite; every registered encoder (rotate and embed ones too) in the slow one.
+HOOK_EXAMPLES = ("xl", "alibi", "forgetting", "cope")
 EVERY_OTHER = tuple(n for n in encodings.names() if n not in HOOK_EXAMPLES)
 
 

@@ -138,6 +138,7 @@ def test_contextual_positions_count_only_the_gated_keys():
     np.testing.assert_allclose(np.asarray(carry), 4.0, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_an_8192_token_window_on_the_blocked_path():
     # The long-evaluation case of the issue: one 8k window, tiles of 512, the running count
     # carried across 16 key tiles; checked against the formula on rows spread over the window.
