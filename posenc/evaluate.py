@@ -69,6 +69,7 @@ from posenc.config import (
     validate,
 )
 from posenc.distributed import abstract_on, make_mesh
+from posenc.metrics import perplexity
 from posenc.model import Transformer, token_loss
 from posenc.workdir import EVAL_FILE, RunDir, eval_file_name
 
@@ -317,14 +318,6 @@ def _masked_result(windows, loss_sum, count, correct, seconds) -> dict[str, Any]
         "seconds": seconds,
         "loss_by_position": [None if np.isnan(x) else round(float(x), 5) for x in by_position],
     }
-
-
-def perplexity(loss: float) -> float:
-    """``exp(loss)``, or ``inf`` where that overflows a float (a loss above about 709 nats)."""
-    try:
-        return math.exp(loss)
-    except OverflowError:
-        return math.inf
 
 
 def device_description() -> str:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from typing import Any
 
@@ -82,3 +83,11 @@ def progress_bar(*, total: int, initial: int = 0, enabled: bool = True, desc: st
     from tqdm.auto import tqdm
 
     return tqdm(total=total, initial=initial, desc=desc, unit="step", dynamic_ncols=True)
+
+
+def perplexity(loss: float) -> float:
+    """``exp(loss)``, or ``inf`` where that overflows a float (a loss above about 709 nats)."""
+    try:
+        return math.exp(loss)
+    except OverflowError:
+        return math.inf

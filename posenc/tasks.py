@@ -27,7 +27,6 @@ scoring and generating a batch.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -40,6 +39,7 @@ from flax import nnx
 
 from posenc.data import synthetic
 from posenc.data.task_source import PREFIX, task_name
+from posenc.metrics import perplexity
 from posenc.model import Transformer, token_loss
 
 # Evaluation examples come from this offset of the run's seed, never used by training draws.
@@ -54,12 +54,6 @@ def task_of(config: ml_collections.ConfigDict) -> str | None:
 def eval_seed(seed: int) -> int:
     """The seed evaluation examples are drawn with (apart from training's)."""
     return seed + _EVAL_SEED_OFFSET
-
-
-def train_width(task: str, max_length: int) -> int:
-    """Tokens per training row (:func:`posenc.data.synthetic.train_width`): the widest
-    ``input SEP target`` of the training lengths."""
-    return synthetic.train_width(task, max_length)
 
 
 def check_config(config: ml_collections.ConfigDict) -> None:
@@ -82,8 +76,6 @@ def check_config(config: ml_collections.ConfigDict) -> None:
             f"train.objective={objective(config)!r} does not apply to {spec}: a task is trained "
             "on its target tokens as a causal LM; use train.objective=causal_lm"
         )
-    if not config.model.get("causal", True):
-        raise ValueError(f"model.causal=False does not apply to {spec}: tasks need a causal LM")
     try:  # training draws the lengths in [1, train.seq_len] the task can produce
         synthetic.train_lengths(task, 1, config.train.seq_len)
     except ValueError as e:
@@ -95,7 +87,7 @@ def check_config(config: ml_collections.ConfigDict) -> None:
             raise ValueError(f"eval.lengths: {e}") from None
     from posenc.config import make_encoding
 
-    width = train_width(task, config.train.seq_len)
+    width = synthetic.train_width(task, config.train.seq_len)
     make_encoding(config).check_length(width)  # a learned table covers every training row
     if "randomized" in (config.train.positions, config.eval.positions):
         longest = max(
@@ -141,7 +133,6 @@ class TaskBatches:
         self.seed = seed
         self.process_index = process_index
         self.local_batch = global_batch // process_count
-        self.width = train_width(task, max_length)
 
     def batch(self, step: int) -> dict[str, np.ndarray]:
         """This process's rows of step ``step``: ``inputs``, ``targets`` int32 and ``weights``
@@ -284,11 +275,6 @@ def evaluate_task(
     return results
 
 
-def perplexity(loss: float) -> float:
-    """``exp(loss)``, ``inf`` where that overflows."""
-    return math.exp(loss) if loss < 709 else math.inf
-
-
 def _eval_rows(task, length, lo, n, batch_size, seed, width) -> dict[str, np.ndarray]:
     """Examples ``lo .. lo + n - 1`` of one length, padded with copies of the first to
     ``batch_size`` rows (one compiled shape; the padding rows are not counted)."""
@@ -305,5 +291,4 @@ __all__ = [
     "eval_seed",
     "evaluate_task",
     "task_of",
-    "train_width",
 ]

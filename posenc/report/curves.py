@@ -23,6 +23,7 @@ from typing import Any
 
 import numpy as np
 
+from posenc.report.tables import format_table
 from posenc.workdir import CONFIG_FILE, METRICS_FILE, SWEEP_FILE, flatten, read_json, read_jsonl
 
 # Fields that do not make two points different configurations.
@@ -146,12 +147,7 @@ def loss_table(curves: Sequence[Curve], steps: Sequence[int], digits: int = 3) -
             else:
                 cells.append(f"{mean:.{digits}f} ± {spread:.{digits}f}")
         rows.append(cells)
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["| " + " | ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)) + " |"]
-    lines.append("|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
-    for row in rows:
-        lines.append("| " + " | ".join(c.rjust(w) for c, w in zip(row, widths, strict=True)) + " |")
-    return lines
+    return format_table(header, rows)
 
 
 def plot_curves(path: str, curves: Sequence[Curve], title: str, ylabel: str = "training loss"):

@@ -62,7 +62,11 @@ def markdown_table(
             else:
                 cells.append(_fmt(entry.mean, metric))
         rows.append([str(length), *cells])
-    header = ["L_valid", *(c.label for c in columns)]
+    return format_table(["L_valid", *(c.label for c in columns)], rows)
+
+
+def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """A markdown table, every column right-aligned to its widest cell."""
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     lines = ["| " + " | ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)) + " |"]
     lines.append("|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")

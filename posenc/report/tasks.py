@@ -29,7 +29,7 @@ import statistics
 from collections.abc import Sequence
 
 from posenc.report.runs import Column, Run, cell, group_runs, table_lengths
-from posenc.report.tables import describe, markdown_table
+from posenc.report.tables import describe, format_table, markdown_table
 
 TASK_METRICS = ("accuracy", "exact_match", "sequence_accuracy", "loss")
 TASK_METRIC_TEXT = {
@@ -102,16 +102,6 @@ def _fmt(value: float | None, spread: float | None, metric: str) -> str:
     return text if spread is None else f"{text} ± {spread * scale:.{digits}f}"
 
 
-def _table(header: list[str], rows: list[list[str]]) -> list[str]:
-    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-    lines = ["| " + " | ".join(h.rjust(w) for h, w in zip(header, widths, strict=True)) + " |"]
-    lines.append("|" + "|".join("-" * (w + 1) + ":" for w in widths) + "|")
-    lines += [
-        "| " + " | ".join(c.rjust(w) for c, w in zip(r, widths, strict=True)) + " |" for r in rows
-    ]
-    return lines
-
-
 def plot_task(path: str, columns: Sequence[Column], train_len: int, metric: str, title: str):
     """The metric against input length, one line per configuration (mean over seeds, the
     spread shaded), the training range ``[1, train_len]`` shaded grey."""
@@ -178,12 +168,12 @@ def _summary_section(grouped: dict[str, dict[int, list[Column]]], metric: str):
         f"## Summary: {metric} ({unit}) averaged over the unseen lengths (above the training "
         "length), per task",
         "",
-        *_table(["task", *labels], rows),
+        *format_table(["task", *labels], rows),
         "",
         f"## Mean reciprocal rank over the tasks by {metric} (the summary above; a configuration "
         "without a score in a task ranks last there)",
         "",
-        *_table(
+        *format_table(
             ["configuration", "MRR"],
             [[label, f"{mrr[label]:.3f}"] for label in sorted(mrr, key=lambda k: -mrr[k])],
         ),
