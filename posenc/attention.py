@@ -32,16 +32,17 @@ Every path masks causally by index (key ``j`` is visible to query ``i`` when
 compute dtype, as the kernel requires), and returns ``q``'s dtype.
 
 Key validity (``k_valid``, the ``einsum`` and ``blocked`` paths): a key/value cache
-(:mod:`posenc.generate`) preallocates its slots and attends over all of them, so attention takes
+(:mod:`posenc.decoding`) preallocates its slots and attends over all of them, so attention takes
 a ``[B|1, S]`` mask of the keys that exist. An invalid key is removed exactly, as if it were not
 in the window: its logit is masked (probability and CoPE gate exactly 0), its ``k``, ``v`` and
 layer input are zeroed (garbage, even NaN, never reaches an output through ``0 * x``), its log
-decay is zeroed (cumulative sums skip it), and its position is replaced by the last query's, so
-hooks that read statistics of the window's positions (xPos's centre, dynamic NTK's span) see
-those of the valid keys. The causal mask stays by index, so the result equals attention over
-the valid keys alone when the queries are the last ``T`` valid keys and no invalid key follows
-the first query: a cache's single query (``T = 1``) at its last filled slot, or invalid keys
-anywhere before the queries.
+decay is zeroed (cumulative sums skip it), and its position is replaced by that of its row's
+last valid key, so hooks that read statistics of the window's positions (xPos's centre, dynamic
+NTK's span) see those of the valid keys. The causal mask stays by index, so the result equals
+attention over the valid keys alone when the queries are the last ``T`` valid keys and no
+invalid key follows the first query: a cache's single query (``T = 1``) at its last filled
+slot, or invalid keys anywhere before the queries; without the causal mask, at every valid
+query (a padded source in an encoder).
 """
 
 from __future__ import annotations
@@ -180,7 +181,7 @@ def attend(
                 f"attend(k_valid=...) runs on 'einsum', 'blocked' or 'auto', not "
                 f"implementation={implementation!r}"
             )
-        k, v, k_pos, inputs, k_valid = _remove_invalid(k, v, k_pos, q_pos, inputs, k_valid)
+        k, v, k_pos, inputs, k_valid = _remove_invalid(k, v, k_pos, inputs, k_valid)
     if implementation in linear_attention.PATHS:  # `rotate` applies to the features there
         return linear_attention.attend_linear(
             q,
@@ -215,18 +216,25 @@ def attend(
     return _reference(q, k, v, *args, k_valid)
 
 
-def _remove_invalid(k, v, k_pos, q_pos, inputs, k_valid):
-    """Zeroes invalid keys' ``k``, ``v`` and layer input and moves them to the last query's
-    position (module docstring); returns those and ``k_valid`` as ``[B|1, S]`` bool."""
+def _remove_invalid(k, v, k_pos, inputs, k_valid):
+    """Zeroes invalid keys' ``k``, ``v`` and layer input and moves them to the position of their
+    row's last valid key (module docstring); returns those and ``k_valid`` as ``[B|1, S]``
+    bool."""
     k_valid = jnp.atleast_2d(k_valid).astype(bool)  # [B|1, S]
     if k_valid.shape[-1] != k.shape[1]:
         raise ValueError(f"attend: k_valid has {k_valid.shape[-1]} keys, k has {k.shape[1]}")
-    rows = k_valid[:, :, None, None]  # [B|1, S, 1, 1]
-    k = jnp.where(rows, k, jnp.zeros((), k.dtype))
-    v = jnp.where(rows, v, jnp.zeros((), v.dtype))
+    mask = k_valid[:, :, None, None]  # [B|1, S, 1, 1]
+    k = jnp.where(mask, k, jnp.zeros((), k.dtype))
+    v = jnp.where(mask, v, jnp.zeros((), v.dtype))
     if inputs is not None:
         inputs = jnp.where(k_valid[:, :, None], inputs, jnp.zeros((), inputs.dtype))
-    k_pos = jnp.where(k_valid, k_pos, q_pos[:, -1:])  # [B|1, S]
+    # Invalid keys take the position of their row's last valid key (the cache's newest token,
+    # a padded window's last real one), so statistics of the positions are the valid keys'.
+    rows = max(k_pos.shape[0], k_valid.shape[0])
+    last = k_valid.shape[1] - 1 - jnp.argmax(k_valid[:, ::-1], axis=1)  # [B|1]
+    last = jnp.broadcast_to(last, (rows,))[:, None]  # [B, 1]
+    last_pos = jnp.take_along_axis(jnp.broadcast_to(k_pos, (rows, k_pos.shape[1])), last, 1)
+    k_pos = jnp.where(k_valid, k_pos, last_pos)  # [B|1, S]
     return k, v, k_pos, inputs, k_valid
 
 

@@ -20,24 +20,25 @@ from typing import Any
 import ml_collections
 
 from posenc import data as data_lib
-from posenc import encodings, linear_attention, tasks
+from posenc import encodings, linear_attention
 from posenc.attention import IMPLEMENTATIONS
-from posenc.model import DTYPES, NORMS, ModelConfig, Transformer
+from posenc.data import synthetic
+from posenc.data.task_source import task_name
+from posenc.layers.config import DTYPES
+from posenc.layers.norms import NORMS
+from posenc.models.build import make_encoding, model_config
 from posenc.workdir import diff_fields, flatten, matches, parse_value
 
 __all__ = [
     "EVAL_MAY_CHANGE",
     "apply_overrides",
-    "build_model",
     "check_eval_lengths",
     "check_source",
     "eval_lengths",
     "evaluation_changes",
     "load_config",
     "load_module",
-    "make_encoding",
     "masked_lm",
-    "model_config",
     "objective",
     "open_source",
     "parse_value",
@@ -126,25 +127,6 @@ def _unknown_field(key: str, node: ml_collections.ConfigDict) -> str:
     return f"unknown config field {key!r}; fields here: {', '.join(sorted(node.keys()))}"
 
 
-def model_config(config: ml_collections.ConfigDict) -> ModelConfig:
-    """The :class:`~posenc.model.ModelConfig` of a run config."""
-    return ModelConfig(**config.model.to_dict())
-
-
-def make_encoding(config: ml_collections.ConfigDict) -> encodings.Encoding:
-    """The (unbound) encoder named by ``config.encoding``."""
-    return encodings.get(config.encoding.name, **config.encoding.hparams.to_dict())
-
-
-def build_model(config: ml_collections.ConfigDict, seed: int | None = None) -> Transformer:
-    """The model a run config describes, with parameters initialised from ``seed`` (default
-    ``config.seed``)."""
-    from flax import nnx
-
-    seed = config.seed if seed is None else seed
-    return Transformer(model_config(config), make_encoding(config), rngs=nnx.Rngs(seed))
-
-
 def open_source(config: ml_collections.ConfigDict) -> data_lib.Source:
     """The data source of ``config.data`` (``data.text_field`` applies to ``tfds:`` only)."""
     d = config.data
@@ -190,7 +172,7 @@ def check_source(config: ml_collections.ConfigDict, source: data_lib.Source) -> 
     """Checks a run config against its opened data source: the evaluation split can fill every
     ``eval.lengths`` window (a task generates its examples: no split to fill), and
     ``model.vocab_size`` covers the tokenizer's ids."""
-    if not tasks.task_of(config):
+    if not task_name(config.data.source):
         check_eval_lengths(
             len(source.split_stream(config.eval.split)), eval_lengths(config), config.eval.split
         )
@@ -359,7 +341,7 @@ def _validate_memory(config: ml_collections.ConfigDict) -> None:
         f"encoding.name={config.encoding.name!r} (its embed_tokens reads neighbouring tokens, "
         "which the memory does not keep)": "embed_tokens" in make_encoding(config).hooks,
         f"data.source={config.data.source!r} (an algorithmic task: examples, not a stream)": bool(
-            tasks.task_of(config)
+            task_name(config.data.source)
         ),
     }
     bad = [name for name, conflict in conflicts.items() if conflict]
@@ -401,8 +383,8 @@ def validate(
     _require_int("train.checkpoint_every", t.checkpoint_every)
     _require_int("train.keep_checkpoints", t.keep_checkpoints)
     _validate_objective(config)
-    task = tasks.task_of(config)
-    if not task:  # a task's lengths are input lengths: tasks.check_config, at the end
+    task = task_name(config.data.source)
+    if not task:  # a task's lengths are input lengths: _validate_task, at the end
         encoding.check_length(t.seq_len)
     _validate_positions(config, encoding, lengths=not task)
     _validate_memory(config)
@@ -455,4 +437,48 @@ def validate(
             "data.source must be 'pystdlib', 'textdir:<path>', 'tfds:<name>' or 'synthetic:<task>'"
         )
     if task:
-        tasks.check_config(config)
+        _validate_task(config)
+
+
+def _validate_task(config: ml_collections.ConfigDict) -> None:
+    """Checks a task run's config (``data.source=synthetic:<task>``); raises a one-line
+    ``ValueError`` naming the field.
+
+    A task run is a causal LM (greedy generation needs one); ``train.seq_len`` is the longest
+    training length and every ``eval.lengths`` entry a length the task can produce; an encoder
+    with a position table must cover the longest row it is trained on, and randomized positions
+    must have a range that covers the longest row evaluated.
+    """
+    task = task_name(config.data.source)
+    spec = f"data.source={config.data.source!r}"
+    if task not in synthetic.TASKS:
+        raise ValueError(f"{spec}: unknown task {task!r}; tasks: {', '.join(synthetic.TASKS)}")
+    if objective(config) != "causal_lm":
+        raise ValueError(
+            f"train.objective={objective(config)!r} does not apply to {spec}: a task is trained "
+            "on its target tokens as a causal LM; use train.objective=causal_lm"
+        )
+    try:  # training draws the lengths in [1, train.seq_len] the task can produce
+        synthetic.train_lengths(task, 1, config.train.seq_len)
+    except ValueError as e:
+        raise ValueError(f"train.seq_len={config.train.seq_len}: {e}") from None
+    for length in eval_lengths(config):
+        try:
+            synthetic.check_length(task, length)
+        except ValueError as e:
+            raise ValueError(f"eval.lengths: {e}") from None
+    width = synthetic.train_width(task, config.train.seq_len)
+    make_encoding(config).check_length(width)  # a learned table covers every training row
+    if "randomized" in (config.train.positions, config.eval.positions):
+        longest = max(
+            [width] + [synthetic.row_width(task, length) for length in eval_lengths(config)]
+        )
+        if config.train.max_position < longest:
+            raise ValueError(
+                f"train.max_position={config.train.max_position} is below {longest}, the tokens "
+                f"of the longest example (input, SEP and target) of {spec}; randomized "
+                f"positions draw that many distinct positions: use train.max_position >= {longest}"
+            )
+    examples = config.eval.get("examples", 256)
+    if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
+        raise ValueError(f"eval.examples must be an integer >= 1, got {examples!r}")

@@ -57,7 +57,6 @@ from jax.sharding import PartitionSpec as P
 from posenc import data as data_lib
 from posenc import tasks
 from posenc.config import (
-    build_model,
     check_eval_lengths,
     eval_lengths,
     eval_mem_len,
@@ -69,8 +68,11 @@ from posenc.config import (
     validate,
 )
 from posenc.distributed import abstract_on, make_mesh
+from posenc.losses import token_loss
 from posenc.metrics import perplexity
-from posenc.model import Transformer, token_loss
+from posenc.models import build
+from posenc.models import memory as memory_lib
+from posenc.models.lm import Transformer
 from posenc.workdir import EVAL_FILE, RunDir, eval_file_name
 
 
@@ -128,7 +130,7 @@ class Scorer:
 
     def _score_with_memory(self, state, batch, memory, mem_len):
         model = nnx.merge(self.graphdef, state)
-        logits, memory = model(batch["inputs"], memory=memory, mem_len=mem_len)
+        logits, memory = memory_lib.forward(model, batch["inputs"], memory, mem_len=mem_len)
         losses = token_loss(logits, batch["targets"])  # [B, L]
         mask = batch["mask"]
         return (losses * mask).sum(axis=0), mask.sum(axis=0), memory
@@ -139,7 +141,7 @@ class Scorer:
         """Per-position ``(loss_sum, count)``, float64 ``[L]``, over the windows of ``segments``
         scored row by row in order with ``mem_len`` tokens of memory carried."""
         model = nnx.merge(self.graphdef, self.state)
-        memory = model.empty_memory(batch_size)
+        memory = memory_lib.empty_memory(model, batch_size)
         sums = [np.zeros(segments.length, np.float64) for _ in range(2)]
         for local in segments.iter_batches(batch_size, jax.process_index(), jax.process_count()):
             batch = {
@@ -332,7 +334,7 @@ def restore_model(
     """The model of a trained run, from the parameters of its newest intact checkpoint (no
     optimizer state is read), replicated on ``mesh``; and the checkpoint's step."""
     mesh = mesh or make_mesh()
-    graphdef, params, rest = nnx.split(nnx.eval_shape(lambda: build_model(config)), nnx.Param, ...)
+    graphdef, params, rest = nnx.split(nnx.eval_shape(lambda: build(config)), nnx.Param, ...)
     step, params = run.restore_params(abstract_on(params, NamedSharding(mesh, P())))
     return nnx.merge(graphdef, params, rest), step
 

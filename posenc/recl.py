@@ -37,7 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from posenc.model import Transformer, token_loss
+from posenc.losses import token_loss
+from posenc.models import memory as memory_lib
+from posenc.models.lm import Transformer
 
 THRESHOLD = 0.01  # the paper's gain threshold
 
@@ -172,7 +174,7 @@ def _last_losses(
         logits = _forward(graphdef, state, inputs)
         return token_loss(logits[:, -1:], target[:, None])[:, 0]
     first = c - (math.ceil(c / segment_len) - 1) * segment_len
-    memory = nnx.merge(graphdef, state).empty_memory(inputs.shape[0])
+    memory = memory_lib.empty_memory(nnx.merge(graphdef, state), inputs.shape[0])
     start = 0
     for end in range(first, c + 1, segment_len):
         logits, memory = _forward_memory(graphdef, state, inputs[:, start:end], memory, mem_len)
@@ -187,4 +189,4 @@ def _forward(graphdef, state, inputs):
 
 @functools.partial(jax.jit, static_argnums=(4,))
 def _forward_memory(graphdef, state, inputs, memory, mem_len):
-    return nnx.merge(graphdef, state)(inputs, memory=memory, mem_len=mem_len)
+    return memory_lib.forward(nnx.merge(graphdef, state), inputs, memory, mem_len=mem_len)

@@ -13,7 +13,7 @@ examples at each of ``eval.lengths`` (most beyond training) and reports
 - ``sequence_accuracy``: the mean over examples of each example's per-token accuracy;
 - ``exact_match``: the share of examples whose target is reproduced exactly by **greedy
   generation** from ``input SEP`` (Kazemnejad et al.'s metric), with the key/value cache of
-  :mod:`posenc.generate` (``eval.generate = False`` skips it);
+  :mod:`posenc.decoding` (``eval.generate = False`` skips it);
 - ``loss``: mean cross entropy of the target tokens (nats), and its ``perplexity``.
 
 A length is the task's own (:mod:`posenc.data.synthetic`): the input length for Ruoss et al.'s
@@ -39,8 +39,9 @@ from flax import nnx
 
 from posenc.data import synthetic
 from posenc.data.task_source import PREFIX, task_name
+from posenc.losses import token_loss
 from posenc.metrics import perplexity
-from posenc.model import Transformer, token_loss
+from posenc.models.lm import Transformer
 
 # Evaluation examples come from this offset of the run's seed, never used by training draws.
 _EVAL_SEED_OFFSET = 1_000_003
@@ -54,54 +55,6 @@ def task_of(config: ml_collections.ConfigDict) -> str | None:
 def eval_seed(seed: int) -> int:
     """The seed evaluation examples are drawn with (apart from training's)."""
     return seed + _EVAL_SEED_OFFSET
-
-
-def check_config(config: ml_collections.ConfigDict) -> None:
-    """Checks a task run's config beyond :func:`posenc.config.validate`; raises a one-line
-    ``ValueError`` naming the field.
-
-    A task run is a causal LM (greedy generation needs one); ``train.seq_len`` is the longest
-    training length and every ``eval.lengths`` entry a length the task can produce; an encoder
-    with a position table must cover the longest row it is trained on, and randomized positions
-    must have a range that covers the longest row evaluated.
-    """
-    from posenc.config import eval_lengths, objective
-
-    task = task_of(config)
-    spec = f"data.source={config.data.source!r}"
-    if task not in synthetic.TASKS:
-        raise ValueError(f"{spec}: unknown task {task!r}; tasks: {', '.join(synthetic.TASKS)}")
-    if objective(config) != "causal_lm":
-        raise ValueError(
-            f"train.objective={objective(config)!r} does not apply to {spec}: a task is trained "
-            "on its target tokens as a causal LM; use train.objective=causal_lm"
-        )
-    try:  # training draws the lengths in [1, train.seq_len] the task can produce
-        synthetic.train_lengths(task, 1, config.train.seq_len)
-    except ValueError as e:
-        raise ValueError(f"train.seq_len={config.train.seq_len}: {e}") from None
-    for length in eval_lengths(config):
-        try:
-            synthetic.check_length(task, length)
-        except ValueError as e:
-            raise ValueError(f"eval.lengths: {e}") from None
-    from posenc.config import make_encoding
-
-    width = synthetic.train_width(task, config.train.seq_len)
-    make_encoding(config).check_length(width)  # a learned table covers every training row
-    if "randomized" in (config.train.positions, config.eval.positions):
-        longest = max(
-            [width] + [synthetic.row_width(task, length) for length in eval_lengths(config)]
-        )
-        if config.train.max_position < longest:
-            raise ValueError(
-                f"train.max_position={config.train.max_position} is below {longest}, the tokens "
-                f"of the longest example (input, SEP and target) of {spec}; randomized "
-                f"positions draw that many distinct positions: use train.max_position >= {longest}"
-            )
-    examples = config.eval.get("examples", 256)
-    if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
-        raise ValueError(f"eval.examples must be an integer >= 1, got {examples!r}")
 
 
 class TaskBatches:
@@ -175,7 +128,7 @@ class TaskScorer:
         reproduces the target (bool ``[B]``). Rows are generated in groups of one prompt length
         (a task whose inputs vary in length at one task length), each group padded to the batch
         with copies of its first row, so every call has the batch's shape."""
-        from posenc.generate import greedy_generate, greedy_generate_reference
+        from posenc.decoding.lm import greedy_generate, greedy_generate_reference
 
         rows = len(batch["prompt_len"])
         ok = np.zeros(rows, bool)
@@ -287,7 +240,6 @@ __all__ = [
     "PREFIX",
     "TaskBatches",
     "TaskScorer",
-    "check_config",
     "eval_seed",
     "evaluate_task",
     "task_of",

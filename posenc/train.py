@@ -42,7 +42,6 @@ from jax.sharding import PartitionSpec as P
 from posenc import data as data_lib
 from posenc import distributed, tasks
 from posenc.config import (
-    build_model,
     check_source,
     consecutive_segments,
     masked_lm,
@@ -50,8 +49,12 @@ from posenc.config import (
     validate,
 )
 from posenc.distributed import abstract_on, make_mesh
+from posenc.layers.params import EncoderParam
+from posenc.losses import token_loss
 from posenc.metrics import MetricsWriter, drop_metrics_after, progress_bar
-from posenc.model import EncoderParam, Transformer, token_loss
+from posenc.models import build
+from posenc.models import memory as memory_lib
+from posenc.models.lm import Transformer
 from posenc.workdir import Checkpoints, RunDir, config_sha256, diff_fields
 
 
@@ -82,8 +85,8 @@ def make_optimizer(
     """AdamW with linear warmup, cosine decay and global-norm clipping, and its schedule.
 
     Weight decay applies to matrices only: norms, biases and the encoders' parameters
-    (:class:`~posenc.model.EncoderParam`) are not decayed (decaying T5's or Shaw's tables toward
-    zero would bias the comparison).
+    (:class:`~posenc.layers.params.EncoderParam`) are not decayed (decaying T5's or Shaw's tables
+    toward zero would bias the comparison).
 
     Returns:
       ``(optimizer, learning-rate schedule)``.
@@ -127,7 +130,7 @@ class Trainer:
         self.optimizer, self.schedule = make_optimizer(config)
         self.masked_lm = masked_lm(config)  # None for causal LM
         self.mem_len = config.model.get("mem_len", 0)
-        abstract = nnx.eval_shape(lambda: build_model(config))
+        abstract = nnx.eval_shape(lambda: build(config))
         self.graphdef, _, self.rest = nnx.split(abstract, nnx.Param, ...)
         # CAPE-like encoders draw a position augmentation from the step's key, even without dropout.
         self.augments = "augment_positions" in abstract.encoding.hooks
@@ -141,7 +144,7 @@ class Trainer:
 
         def init(params):
             if params is None:
-                _, params, _ = nnx.split(build_model(self.config), nnx.Param, ...)
+                _, params, _ = nnx.split(build(self.config), nnx.Param, ...)
             state = {
                 "params": params,
                 "opt_state": self.optimizer.init(params),
@@ -199,7 +202,7 @@ class Trainer:
             rng = self.dropout_key(state["step"])
             if self.mem_len:
                 memory = state["memory"][:, :, self.mem_len - memory_tokens :]  # [L, B, M, D]
-                logits, memory = model(batch["inputs"], memory=memory, rng=rng)
+                logits, memory = memory_lib.forward(model, batch["inputs"], memory, rng=rng)
             else:
                 logits, memory = model(batch["inputs"], batch.get("positions"), rng=rng), None
             losses = token_loss(logits, batch["targets"])  # [B, T]
@@ -307,9 +310,7 @@ def _params_of(
     other = RunDir(source)
     other_config = other.read_config()
     mine = _shapes(abstract_params)
-    theirs = _shapes(
-        nnx.split(nnx.eval_shape(lambda: build_model(other_config)), nnx.Param, ...)[1]
-    )
+    theirs = _shapes(nnx.split(nnx.eval_shape(lambda: build(other_config)), nnx.Param, ...)[1])
     if mine != theirs:
         differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
         fields = [

@@ -131,7 +131,7 @@ def run_device_script(devices: int, *args: str, timeout: float = 300) -> subproc
 
 def initial_model(config: ml_collections.ConfigDict):
     """The model a run starts from (initialised under jit, as training does: much faster than
-    an eager ``build_model``)."""
+    an eager ``build``)."""
     from posenc.train import Trainer
 
     trainer = Trainer(config)

@@ -17,11 +17,10 @@ from posenc.config import (
     apply_overrides,
     eval_lengths,
     load_config,
-    make_encoding,
-    model_config,
     parse_value,
     validate,
 )
+from posenc.models import make_encoding, model_config
 
 
 @pytest.fixture

@@ -15,10 +15,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posenc import encodings, generate
+from posenc import encodings
 from posenc.attention import attend
+from posenc.decoding import lm as generate
 from posenc.encodings.base import Dims
-from posenc.model import EncoderParam, ModelConfig, Transformer
+from posenc.layers.config import ModelConfig
+from posenc.layers.params import EncoderParam
+from posenc.models.lm import Transformer
 
 VOCAB, P, NEW = 257, 6, 3
 ATOL = 1e-4

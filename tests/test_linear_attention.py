@@ -26,7 +26,8 @@ from posenc import encodings, linear_attention, testing
 from posenc.attention import attend, check_implementation, choose_implementation
 from posenc.config import evaluation_changes, load_config
 from posenc.encodings import Dims, Encoding
-from posenc.model import ModelConfig, Transformer
+from posenc.layers.config import ModelConfig
+from posenc.models.lm import Transformer
 
 H, DH = 2, 8
 DIMS = Dims(num_heads=H, head_dim=DH, model_dim=H * DH)

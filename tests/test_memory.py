@@ -20,7 +20,9 @@ from flax import nnx
 
 from posenc import encodings, linear_attention
 from posenc.attention import choose_implementation
-from posenc.model import ModelConfig, Transformer, token_loss
+from posenc.layers.config import ModelConfig
+from posenc.losses import token_loss
+from posenc.models.lm import Transformer
 
 NAMES = encodings.names()
 LENGTHS = (2048, 4096, 8192)

@@ -18,7 +18,8 @@ from flax import nnx
 
 from posenc import encodings
 from posenc.attention import attend
-from posenc.model import ModelConfig, Transformer
+from posenc.layers.config import ModelConfig
+from posenc.models.lm import Transformer
 
 HPARAMS = {"learned": {"max_len": 16}, "shaw": {"max_distance": 4}}
 VOCAB, T = 64, 16

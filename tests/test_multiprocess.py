@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posenc.config import build_model
 from posenc.data import get_source
 from posenc.evaluate import load_model
 from posenc.metrics import read_metrics
+from posenc.models import build
 from posenc.workdir import RunDir
 
 HELPER = pathlib.Path(__file__).resolve().parent / "_mp_train.py"
@@ -177,5 +177,5 @@ def _check_checkpoint(runs):
     for a, b in zip(multi, single, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     # The parameters are the trained ones, not a fresh initialisation.
-    fresh = jax.tree.leaves(nnx.state(build_model(RunDir(multi_dir).read_config()), nnx.Param))
+    fresh = jax.tree.leaves(nnx.state(build(RunDir(multi_dir).read_config()), nnx.Param))
     assert any(not np.allclose(a, f) for a, f in zip(multi, fresh, strict=True))

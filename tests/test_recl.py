@@ -11,7 +11,8 @@ import pytest
 from flax import nnx
 
 from posenc import encodings
-from posenc.model import ModelConfig, Transformer
+from posenc.layers.config import ModelConfig
+from posenc.models.lm import Transformer
 from posenc.recl import context_losses, recl, relative_gains
 
 # Two models, four targets, contexts 10, 15, 20 (rows).

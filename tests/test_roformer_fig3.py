@@ -7,7 +7,8 @@ import pathlib
 import pytest
 
 from posenc import linear_attention
-from posenc.config import build_model, validate
+from posenc.config import validate
+from posenc.models import build
 from posenc.sweep import load_sweep
 
 SWEEP = pathlib.Path(__file__).parents[1] / "configs" / "sweeps" / "roformer_fig3.py"
@@ -44,7 +45,7 @@ def test_the_models_build():
     for variant in ("tiny_mlm", "tiny_linear"):
         _, configs = load_sweep(f"{SWEEP}:{variant}")
         for config in configs[::3]:  # one per encoder
-            build_model(config, seed=0)  # the linear path accepts both encoders
+            build(config, seed=0)  # the linear path accepts both encoders
 
 
 def test_a_bad_variant_names_the_allowed_ones():

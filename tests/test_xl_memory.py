@@ -20,8 +20,11 @@ from posenc import data as data_lib
 from posenc import encodings
 from posenc.config import validate
 from posenc.evaluate import evaluate, evaluate_workdir
+from posenc.layers.config import ModelConfig
+from posenc.losses import token_loss
 from posenc.metrics import read_metrics
-from posenc.model import ModelConfig, Transformer, token_loss
+from posenc.models import memory as memory_lib
+from posenc.models.lm import Transformer
 from posenc.train import Trainer, train
 
 T = 4  # segment length
@@ -54,10 +57,12 @@ def _tokens(batch: int = 2, length: int = SEGMENTS * T) -> jax.Array:
 
 
 def _by_segments(model: Transformer, tokens: jax.Array, mem_len: int | None = None):
-    memory = model.empty_memory(tokens.shape[0])
+    memory = memory_lib.empty_memory(model, tokens.shape[0])
     logits = []
     for start in range(0, tokens.shape[1], T):
-        out, memory = model(tokens[:, start : start + T], memory=memory, mem_len=mem_len)
+        out, memory = memory_lib.forward(
+            model, tokens[:, start : start + T], memory, mem_len=mem_len
+        )
         logits.append(out)
     return jnp.concatenate(logits, axis=1), memory
 
@@ -76,7 +81,7 @@ def test_memory_covering_the_past_equals_one_full_pass(name):
     tokens = _tokens()
     if "embed_tokens" in model.encoding.hooks:  # reads neighbouring tokens: refused
         with pytest.raises(ValueError, match="embed_tokens"):
-            model(tokens[:, :T], memory=model.empty_memory(2))
+            memory_lib.forward(model, tokens[:, :T], memory_lib.empty_memory(model, 2))
         return
     full = model(tokens)
     segmented, memory = _by_segments(model, tokens)
@@ -93,7 +98,7 @@ def test_short_memory_differs_from_the_full_pass_and_keeps_the_last_states():
     assert np.abs(segmented[:, T:] - full[:, T:]).max() > 1e-3
     assert memory.shape == (2, 2, T // 2, 16)
     # The memory of layer 0 is the embedded last tokens (the residual stream entering it).
-    embedded = model.embed(tokens[:, -T // 2 :]) * jnp.sqrt(16.0)
+    embedded = model.embed(tokens[:, -T // 2 :])  # scaled by sqrt(D)
     np.testing.assert_allclose(memory[0], embedded, rtol=1e-6)
 
 
@@ -104,7 +109,7 @@ def test_without_memory_the_call_is_unchanged():
     plain = _model("rope", mem_len=0)(tokens)
     with_len = _model("rope", mem_len=8)(tokens)
     np.testing.assert_array_equal(plain, with_len)
-    logits, memory = _model("rope", mem_len=8)(tokens, memory=jnp.zeros((2, 2, 0, 16)))
+    logits, memory = memory_lib.forward(_model("rope", mem_len=8), tokens, jnp.zeros((2, 2, 0, 16)))
     np.testing.assert_allclose(logits, plain, rtol=1e-6, atol=1e-6)
     assert memory.shape == (2, 2, T, 16)
 
@@ -112,11 +117,11 @@ def test_without_memory_the_call_is_unchanged():
 def test_no_gradient_flows_into_memory():
     model = _model("xl", mem_len=T)
     tokens = _tokens(length=2 * T)
-    _, memory = model(tokens[:, :T], memory=model.empty_memory(2))
+    _, memory = memory_lib.forward(model, tokens[:, :T], memory_lib.empty_memory(model, 2))
     graphdef, state = nnx.split(model)
 
     def loss(memory, state):
-        logits, _ = nnx.merge(graphdef, state)(tokens[:, T:-1], memory=memory)
+        logits, _ = memory_lib.forward(nnx.merge(graphdef, state), tokens[:, T:-1], memory)
         return token_loss(logits, tokens[:, T + 1 :]).mean()
 
     grad_memory, grad_params = jax.jit(jax.grad(loss, argnums=(0, 1)))(memory, state)
@@ -132,7 +137,7 @@ def test_bad_memory_and_mem_len_are_refused():
         _model("xl", mem_len=-1)
     model = _model("xl", mem_len=T)
     with pytest.raises(ValueError, match="memory must be"):
-        model(_tokens(length=T), memory=jnp.zeros((1, 2, 3, 16)))
+        memory_lib.forward(model, _tokens(length=T), jnp.zeros((1, 2, 3, 16)))
 
 
 # --- training over consecutive segments ---------------------------------------------------------
@@ -168,7 +173,9 @@ def test_a_training_step_carries_the_layer_inputs_of_the_previous_segment(data_d
     model0 = trainer.model(jax.tree.map(jnp.copy, state))
     batch0 = windows.batch(0)
     state, _ = trainer.step(state, trainer.global_batch(batch0), windows.memory_tokens(0, 24))
-    _, expected = model0(jnp.asarray(batch0["inputs"]), memory=model0.empty_memory(8))
+    _, expected = memory_lib.forward(
+        model0, jnp.asarray(batch0["inputs"]), memory_lib.empty_memory(model0, 8)
+    )
     assert state["memory"].shape == (2, 8, 24, 32)
     np.testing.assert_allclose(state["memory"][:, :, -16:], expected, rtol=1e-5, atol=1e-6)
     assert not np.asarray(state["memory"][:, :, :-16]).any()  # padding before 16 real states

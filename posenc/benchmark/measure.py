@@ -19,9 +19,11 @@ from flax import nnx
 from posenc import data as data_lib
 from posenc.attention import choose_implementation
 from posenc.benchmark.settings import Settings, make_config
-from posenc.config import build_model, open_source
+from posenc.config import open_source
 from posenc.evaluate import Scorer
-from posenc.model import EncoderParam, Transformer
+from posenc.layers.params import EncoderParam
+from posenc.models import build
+from posenc.models.lm import Transformer
 from posenc.train import Trainer
 
 # bf16 dense peak TFLOP/s per device (datasheet figures with sparsity, halved), matched in order
@@ -204,7 +206,7 @@ def measure_eval(
     """
     config = make_config(settings, encoder)
     stream = open_source(config).split_stream("validation")
-    model = model or build_model(config)
+    model = model or build(config)
     # One window on one device: a batch of 1 cannot be split over a mesh.
     mesh = jax.sharding.Mesh(np.array(jax.local_devices()[:1]), ("data",))
     scorer = Scorer(model, mesh)

@@ -95,7 +95,12 @@ checks each one against what the encoder does):
   ``model.causal=False``. Default False: every hook also serves bidirectional attention, where
   attention passes pairs with keys after the query too. :meth:`Encoding.check_causal` applies
   it, and an encoder whose hyperparameters decide (T5's ``bidirectional``) extends it.
-- ``cacheable``: True when a key/value cache reproduces a full pass (:mod:`posenc.generate`):
+- ``for_direction(causal)``: the encoder in the form that serves causal or bidirectional
+  attention, which an encoder-decoder asks for on each side (its encoder bidirectional, its
+  decoder causal) from the one encoder the config names. Default: itself. An encoder whose
+  hyperparameters choose a direction overrides it (T5's ``bidirectional`` buckets, as T5's own
+  encoder and decoder use; conv's centred or causal convolution).
+- ``cacheable``: True when a key/value cache reproduces a full pass (:mod:`posenc.decoding`):
   each token's keys, values and layer inputs, once computed, stay what a full pass over any
   longer window would compute for them. Hooks that read positions through their arguments
   satisfy it (the cache passes every slot's position); an encoder whose *window* changes earlier
@@ -210,6 +215,12 @@ class Encoding:
                 "it defines nothing for keys after the query); use model.causal=True or a "
                 "bidirectional encoder"
             )
+
+    def for_direction(self, causal: bool) -> Self:
+        """This encoder in the form for causal (``True``) or bidirectional attention (module
+        docstring); :meth:`check_causal` still applies to the result. Default: itself."""
+        del causal
+        return self
 
     def check_cacheable(self) -> None:
         """Raises a one-line ``ValueError`` if a key/value cache cannot reproduce a full pass

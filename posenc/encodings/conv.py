@@ -107,6 +107,10 @@ class Conv(Encoding):
                 "(conv's grouped convolution)"
             )
 
+    def for_direction(self, causal: bool) -> Conv:
+        """The causal convolution for a causal stack, wav2vec 2.0's centred one otherwise."""
+        return dataclasses.replace(self, causal=causal)
+
     def check_causal(self, causal: bool) -> None:
         super().check_causal(causal)
         if causal and not self.causal:

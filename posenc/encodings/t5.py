@@ -114,6 +114,11 @@ class T5Bias(Encoding):
                 f"got {self.max_distance!r}"
             )
 
+    def for_direction(self, causal: bool) -> T5Bias:
+        """T5's encoder buckets keys on both sides (``bidirectional=True``), its decoder only
+        those before the query."""
+        return dataclasses.replace(self, bidirectional=not causal)
+
     def check_causal(self, causal: bool) -> None:
         if not causal and not self.bidirectional:
             raise ValueError(

@@ -19,7 +19,8 @@ from flax import nnx
 
 from posenc import encodings
 from posenc.encodings.base import Dims, Encoding
-from posenc.model import ModelConfig, Transformer
+from posenc.layers.config import ModelConfig
+from posenc.models.lm import Transformer
 
 # Hyperparameters the battery uses for registered encoders that need something other than their
 # defaults to be exercised at the battery's tiny sizes. A new encoder needs no entry.

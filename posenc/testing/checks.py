@@ -16,7 +16,7 @@ from flax import nnx
 
 from posenc import attention, linear_attention
 from posenc.encodings.base import Encoding
-from posenc.model import EncoderParam
+from posenc.layers.params import EncoderParam
 from posenc.testing._harness import (
     Settings,
     build,
@@ -458,8 +458,9 @@ def _encoder_params(model: nnx.Module) -> dict[str, tuple[type, tuple[int, ...],
 
 def check_param_shapes(encoder: str | Encoding, settings: Settings | None = None) -> None:
     """``init`` returns exactly what ``param_shapes`` promises, in float32, and a two-layer model
-    holds them as :class:`~posenc.model.EncoderParam` where ``param_scope`` says: one copy per
-    block (``blocks/<i>/pos_params/<name>``) or one at the model (``shared_pos_params/<name>``).
+    holds them as :class:`~posenc.layers.params.EncoderParam` where ``param_scope`` says: one copy
+    per block (``blocks/<i>/pos_params/<name>``) or one at the model
+    (``shared_pos_params/<name>``).
     """
     settings = settings or Settings()
     enc = resolve(encoder)

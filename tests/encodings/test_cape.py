@@ -17,7 +17,8 @@ from flax import nnx
 from posenc import encodings
 from posenc.config import apply_overrides, load_config
 from posenc.encodings import Dims
-from posenc.model import ModelConfig, Transformer
+from posenc.layers.config import ModelConfig
+from posenc.models.lm import Transformer
 
 BASE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "base.py"
 D = 8

@@ -15,7 +15,8 @@ from flax import nnx
 
 from posenc import encodings
 from posenc.encodings import Dims
-from posenc.model import ModelConfig, Transformer
+from posenc.layers.config import ModelConfig
+from posenc.models.lm import Transformer
 
 D = 8
 

@@ -20,7 +20,8 @@ from flax import nnx
 from posenc import encodings
 from posenc.attention import attend, choose_implementation
 from posenc.encodings import Dims
-from posenc.model import ModelConfig, Transformer
+from posenc.layers.config import ModelConfig
+from posenc.models.lm import Transformer
 
 H, DH = 2, 8
 DIMS = Dims(num_heads=H, head_dim=DH, model_dim=H * DH)

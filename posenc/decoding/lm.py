@@ -1,13 +1,14 @@
-"""Greedy generation with a key/value cache that serves every encoder.
+"""Greedy generation from a decoder-only model with a key/value cache that serves every encoder.
 
 :func:`greedy_generate` decodes ``num_new`` tokens after a batch of prompts by argmax, in one
 compiled program: a prefill runs the model over the ``P`` prompt tokens in one pass (on the
 model's own attention path) and keeps each layer's cache, then a ``lax.fori_loop`` adds one token
-per step to a cache preallocated with ``P + num_new`` slots, so nothing recompiles per step.
+per step to a cache preallocated with ``P + num_new`` slots
+(:func:`posenc.decoding.greedy.greedy_search` over the model's :meth:`~posenc.models.lm.Transformer.decode`), so nothing recompiles per step.
 :func:`greedy_generate_reference` is the definition it is tested against: the whole model run
 again on the prompt and the tokens so far at every step, the last logits taken.
 
-What the cache keeps per layer (:class:`posenc.model.LayerCache`): the keys *before* the
+What the cache keeps per layer (:class:`posenc.layers.cache.LayerCache`): the keys *before* the
 encoder's ``rotate``, the values and the normed layer input ``h``; the slots' positions are one
 ``[B|1, P + num_new]`` array given up front. Each step calls attention on the ``einsum`` path
 over all the slots with the unfilled ones masked (``attend(k_valid=...)``), so each hook sees
@@ -61,7 +62,9 @@ import numpy as np
 from flax import nnx
 
 from posenc import linear_attention
-from posenc.model import LayerCache, Transformer
+from posenc.decoding.greedy import greedy_search
+from posenc.layers.cache import LayerCache
+from posenc.models.lm import Transformer
 
 
 def greedy_generate(
@@ -75,7 +78,7 @@ def greedy_generate(
     """Greedy (argmax) continuation of ``prompts`` with a key/value cache.
 
     Args:
-      model: a causal :class:`~posenc.model.Transformer` (dropout is not applied).
+      model: a causal :class:`~posenc.models.lm.Transformer` (dropout is not applied).
       prompts: ``[B, P]`` integer token ids, ``P >= 1``.
       num_new: tokens to generate, ``>= 1``.
       positions: ``[B|1, P + num_new]`` or ``[P + num_new]`` integer positions of the prompt and
@@ -184,24 +187,20 @@ def _generate_impl(graphdef, state, prompts, positions, num_new, fill, return_lo
     first = logits[:, -1]  # [B, V]
     buffer = jnp.zeros((b, s), jnp.int32).at[:, :p].set(prompts)
     buffer = buffer.at[:, p].set(jnp.argmax(first, -1).astype(jnp.int32))
-    out = jnp.zeros((b, num_new, first.shape[-1]), jnp.float32) if return_logits else None
+
+    def step(tokens, slot, caches):
+        logits, caches = model.decode(tokens, slot, positions, caches)
+        return logits[:, 0], caches  # [B, V]
+
+    # The first new token came from the prefill; the loop adds the other num_new - 1.
+    rest = greedy_search(
+        step, caches, buffer, start=p, max_len=num_new - 1, return_logits=return_logits
+    )
+    new, out = rest if return_logits else (rest, None)
+    tokens = jnp.concatenate([buffer[:, p : p + 1], new], axis=1)  # [B, num_new]
     if return_logits:
-        out = out.at[:, 0].set(first)
-
-    def step(n, carry):
-        buffer, caches, out = carry
-        slot = p + n  # the slot of the newest token, whose logits choose the next one
-        logits, caches = model.decode(buffer, slot, positions, caches)
-        logits = logits[:, 0]  # [B, V]
-        buffer = jax.lax.dynamic_update_slice_in_dim(
-            buffer, jnp.argmax(logits, -1).astype(jnp.int32)[:, None], slot + 1, axis=1
-        )
-        if out is not None:
-            out = jax.lax.dynamic_update_slice_in_dim(out, logits[:, None], n + 1, axis=1)
-        return buffer, caches, out
-
-    buffer, _, out = jax.lax.fori_loop(0, num_new - 1, step, (buffer, caches, out))
-    return buffer[:, p:], out
+        out = first[:, None] if num_new == 1 else jnp.concatenate([first[:, None], out], 1)
+    return tokens, out
 
 
 # Jitted once per model structure (the graphdef), length and ``num_new``; tests re-jit the

@@ -1,0 +1,166 @@
+"""The shape, numerics and architecture options shared by posenc's parts and assemblies.
+
+Options name mechanisms, never model families (``mlp="swiglu"``, ``residual="parallel"``,
+``norm_position="post"``); each default is posenc's own decoder-only model, so a config that
+sets none of them builds exactly that model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from posenc.attention import IMPLEMENTATIONS
+from posenc.encodings.base import Dims
+from posenc.layers.mlp import MLP_KINDS
+from posenc.layers.norms import NORMS
+
+DTYPES = ("bfloat16", "float32", "float16")
+NORM_POSITIONS = ("pre", "post")
+RESIDUALS = ("sequential", "parallel")
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+    """Shape and numerics of the transformer.
+
+    Attributes:
+      vocab_size: token ids are in ``[0, vocab_size)`` (257 for bytes plus a separator).
+      num_layers: transformer blocks (the decoder's, in an encoder-decoder).
+      model_dim: residual stream width ``D``.
+      num_heads: attention heads ``H``; ``head_dim = model_dim // num_heads`` unless given.
+      mlp_dim: hidden width of the MLP.
+      head_dim: per-head width; None derives it from ``model_dim // num_heads``.
+      dropout: dropout rate on the embeddings and residual branches.
+      norm: ``"layernorm"`` or ``"rmsnorm"``.
+      dtype: compute dtype of the matmuls.
+      tie_embeddings: reuse the token embedding as the output projection.
+      attention_impl: an attention path, see :mod:`posenc.attention`.
+      attention_block_size: query block of the ``blocked`` path and the ``auto`` threshold;
+        the chunk of the linear paths' causal prefix sums.
+      performer_features: random features per head of the ``linear_performer`` path (FAVOR+'s
+        ``m``), fixed per layer (:mod:`posenc.linear_attention`).
+      causal: mask keys after the query (a decoder, for causal LM); False runs attention
+        unmasked on every path (a bidirectional encoder, for masked LM).
+      mem_len: Transformer-XL memory: the number of earlier tokens whose per-layer states a
+        call with memory keeps for the next segment (Dai et al. 2019, Sec. 3.2); 0: none.
+      num_kv_heads: key/value heads (grouped-query attention, Ainslie et al. 2023): each
+        group of ``num_heads / num_kv_heads`` query heads shares one; None: ``num_heads``.
+      qkv_bias: biases on the query, key and value projections.
+      out_bias: a bias on the attention output projection.
+      mlp: the MLP kind (:data:`posenc.layers.mlp.MLP_KINDS`).
+      mlp_bias: biases on the MLP's projections.
+      norm_position: ``"pre"`` (norm -> sublayer -> residual, and a final norm) or ``"post"``
+        (sublayer -> residual -> norm, as Vaswani et al. and BERT; no final norm).
+      residual: ``"sequential"`` (attention, then the MLP on its output) or ``"parallel"``
+        (``x + attn(norm1(x)) + mlp(norm2(x))``, as GPT-J and GPT-NeoX).
+      norm_eps: the norms' epsilon.
+      scale_embeddings: multiply token embeddings by ``sqrt(D)`` (Vaswani et al.).
+      embed_norm: a norm on the embeddings before the first block (BLOOM, BERT).
+      num_encoder_layers: the encoder's blocks in an encoder-decoder (None: ``num_layers``);
+        unused by the decoder-only model.
+      share_embeddings: an encoder-decoder's source and target share one token table (a joint
+        vocabulary, as Vaswani et al.); unused by the decoder-only model.
+    """
+
+    vocab_size: int = 257
+    num_layers: int = 2
+    model_dim: int = 64
+    num_heads: int = 4
+    mlp_dim: int = 256
+    head_dim: int | None = None
+    dropout: float = 0.0
+    norm: str = "layernorm"
+    dtype: str = "bfloat16"
+    tie_embeddings: bool = True
+    attention_impl: str = "auto"
+    attention_block_size: int = 512
+    performer_features: int = 256
+    causal: bool = True
+    mem_len: int = 0
+    num_kv_heads: int | None = None
+    qkv_bias: bool = False
+    out_bias: bool = False
+    mlp: str = "gelu"
+    mlp_bias: bool = True
+    norm_position: str = "pre"
+    residual: str = "sequential"
+    norm_eps: float = 1e-6
+    scale_embeddings: bool = True
+    embed_norm: bool = False
+    num_encoder_layers: int | None = None
+    share_embeddings: bool = True
+
+    def __post_init__(self):
+        positive = ("vocab_size", "num_layers", "model_dim", "num_heads", "mlp_dim")
+        for field in (*positive, "performer_features"):
+            _require_positive(field, getattr(self, field))
+        for field in ("head_dim", "num_kv_heads", "num_encoder_layers"):
+            if getattr(self, field) is not None:
+                _require_positive(field, getattr(self, field))
+        if self.head_dim is None and self.model_dim % self.num_heads:
+            raise ValueError(
+                f"model.model_dim={self.model_dim} is not divisible by model.num_heads="
+                f"{self.num_heads}; change one of them or set model.head_dim"
+            )
+        if self.num_heads % self.kv_heads:
+            raise ValueError(
+                f"model.num_kv_heads={self.num_kv_heads} must divide model.num_heads="
+                f"{self.num_heads} (each key/value head serves a group of query heads)"
+            )
+        if not isinstance(self.mem_len, int) or isinstance(self.mem_len, bool) or self.mem_len < 0:
+            raise ValueError(f"model.mem_len must be an integer >= 0, got {self.mem_len!r}")
+        for field in (
+            "causal",
+            "tie_embeddings",
+            "qkv_bias",
+            "out_bias",
+            "mlp_bias",
+            "scale_embeddings",
+            "embed_norm",
+            "share_embeddings",
+        ):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(
+                    f"model.{field} must be True or False, got {getattr(self, field)!r}"
+                )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
+        if not isinstance(self.norm_eps, int | float) or not self.norm_eps > 0:
+            raise ValueError(f"model.norm_eps must be a positive number, got {self.norm_eps!r}")
+        for field, allowed in (
+            ("norm", NORMS),
+            ("dtype", DTYPES),
+            ("attention_impl", IMPLEMENTATIONS),
+            ("mlp", MLP_KINDS),
+            ("norm_position", NORM_POSITIONS),
+            ("residual", RESIDUALS),
+        ):
+            if getattr(self, field) not in allowed:
+                raise ValueError(
+                    f"model.{field} must be one of {list(allowed)}, got {getattr(self, field)!r}"
+                )
+        if self.residual == "parallel" and self.norm_position == "post":
+            raise ValueError(
+                "model.residual='parallel' needs model.norm_position='pre' (a parallel block "
+                "norms its input once for both branches)"
+            )
+
+    @property
+    def dims(self) -> Dims:
+        head_dim = self.head_dim or self.model_dim // self.num_heads
+        return Dims(num_heads=self.num_heads, head_dim=head_dim, model_dim=self.model_dim)
+
+    @property
+    def kv_heads(self) -> int:
+        """Key/value heads (``num_heads`` unless grouped-query attention)."""
+        return self.num_kv_heads or self.num_heads
+
+    @property
+    def encoder_layers(self) -> int:
+        """The encoder's blocks in an encoder-decoder."""
+        return self.num_encoder_layers or self.num_layers
+
+
+def _require_positive(field: str, value: object) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError(f"model.{field} must be a positive integer, got {value!r}")

@@ -1,0 +1,70 @@
+"""Token embedding and output projection.
+
+The table is ``[vocab, embed]`` float32, drawn from ``N(0, 1/D)``; lookups are float32 and, by
+default, multiplied by ``sqrt(D)`` as in Vaswani et al., so token embeddings and sinusoids
+(entries in ``[-1, 1]``) start on the same scale. The output projection is the table itself
+(tied, ``x @ E^T`` in float32) or a separate ``[embed, vocab]`` matrix in the compute dtype.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from posenc.layers.params import axes_metadata
+
+
+class TokenEmbedding(nnx.Embed):
+    """``[B, T]`` ids -> ``[B, T, D]`` float32 (times ``sqrt(D)`` when ``scale``).
+
+    Args:
+      vocab_size: ids are in ``[0, vocab_size)``.
+      model_dim: ``D``.
+      scale: multiply by ``sqrt(D)``.
+      rngs: initialisation streams (one key).
+    """
+
+    def __init__(self, vocab_size: int, model_dim: int, *, scale: bool, rngs: nnx.Rngs):
+        super().__init__(
+            vocab_size,
+            model_dim,
+            dtype=jnp.float32,
+            param_dtype=jnp.float32,
+            embedding_init=nnx.initializers.normal(1.0 / math.sqrt(model_dim)),
+            embedding_metadata=axes_metadata("vocab", "embed"),
+            rngs=rngs,
+        )
+        self.scale = math.sqrt(model_dim) if scale else None
+
+    def __call__(self, tokens: jax.Array) -> jax.Array:
+        x = super().__call__(tokens)  # [B, T, D] float32
+        return x if self.scale is None else x * self.scale
+
+    def tied_logits(self, x: jax.Array) -> jax.Array:
+        """``x: [B, T, D]`` float32 -> ``[B, T, V]`` float32 through the table itself."""
+        return x @ self.embedding[...].T
+
+
+def make_unembed(model_dim: int, vocab_size: int, dtype: jnp.dtype, rngs: nnx.Rngs) -> nnx.Linear:
+    """A separate output projection ``[embed, vocab]`` (untied embeddings)."""
+    return nnx.Linear(
+        model_dim,
+        vocab_size,
+        use_bias=False,
+        dtype=dtype,
+        param_dtype=jnp.float32,
+        kernel_metadata=axes_metadata("embed", "vocab"),
+        rngs=rngs,
+    )
+
+
+def output_logits(
+    x: jax.Array, embed: TokenEmbedding, unembed: nnx.Linear | None, dtype: jnp.dtype
+) -> jax.Array:
+    """``[B, T, D]`` float32 (after the final norm) -> ``[B, T, V]`` float32 logits."""
+    if unembed is None:
+        return embed.tied_logits(x)
+    return unembed(x.astype(dtype)).astype(jnp.float32)

@@ -1,0 +1,50 @@
+"""Parameters with logical axis names, and the positional encoder's parameters as NNX state.
+
+Every parameter a layer makes carries the names of its axes (``embed``, ``heads``, ``kv_heads``,
+``head_dim``, ``mlp``, ``vocab``) as the metadata ``axes``; :mod:`posenc.sharding` alone maps
+them to mesh axes. Encoder parameters (:class:`EncoderParam`) carry none: they are small and
+stay replicated.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import jax
+from flax import nnx
+
+from posenc.encodings.base import Encoding, Params
+
+# Metadata key of a parameter's logical axis names.
+AXES = "axes"
+
+
+def param(value: jax.Array, axes: Sequence[str | None]) -> nnx.Param:
+    """``value`` as an :class:`nnx.Param` whose axes are named ``axes`` (one name per axis)."""
+    if len(axes) != value.ndim:
+        raise ValueError(f"param of shape {value.shape} needs {value.ndim} axis names, got {axes}")
+    return nnx.Param(value, **{AXES: tuple(axes)})
+
+
+def axes_metadata(*axes: str | None) -> dict[str, tuple[str | None, ...]]:
+    """``kernel_metadata``/``embedding_metadata`` for Flax's own layers."""
+    return {AXES: tuple(axes)}
+
+
+class EncoderParam(nnx.Param):
+    """A positional encoder's learned parameter (T5's table, Shaw's embeddings, XL's u and v).
+
+    A type of its own so that code above the model can tell encoder parameters apart without
+    knowing attribute names: the optimizer, for one, does not decay them.
+    """
+
+
+def encoder_params(encoding: Encoding, rngs: nnx.Rngs) -> nnx.Dict:
+    """The encoder's ``init`` (one key from ``rngs.params``) held as :class:`EncoderParam` s."""
+    params = encoding.init(rngs.params(), encoding.bound_dims)
+    return nnx.Dict({name: EncoderParam(value) for name, value in params.items()})
+
+
+def values(params: nnx.Dict | None) -> Params:
+    """The plain arrays of :func:`encoder_params` (``{}`` for None), as the hooks take them."""
+    return {} if params is None else {name: p[...] for name, p in params.items()}

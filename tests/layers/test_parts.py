@@ -1,0 +1,201 @@
+"""The parts against naive transcriptions: MLP kinds, grouped-query attention, projection
+biases, post-norm and parallel residual blocks."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from posenc import encodings
+from posenc.layers.block import Block
+from posenc.layers.config import ModelConfig
+from posenc.layers.mlp import MLP_KINDS, Mlp
+
+D, H, DH, F = 16, 4, 4, 24
+
+
+def _gelu_tanh(x):
+    return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x**3)))
+
+
+def _gelu_erf(x):
+    return 0.5 * x * (1 + np.vectorize(math.erf)(x / math.sqrt(2)))
+
+
+NAIVE = {
+    "gelu": lambda wi, wg, x: _gelu_tanh(x @ wi),
+    "gelu_exact": lambda wi, wg, x: _gelu_erf(x @ wi),
+    "relu": lambda wi, wg, x: np.maximum(x @ wi, 0),
+    "swiglu": lambda wi, wg, x: (x @ wg) / (1 + np.exp(-(x @ wg))) * (x @ wi),
+    "geglu": lambda wi, wg, x: _gelu_tanh(x @ wg) * (x @ wi),
+}
+
+
+def _randomize(module, seed):
+    """Every parameter (biases too) drawn from N(0, 0.5^2), so zero biases cannot hide."""
+    state = nnx.state(module, nnx.Param)
+    leaves, tree = jax.tree.flatten(state)
+    keys = jax.random.split(jax.random.key(seed), len(leaves))
+    new = [0.5 * jax.random.normal(k, x.shape, x.dtype) for k, x in zip(keys, leaves, strict=True)]
+    nnx.update(module, jax.tree.unflatten(tree, new))
+
+
+@pytest.mark.parametrize("kind", MLP_KINDS)
+def test_mlp_kinds_equal_their_formulas(kind):
+    mlp = Mlp(kind, D, F, use_bias=True, dtype=jnp.float32, rngs=nnx.Rngs(0))
+    _randomize(mlp, 1)
+    x = np.random.default_rng(2).normal(size=(3, D)).astype(np.float32)
+    p = {k: np.asarray(v, np.float64) for k, v in _flat(mlp).items()}
+    wi = np.vstack([p["wi/kernel"], p["wi/bias"][None]])
+    wg = np.vstack([p["wg/kernel"], p["wg/bias"][None]]) if "wg/kernel" in p else None
+    xb = np.hstack([x, np.ones((3, 1))]).astype(np.float64)
+    want = NAIVE[kind](wi, wg, xb) @ p["wo/kernel"] + p["wo/bias"]
+    np.testing.assert_allclose(mlp(jnp.asarray(x)), want, rtol=2e-5, atol=2e-5)
+
+
+def _flat(module) -> dict[str, jax.Array]:
+    leaves = jax.tree_util.tree_flatten_with_path(nnx.state(module, nnx.Param))[0]
+
+    def name(k):
+        return str(getattr(k, "key", getattr(k, "name", k)))
+
+    return {"/".join(name(k) for k in path if name(k) != "value"): v for path, v in leaves}
+
+
+def _config(**kw) -> ModelConfig:
+    base = dict(vocab_size=32, num_layers=1, model_dim=D, num_heads=H, mlp_dim=F, dtype="float32")
+    return ModelConfig(**{**base, **kw})
+
+
+def _block(seed=0, encoding="rope", **kw) -> Block:
+    config = _config(**kw)
+    enc = encodings.get(encoding).bind(config.dims)
+    return Block(config, enc, rngs=nnx.Rngs(seed), causal=True)
+
+
+def _run(block, x):
+    t = x.shape[1]
+    return block(jnp.asarray(x), jnp.arange(t)[None], {})
+
+
+def test_grouped_query_attention_equals_heads_sharing_their_keys_and_values():
+    """A GQA block (2 key/value heads for 4 query heads) equals a full block whose key and
+    value weights repeat each group's, head for head."""
+    gqa = _block(num_kv_heads=2, qkv_bias=True)
+    _randomize(gqa, 3)
+    full = _block(qkv_bias=True)
+    g, f = _flat(gqa), _flat(full)
+    shared = ("attn/k", "attn/v", "attn/k_bias", "attn/v_bias")  # [.., KV, Dh] -> [.., H, Dh]
+    new = {k: np.repeat(g[k], 2, axis=-2) if k in shared else g[k] for k in f}
+    state = nnx.state(full, nnx.Param)
+    nnx.update(full, jax.tree.unflatten(jax.tree.structure(state), [new[n] for n in f]))
+    x = np.random.default_rng(4).normal(size=(2, 7, D)).astype(np.float32)
+    np.testing.assert_allclose(_run(gqa, x), _run(full, x), rtol=1e-5, atol=1e-5)
+    assert g["attn/k"].shape == (D, 2, DH) and f["attn/k"].shape == (D, H, DH)
+
+
+def _ln(x, scale, bias, eps=1e-6):
+    mu = x.mean(-1, keepdims=True)
+    var = ((x - mu) ** 2).mean(-1, keepdims=True)
+    return (x - mu) / np.sqrt(var + eps) * scale + bias
+
+
+def _attention(p, h):
+    """Causal multi-head attention with RoPE (half layout) over ``h [B, T, D]``, float64."""
+    b, t, _ = h.shape
+    q = np.einsum("btd,dhk->bthk", h, p["attn/q"]) + p.get("attn/q_bias", 0)
+    k = np.einsum("btd,dhk->bthk", h, p["attn/k"]) + p.get("attn/k_bias", 0)
+    v = np.einsum("btd,dhk->bthk", h, p["attn/v"]) + p.get("attn/v_bias", 0)
+    half = DH // 2
+    inv = 10000.0 ** (-np.arange(half) / half)
+    ang = np.arange(t)[:, None] * inv[None]  # [T, half]
+    cos, sin = np.cos(ang)[None, :, None], np.sin(ang)[None, :, None]
+
+    def rot(x):
+        x1, x2 = x[..., :half], x[..., half:]
+        return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], -1)
+
+    logits = np.einsum("bthk,bshk->bhts", rot(q), rot(k)) / math.sqrt(DH)
+    logits = np.where(np.tril(np.ones((t, t), bool)), logits, -np.inf)
+    probs = np.exp(logits - logits.max(-1, keepdims=True))
+    probs /= probs.sum(-1, keepdims=True)
+    out = np.einsum("bhts,bshk->bthk", probs, v)
+    return np.einsum("bthk,hkd->btd", out, p["attn/o"]) + p.get("attn/o_bias", 0)
+
+
+def _mlp(p, h):
+    return (
+        _gelu_tanh(h @ p["mlp/wi/kernel"] + p["mlp/wi/bias"]) @ p["mlp/wo/kernel"]
+        + p["mlp/wo/bias"]
+    )
+
+
+@pytest.mark.parametrize(
+    "options",
+    [
+        dict(),
+        dict(norm_position="post"),
+        dict(residual="parallel"),
+        dict(qkv_bias=True, out_bias=True),
+    ],
+    ids=["pre", "post", "parallel", "biases"],
+)
+def test_block_equals_its_formula(options):
+    block = _block(**options)
+    _randomize(block, 5)
+    p = {k: np.asarray(v, np.float64) for k, v in _flat(block).items()}
+    x = np.random.default_rng(6).normal(size=(2, 6, D))
+
+    def norm(name, y):
+        return _ln(y, p[f"{name}/scale"], p[f"{name}/bias"])
+
+    if options.get("norm_position") == "post":
+        y = norm("attn_norm", x + _attention(p, x))
+        want = norm("mlp_norm", y + _mlp(p, y))
+    elif options.get("residual") == "parallel":
+        want = x + _attention(p, norm("attn_norm", x)) + _mlp(p, norm("mlp_norm", x))
+    else:
+        y = x + _attention(p, norm("attn_norm", x))
+        want = y + _mlp(p, norm("mlp_norm", y))
+    np.testing.assert_allclose(_run(block, x.astype(np.float32)), want, rtol=2e-4, atol=2e-4)
+
+
+def test_bad_options_are_refused_in_one_line():
+    for kw, match in [
+        (dict(num_kv_heads=3), r"model\.num_kv_heads=3 must divide model\.num_heads=4"),
+        (dict(mlp="glu"), r"model\.mlp must be one of"),
+        (dict(norm_position="middle"), r"model\.norm_position must be one of"),
+        (dict(residual="parallel", norm_position="post"), r"model\.residual='parallel' needs"),
+        (dict(norm_eps=0), r"model\.norm_eps must be a positive number"),
+    ]:
+        with pytest.raises(ValueError, match=match):
+            _config(**kw)
+    with pytest.raises(ValueError, match="cross-attention"):
+        config = _config(residual="parallel")
+        Block(config, encodings.get("nope").bind(config.dims), rngs=nnx.Rngs(0), cross=True)
+
+
+def test_default_options_are_posencs_model():
+    """The defaults are the decoder-only model posenc has always built (a fused projection
+    drawn in one piece, biases only in the MLP, pre-norm, sequential)."""
+    c = ModelConfig()
+    assert (c.num_kv_heads, c.qkv_bias, c.out_bias, c.mlp, c.mlp_bias) == (
+        None,
+        False,
+        False,
+        "gelu",
+        True,
+    )
+    assert (c.norm_position, c.residual, c.scale_embeddings, c.embed_norm) == (
+        "pre",
+        "sequential",
+        True,
+        False,
+    )
+    assert dataclasses.replace(c).dims == c.dims
