@@ -4,7 +4,8 @@
 compiled program: a prefill runs the model over the ``P`` prompt tokens in one pass (on the
 model's own attention path) and keeps each layer's cache, then a ``lax.fori_loop`` adds one token
 per step to a cache preallocated with ``P + num_new`` slots
-(:func:`posenc.decoding.greedy.greedy_search` over the model's :meth:`~posenc.models.lm.Transformer.decode`), so nothing recompiles per step.
+(:func:`posenc.decoding.greedy.greedy_search` over the model's
+:meth:`~posenc.models.lm.Transformer.decode`), so nothing recompiles per step.
 :func:`greedy_generate_reference` is the definition it is tested against: the whole model run
 again on the prompt and the tokens so far at every step, the last logits taken.
 
