@@ -111,19 +111,46 @@ def tfds_builder(name: str, data_dir: Path, **kwargs: Any) -> Any:
         ) from err
 
 
-def _read_field(data_source: Sequence[Any], field: str) -> Iterator[bytes]:
-    """Yields the UTF-8 bytes of `field` of every record, reading `_READ_CHUNK` at a time."""
+def iter_records(data_source: Sequence[Any]) -> Iterator[Any]:
+    """Yields every record of a TFDS data source in order, reading `_READ_CHUNK` at a time."""
     for start in range(0, len(data_source), _READ_CHUNK):
         indices = list(range(start, min(start + _READ_CHUNK, len(data_source))))
         if hasattr(data_source, "__getitems__"):
-            records = data_source.__getitems__(indices)
+            yield from data_source.__getitems__(indices)
         else:
-            records = [data_source[i] for i in indices]
-        for record in records:
-            value = record[field]
-            if isinstance(value, np.ndarray):
-                value = value.item()
-            yield value.encode("utf-8") if isinstance(value, str) else bytes(value)
+            yield from (data_source[i] for i in indices)
+
+
+def field_bytes(record: Any, field: str) -> bytes:
+    """The UTF-8 bytes of a text feature of one record (TFDS gives bytes, str or a 0-d array)."""
+    value = record[field]
+    if isinstance(value, np.ndarray):
+        value = value.item()
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+
+def require_array_record(builder: Any, spec: str, name: str, data_dir: Path, command: str) -> None:
+    """Raises `DataNotFoundError` (with `command`, the preparation to run) unless the builder's
+    data set `name` is prepared under `data_dir` in array_record format, the one
+    `tfds.data_source` reads without TensorFlow."""
+    if not builder.is_prepared():
+        raise DataNotFoundError(
+            f"{SOURCE_FIELD}={spec!r}: TFDS data set {name!r} is not prepared under {data_dir} "
+            f"(posenc never downloads at run time). Prepare it once with:\n{command}"
+        )
+    fmt = getattr(builder.info.file_format, "value", builder.info.file_format)
+    if str(fmt) != "array_record":
+        raise DataNotFoundError(
+            f"{SOURCE_FIELD}={spec!r}: {builder.data_dir} holds {fmt} files, which cannot be read "
+            "without TensorFlow. Prepare it in array_record format (into another data dir, or "
+            f"after deleting that folder):\n{command}"
+        )
+
+
+def _read_field(data_source: Sequence[Any], field: str) -> Iterator[bytes]:
+    """Yields the UTF-8 bytes of `field` of every record."""
+    for record in iter_records(data_source):
+        yield field_bytes(record, field)
 
 
 def write_stream_from_data_source(data_source: Sequence[Any], field: str, path: Path) -> None:
@@ -147,19 +174,9 @@ class TfdsSource(Source):
         self.name = name
         self.data_dir = Path(data_dir)
         builder = tfds_builder(name, self.data_dir)
-        if not builder.is_prepared():
-            raise DataNotFoundError(
-                f"{SOURCE_FIELD}={self.spec!r}: TFDS data set {name!r} is not prepared under "
-                f"{self.data_dir} (posenc never downloads at run time). Prepare it once with:\n"
-                f"{prepare_command(name, self.data_dir)}"
-            )
-        fmt = getattr(builder.info.file_format, "value", builder.info.file_format)
-        if str(fmt) != "array_record":
-            raise DataNotFoundError(
-                f"{SOURCE_FIELD}={self.spec!r}: {builder.data_dir} holds {fmt} files, which cannot "
-                "be read without TensorFlow. Prepare it in array_record format (into another "
-                f"data dir, or after deleting that folder):\n{prepare_command(name, self.data_dir)}"
-            )
+        require_array_record(
+            builder, self.spec, name, self.data_dir, prepare_command(name, self.data_dir)
+        )
         self.full_name: str = builder.info.full_name
         self._tfds_info = builder.info
         self.text_field = _pick_text_field(builder.info.features, text_field, self.spec)
