@@ -13,8 +13,9 @@ Training batches are a pure function of (seed, step): epoch `e = step // batches
 permutation of the kept pairs drawn from `(seed, e)`, cut into batches bucket by bucket from the
 shortest up, and visited in an order drawn from the same generator. The pairs left over at the
 end of a bucket (too few for a full batch) move up into the next bucket, whose shape also fits
-them, so only the last bucket may end with a batch completed by empty rows. So every kept pair is in exactly one batch per epoch, and resuming at step `s` gives
-the batches an uninterrupted run would have, whatever happened before.
+them, so only the last bucket may end with a batch completed by empty rows. Every kept pair is
+in exactly one batch per epoch, and resuming at step `s` gives the batches an uninterrupted run
+would have, whatever happened before.
 
 A batch (padding on the right; PAD rows and columns are masked out):
 
