@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from posenc.data import DataNotFoundError, get_parallel_source
-from posenc.data.grammar_pairs import SPLIT_SIZES, _NOUNS, _VERBS
+from posenc.data.grammar_pairs import _NOUNS, _VERBS, SPLIT_SIZES
 from posenc.data.parallel import pairs_sha256
 
 
@@ -82,8 +82,7 @@ def test_folder_refusals_are_one_line(corpus):
     (corpus / "train.es").write_bytes(b"Hola\n\xff\xfe\n")
     with pytest.raises(ValueError, match=r"train.es is not UTF-8 text \(line 2"):
         get_parallel_source(spec, src_lang="en", tgt_lang="es")
-    for message in [str(err.value)]:
-        assert "\n" not in message
+    assert "\n" not in str(err.value), "refusals are one line"
     with pytest.raises(DataNotFoundError, match="is not a folder"):
         get_parallel_source(f"parallel:{corpus / 'nope'}", src_lang="en", tgt_lang="es")
     with pytest.raises(ValueError, match="allowed forms: parallel:default, parallel:<dir>"):

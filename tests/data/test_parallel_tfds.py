@@ -1,4 +1,4 @@
-"""tfds: translation builders as parallel sources: read prepared, refuse unprepared, never download."""
+"""tfds: translation builders as parallel sources: read prepared, refuse unprepared."""
 
 import json
 
