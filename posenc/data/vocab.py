@@ -197,7 +197,7 @@ def train_sentencepiece(
     """Trains a joint source + target SentencePiece model on training pairs.
 
     Deterministic: the same pairs and arguments give the same model bytes (one thread, no
-    sentence sampling).
+    sentence sampling). Characters outside the 99.95 % most frequent are left to byte fallback.
 
     Args:
       pairs: the training (source, target) pairs.
@@ -215,12 +215,35 @@ def train_sentencepiece(
     if not pairs:
         raise ValueError("cannot train a SentencePiece model on an empty training split")
     out = io.BytesIO()
+    try:
+        _train(spm, pairs, out, vocab_size, model_type, max_sentences)
+    except RuntimeError as err:
+        if "smaller than required_chars" not in str(err):
+            raise
+        needed = str(err).split(" vs ")[-1].split(".")[0]
+        raise ValueError(
+            f"{VOCAB_SIZE_FIELD}={vocab_size} is smaller than the {needed} ids this training text "
+            "needs (4 special ids, 256 byte-fallback pieces, one per common character); raise it"
+        ) from None
+    return out.getvalue()
+
+
+def _train(
+    spm: Any,
+    pairs: Sequence[Pair],
+    out: io.BytesIO,
+    vocab_size: int,
+    model_type: str,
+    max_sentences: int,
+) -> None:
     spm.SentencePieceTrainer.train(
         sentence_iterator=_training_sentences(pairs, max_sentences),
         model_writer=out,
         vocab_size=vocab_size,
         model_type=model_type,
-        character_coverage=1.0,
+        # Characters rarer than this share go to byte fallback (the usual setting for
+        # scripts with thousands of characters); none are unknown.
+        character_coverage=0.9995,
         byte_fallback=True,
         hard_vocab_limit=False,
         pad_id=0,
@@ -232,7 +255,6 @@ def train_sentencepiece(
         num_threads=1,
         minloglevel=2,
     )
-    return out.getvalue()
 
 
 def spm_cache_path(data_dir: Path, train_sha256: str, vocab_size: int, model_type: str) -> Path:
