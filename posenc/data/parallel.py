@@ -31,7 +31,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from posenc.data.base import SOURCE_FIELD, SPLITS, DataNotFoundError, resolve_data_dir
+from posenc.data.base import (
+    SOURCE_FIELD,
+    SPLITS,
+    DataNotFoundError,
+    check_split,
+    resolve_data_dir,
+)
 
 SRC_LANG_FIELD = "data.src_lang"
 TGT_LANG_FIELD = "data.tgt_lang"
@@ -113,14 +119,7 @@ class ParallelSource(abc.ABC):
 
     def check_split(self, split: str) -> str:
         """Validates `split` against `SPLITS` and this source's splits; returns it."""
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; expected one of {list(SPLITS)}")
-        if split not in self.splits:
-            raise ValueError(
-                f"{SOURCE_FIELD}={self.spec!r} has no {split!r} split; "
-                f"available splits: {list(self.splits)}"
-            )
-        return split
+        return check_split(self.spec, split, self.splits)
 
 
 def _language_error(spec: str, src: str | None, tgt: str | None, pairs: Iterable[str]) -> str:

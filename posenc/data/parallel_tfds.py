@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from posenc.data import storage
-from posenc.data.base import SOURCE_FIELD, SPLITS
+from posenc.data.base import SOURCE_FIELD
 from posenc.data.parallel import (
     SRC_LANG_FIELD,
     TGT_LANG_FIELD,
@@ -23,7 +23,8 @@ from posenc.data.parallel import (
     pairs_sha256,
 )
 from posenc.data.tfds_source import (
-    SPLIT_ALIASES,
+    canonical_splits,
+    check_tfds_split,
     field_bytes,
     import_tfds,
     iter_records,
@@ -86,24 +87,14 @@ class TfdsParallelSource(ParallelSource):
         self.languages = languages
         self.full_name: str = builder.info.full_name
         self._tfds_info = builder.info
-        available = list(builder.info.splits.keys())
-        self.tfds_splits: dict[str, str] = {}
-        for split in SPLITS:
-            found = [alias for alias in SPLIT_ALIASES[split] if alias in available]
-            if found:
-                self.tfds_splits[split] = found[0]
+        self.tfds_splits = canonical_splits(builder.info)
         self.splits = tuple(self.tfds_splits)
-        self._available = sorted(available)
         self.cache_dir = self.data_dir / "posenc" / "tfds" / self.full_name
         self._pairs: dict[str, list[Pair]] = {}
 
     def check_split(self, split: str) -> str:
         """See `ParallelSource.check_split`; the error also lists the data set's split names."""
-        if split in SPLITS and split not in self.splits:
-            raise ValueError(
-                f"{SOURCE_FIELD}={self.spec!r} has no {split!r} split (looked for TFDS splits "
-                f"{list(SPLIT_ALIASES[split])}); TFDS splits of {self.full_name}: {self._available}"
-            )
+        check_tfds_split(self.spec, split, self._tfds_info)
         return super().check_split(split)
 
     def _meta_path(self, split: str) -> Path:

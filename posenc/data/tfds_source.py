@@ -129,6 +129,28 @@ def field_bytes(record: Any, field: str) -> bytes:
     return value.encode("utf-8") if isinstance(value, str) else bytes(value)
 
 
+def canonical_splits(info: Any) -> dict[str, str]:
+    """{canonical split: the TFDS split that serves it} for a builder's `info` (see
+    `SPLIT_ALIASES`)."""
+    available = list(info.splits.keys())
+    out: dict[str, str] = {}
+    for split in SPLITS:
+        found = [alias for alias in SPLIT_ALIASES[split] if alias in available]
+        if found:
+            out[split] = found[0]
+    return out
+
+
+def check_tfds_split(spec: str, split: str, info: Any) -> None:
+    """Raises for a canonical split the TFDS data set (`info`) lacks, listing its own splits."""
+    if split in SPLITS and split not in canonical_splits(info):
+        raise ValueError(
+            f"{SOURCE_FIELD}={spec!r} has no {split!r} split (looked for TFDS splits "
+            f"{list(SPLIT_ALIASES[split])}); TFDS splits of {info.full_name}: "
+            f"{sorted(info.splits.keys())}"
+        )
+
+
 def require_array_record(builder: Any, spec: str, name: str, data_dir: Path, command: str) -> None:
     """Raises `DataNotFoundError` (with `command`, the preparation to run) unless the builder's
     data set `name` is prepared under `data_dir` in array_record format, the one
@@ -180,23 +202,13 @@ class TfdsSource(Source):
         self.full_name: str = builder.info.full_name
         self._tfds_info = builder.info
         self.text_field = _pick_text_field(builder.info.features, text_field, self.spec)
-        available = list(builder.info.splits.keys())
-        self.tfds_splits: dict[str, str] = {}
-        for split in SPLITS:
-            found = [alias for alias in SPLIT_ALIASES[split] if alias in available]
-            if found:
-                self.tfds_splits[split] = found[0]
+        self.tfds_splits = canonical_splits(builder.info)
         self.splits = tuple(self.tfds_splits)
-        self._available = sorted(available)
         self.cache_dir = self.data_dir / "posenc" / "tfds" / self.full_name
 
     def check_split(self, split: str) -> str:
         """See `Source.check_split`; the error also lists the data set's own split names."""
-        if split in SPLITS and split not in self.splits:
-            raise ValueError(
-                f"{SOURCE_FIELD}={self.spec!r} has no {split!r} split (looked for TFDS splits "
-                f"{list(SPLIT_ALIASES[split])}); TFDS splits of {self.full_name}: {self._available}"
-            )
+        check_tfds_split(self.spec, split, self._tfds_info)
         return super().check_split(split)
 
     def data_source(self, split: str) -> Sequence[Any]:
