@@ -104,8 +104,8 @@ def encode_pairs(pairs: Sequence[Pair], vocab: Vocab) -> EncodedPairs:
     Returns:
       The `EncodedPairs`.
     """
-    src_ids, src_offsets = _ragged([vocab.encode(s) for s, _ in pairs])
-    tgt_ids, tgt_offsets = _ragged([vocab.encode(t) for _, t in pairs])
+    src_ids, src_offsets = _ragged(vocab.encode_batch([s for s, _ in pairs]))
+    tgt_ids, tgt_offsets = _ragged(vocab.encode_batch([t for _, t in pairs]))
     return EncodedPairs(
         src_ids, src_offsets, tgt_ids, tgt_offsets, vocab.pad_id, vocab.bos_id, vocab.eos_id
     )

@@ -65,6 +65,10 @@ class Vocab(abc.ABC):
     def _decode_ids(self, ids: list[int]) -> str:
         """Text of ids that hold no EOS, BOS or PAD."""
 
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """`[encode(t) for t in texts]` (a vocabulary may do it faster)."""
+        return [self.encode(t) for t in texts]
+
     @abc.abstractmethod
     def identity(self) -> dict[str, Any]:
         """A JSON-able record that identifies the vocabulary (kind, size, special ids, hash)."""
@@ -147,6 +151,10 @@ class SentencePieceVocab(Vocab):
     def encode(self, text: str) -> np.ndarray:
         """See `Vocab.encode`."""
         return np.asarray(self._sp.encode(text, out_type=int), dtype=np.int32)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """See `Vocab.encode_batch`: SentencePiece encodes the list in C++ threads."""
+        return [np.asarray(ids, dtype=np.int32) for ids in self._sp.encode(list(texts))]
 
     def _decode_ids(self, ids: list[int]) -> str:
         return self._sp.decode(ids)

@@ -52,6 +52,9 @@ def test_sentencepiece_is_deterministic_joint_and_round_trips(train_pairs):
             assert len(ids) < len(text.encode("utf-8"))
             assert vocab.decode(ids) == text
             assert vocab.decode([*ids, vocab.eos_id, *ids]) == text, "stops at EOS"
+    texts = [t for pair in train_pairs[:50] for t in pair]
+    batch = vocab.encode_batch(texts)
+    assert all(np.array_equal(a, vocab.encode(t)) for a, t in zip(batch, texts, strict=True))
     # Byte fallback: characters never seen in training still round-trip.
     assert vocab.decode(vocab.encode("東京 ✓ Ωmega")) == "東京 ✓ Ωmega"
     assert SentencePieceVocab(vocab.model_bytes()).identity() == vocab.identity()
