@@ -167,7 +167,8 @@ _PRONOUNS = (
     ("they", "sie", 3, False),
 )
 
-# German determiners by (case, gender or "pl"); None: not used with that number.
+# German determiners by case and gender ("pl": plural); a missing key is never drawn ("a" has no
+# plural, a bare noun no singular).
 _DE_DETERMINERS = {
     "the": {
         "nom": {"m": "der", "f": "die", "n": "das", "pl": "die"},
