@@ -51,3 +51,42 @@ __all__ = [
     "prepare",
     "random_positions",
 ]
+
+# Translation (sequence-to-sequence) data: parallel sources, vocabularies, pair batches.
+from posenc.data.pair_batching import (  # noqa: E402
+    EncodedPairs,
+    PairBatches,
+    bucket_boundaries,
+    encode_pairs,
+    eval_pair_batches,
+)
+from posenc.data.parallel import (  # noqa: E402
+    PARALLEL_SPEC_FORMS,
+    ParallelSource,
+    get_parallel_source,
+    prepare_parallel,
+)
+from posenc.data.vocab import (  # noqa: E402
+    ByteVocab,
+    SentencePieceVocab,
+    Vocab,
+    make_vocab,
+    train_sentencepiece,
+)
+
+__all__ += [
+    "PARALLEL_SPEC_FORMS",
+    "ByteVocab",
+    "EncodedPairs",
+    "PairBatches",
+    "ParallelSource",
+    "SentencePieceVocab",
+    "Vocab",
+    "bucket_boundaries",
+    "encode_pairs",
+    "eval_pair_batches",
+    "get_parallel_source",
+    "make_vocab",
+    "prepare_parallel",
+    "train_sentencepiece",
+]

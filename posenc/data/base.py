@@ -74,11 +74,19 @@ class Source(abc.ABC):
         Returns:
           `split`, unchanged.
         """
-        if split not in SPLITS:
-            raise ValueError(f"unknown split {split!r}; expected one of {list(SPLITS)}")
-        if split not in self.splits:
-            raise ValueError(
-                f"{SOURCE_FIELD}={self.spec!r} has no {split!r} split; "
-                f"available splits: {list(self.splits)}"
-            )
-        return split
+        return check_split(self.spec, split, self.splits)
+
+
+def check_split(spec: str, split: str, splits: tuple[str, ...]) -> str:
+    """Validates a split name against `SPLITS` and the splits a source (`spec`) has.
+
+    Returns:
+      `split`, unchanged.
+    """
+    if split not in SPLITS:
+        raise ValueError(f"unknown split {split!r}; expected one of {list(SPLITS)}")
+    if split not in splits:
+        raise ValueError(
+            f"{SOURCE_FIELD}={spec!r} has no {split!r} split; available splits: {list(splits)}"
+        )
+    return split

@@ -111,19 +111,68 @@ def tfds_builder(name: str, data_dir: Path, **kwargs: Any) -> Any:
         ) from err
 
 
-def _read_field(data_source: Sequence[Any], field: str) -> Iterator[bytes]:
-    """Yields the UTF-8 bytes of `field` of every record, reading `_READ_CHUNK` at a time."""
+def iter_records(data_source: Sequence[Any]) -> Iterator[Any]:
+    """Yields every record of a TFDS data source in order, reading `_READ_CHUNK` at a time."""
     for start in range(0, len(data_source), _READ_CHUNK):
         indices = list(range(start, min(start + _READ_CHUNK, len(data_source))))
         if hasattr(data_source, "__getitems__"):
-            records = data_source.__getitems__(indices)
+            yield from data_source.__getitems__(indices)
         else:
-            records = [data_source[i] for i in indices]
-        for record in records:
-            value = record[field]
-            if isinstance(value, np.ndarray):
-                value = value.item()
-            yield value.encode("utf-8") if isinstance(value, str) else bytes(value)
+            yield from (data_source[i] for i in indices)
+
+
+def field_bytes(record: Any, field: str) -> bytes:
+    """The UTF-8 bytes of a text feature of one record (TFDS gives bytes, str or a 0-d array)."""
+    value = record[field]
+    if isinstance(value, np.ndarray):
+        value = value.item()
+    return value.encode("utf-8") if isinstance(value, str) else bytes(value)
+
+
+def canonical_splits(info: Any) -> dict[str, str]:
+    """{canonical split: the TFDS split that serves it} for a builder's `info` (see
+    `SPLIT_ALIASES`)."""
+    available = list(info.splits.keys())
+    out: dict[str, str] = {}
+    for split in SPLITS:
+        found = [alias for alias in SPLIT_ALIASES[split] if alias in available]
+        if found:
+            out[split] = found[0]
+    return out
+
+
+def check_tfds_split(spec: str, split: str, info: Any) -> None:
+    """Raises for a canonical split the TFDS data set (`info`) lacks, listing its own splits."""
+    if split in SPLITS and split not in canonical_splits(info):
+        raise ValueError(
+            f"{SOURCE_FIELD}={spec!r} has no {split!r} split (looked for TFDS splits "
+            f"{list(SPLIT_ALIASES[split])}); TFDS splits of {info.full_name}: "
+            f"{sorted(info.splits.keys())}"
+        )
+
+
+def require_array_record(builder: Any, spec: str, name: str, data_dir: Path, command: str) -> None:
+    """Raises `DataNotFoundError` (with `command`, the preparation to run) unless the builder's
+    data set `name` is prepared under `data_dir` in array_record format, the one
+    `tfds.data_source` reads without TensorFlow."""
+    if not builder.is_prepared():
+        raise DataNotFoundError(
+            f"{SOURCE_FIELD}={spec!r}: TFDS data set {name!r} is not prepared under {data_dir} "
+            f"(posenc never downloads at run time). Prepare it once with:\n{command}"
+        )
+    fmt = getattr(builder.info.file_format, "value", builder.info.file_format)
+    if str(fmt) != "array_record":
+        raise DataNotFoundError(
+            f"{SOURCE_FIELD}={spec!r}: {builder.data_dir} holds {fmt} files, which cannot be read "
+            "without TensorFlow. Prepare it in array_record format (into another data dir, or "
+            f"after deleting that folder):\n{command}"
+        )
+
+
+def _read_field(data_source: Sequence[Any], field: str) -> Iterator[bytes]:
+    """Yields the UTF-8 bytes of `field` of every record."""
+    for record in iter_records(data_source):
+        yield field_bytes(record, field)
 
 
 def write_stream_from_data_source(data_source: Sequence[Any], field: str, path: Path) -> None:
@@ -147,39 +196,19 @@ class TfdsSource(Source):
         self.name = name
         self.data_dir = Path(data_dir)
         builder = tfds_builder(name, self.data_dir)
-        if not builder.is_prepared():
-            raise DataNotFoundError(
-                f"{SOURCE_FIELD}={self.spec!r}: TFDS data set {name!r} is not prepared under "
-                f"{self.data_dir} (posenc never downloads at run time). Prepare it once with:\n"
-                f"{prepare_command(name, self.data_dir)}"
-            )
-        fmt = getattr(builder.info.file_format, "value", builder.info.file_format)
-        if str(fmt) != "array_record":
-            raise DataNotFoundError(
-                f"{SOURCE_FIELD}={self.spec!r}: {builder.data_dir} holds {fmt} files, which cannot "
-                "be read without TensorFlow. Prepare it in array_record format (into another "
-                f"data dir, or after deleting that folder):\n{prepare_command(name, self.data_dir)}"
-            )
+        require_array_record(
+            builder, self.spec, name, self.data_dir, prepare_command(name, self.data_dir)
+        )
         self.full_name: str = builder.info.full_name
         self._tfds_info = builder.info
         self.text_field = _pick_text_field(builder.info.features, text_field, self.spec)
-        available = list(builder.info.splits.keys())
-        self.tfds_splits: dict[str, str] = {}
-        for split in SPLITS:
-            found = [alias for alias in SPLIT_ALIASES[split] if alias in available]
-            if found:
-                self.tfds_splits[split] = found[0]
+        self.tfds_splits = canonical_splits(builder.info)
         self.splits = tuple(self.tfds_splits)
-        self._available = sorted(available)
         self.cache_dir = self.data_dir / "posenc" / "tfds" / self.full_name
 
     def check_split(self, split: str) -> str:
         """See `Source.check_split`; the error also lists the data set's own split names."""
-        if split in SPLITS and split not in self.splits:
-            raise ValueError(
-                f"{SOURCE_FIELD}={self.spec!r} has no {split!r} split (looked for TFDS splits "
-                f"{list(SPLIT_ALIASES[split])}); TFDS splits of {self.full_name}: {self._available}"
-            )
+        check_tfds_split(self.spec, split, self._tfds_info)
         return super().check_split(split)
 
     def data_source(self, split: str) -> Sequence[Any]:

@@ -1,7 +1,5 @@
 """tfds: sources: reading prepared data sets, split aliases, and never downloading."""
 
-import socket
-
 import numpy as np
 import pytest
 import tensorflow_datasets as tfds
@@ -34,16 +32,6 @@ class PosencTestCorpus(tfds.core.GeneratorBasedBuilder):
     def _generate_examples(self, texts):
         for i, text in enumerate(texts):
             yield i, {"body": text, "idx": i}
-
-
-@pytest.fixture
-def no_network(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"network access attempted: {args}")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
 
 
 def test_prepare_then_read_with_split_alias_and_text_field(tmp_path, no_network):
