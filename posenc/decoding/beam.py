@@ -8,11 +8,12 @@ caches); the search reorders the state's rows when beams are reordered.
 Scoring is the GNMT length penalty (Wu et al. 2016, eq. 14) that Vaswani et al. and Shaw et al.
 decode with (beam 4, ``alpha = 0.6``): a finished hypothesis of ``n`` tokens (its EOS included)
 with log probability ``log p`` scores ``log p / ((5 + n) / 6) ** alpha``. A hypothesis that
-reaches ``max_len`` tokens without EOS is finished there. The search keeps ``K`` alive and ``K``
-finished hypotheses per row; each step extends the alive ones by their ``2K`` best tokens (so
-``K`` survive even if ``K`` of them end), and it stops once no alive hypothesis can beat the
-worst finished one (its score is at most ``log p / penalty(max_len)``, since ``log p`` only
-falls and, for ``alpha >= 0``, the penalty only grows) or at ``max_len``.
+reaches its row's limit (``max_len``, or ``limits[b]``) without EOS is finished there. The
+search keeps ``K`` alive and ``K`` finished hypotheses per row; each step extends the alive ones
+by their ``2K`` best tokens (so ``K`` survive even if ``K`` of them end), and it stops once no
+alive hypothesis can beat the worst finished one (its score is at most
+``log p / penalty(max_len)``, since ``log p`` only falls and, for ``alpha >= 0``, the penalty
+only grows) or at ``max_len``.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ def beam_search(
     alpha: float,
     max_len: int,
     eos_id: int,
+    limits: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """The ``beam_size`` best continuations of each row, best first.
 
@@ -55,9 +57,11 @@ def beam_search(
       alpha: the length penalty's exponent (0: plain log probability).
       max_len: new tokens at most; ``start + max_len < S`` must hold.
       eos_id: the end-of-sequence token.
+      limits: ``[B]`` int, each row's most new tokens (at most ``max_len``; Vaswani et al.
+        stop at the source length + 50); None: ``max_len`` for every row.
 
     Returns:
-      ``[B, K, max_len]`` int32 continuations (after EOS: EOS again) and their scores
+      ``[B, K, max_len]`` int32 continuations (after their end: EOS) and their scores
       ``[B, K]`` float32, in decreasing score.
     """
     if not isinstance(beam_size, int) or beam_size < 1:
@@ -80,7 +84,11 @@ def beam_search(
     def gather_state(state, rows):
         return jax.tree.map(lambda x: flat(gather(x.reshape(b, k, *x.shape[1:]), rows)), state)
 
-    alive = jnp.broadcast_to(tokens[:, None, :], (b, k, s)).astype(jnp.int32)  # [B, K, S]
+    limits = jnp.full((b,), max_len) if limits is None else jnp.minimum(limits, max_len)
+    # Slots after `start` read EOS until written, so a hypothesis that ends at its limit
+    # reads as ended there; the model never looks at slots after the one it decodes.
+    tokens = jnp.where(jnp.arange(s) > start, eos_id, tokens).astype(jnp.int32)
+    alive = jnp.broadcast_to(tokens[:, None, :], (b, k, s))  # [B, K, S]
     # Only the first beam is live at first: the others would repeat it.
     alive_lp = jnp.tile(jnp.array([0.0] + [_NEG_INF] * (k - 1), jnp.float32), (b, 1))
     finished = alive
@@ -108,7 +116,7 @@ def beam_search(
         seqs = jax.lax.dynamic_update_slice_in_dim(seqs, ids[:, :, None], slot + 1, axis=2)
         length = n + 1  # new tokens so far, the one just chosen included
         real = top_lp > _NEG_INF / 2  # not the extension of an empty beam
-        ends = real & ((ids == eos_id) | (length == max_len))
+        ends = real & ((ids == eos_id) | (length >= limits[:, None]))
         # Alive: the K best that did not end.
         keep_lp = jnp.where(ends | ~real, _NEG_INF, top_lp)
         alive_lp, keep = jax.lax.top_k(keep_lp, k)  # [B, K]

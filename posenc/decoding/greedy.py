@@ -44,6 +44,8 @@ def greedy_search(
     if start + max_len > s - 1:
         raise ValueError(f"the buffer has {s} slots; start {start} + max_len {max_len} needs more")
     tokens = tokens.astype(jnp.int32)
+    if eos_id is not None:  # unwritten slots read EOS (the model never reads ahead)
+        tokens = jnp.where(jnp.arange(s) > start, eos_id, tokens)
     if max_len == 0:
         empty = jnp.zeros((b, 0), jnp.int32)
         return (empty, jnp.zeros((b, 0, 0), jnp.float32)) if return_logits else empty

@@ -203,6 +203,14 @@ class EncoderDecoder(nnx.Module):
             new_caches.append(cache)
         return self.head(x), new_caches
 
+    def empty_caches(self, batch: int, slots: int) -> list[LayerCache]:
+        """Zeroed self-attention caches of ``slots`` tokens for :meth:`decode`, compute dtype."""
+        c, dims = self.config, self.config.dims
+        dtype = jnp.dtype(c.dtype)
+        kv = (batch, slots, c.kv_heads, dims.head_dim)
+        h = jnp.zeros((batch, slots, c.model_dim), dtype)
+        return [LayerCache(h=h, k=jnp.zeros(kv, dtype), v=jnp.zeros(kv, dtype))] * c.num_layers
+
     def head(self, x: jax.Array) -> jax.Array:
         """The decoder's final norm and output projection: ``[B, T, D]`` -> ``[B, T, V]``."""
         if self.decoder_norm is not None:

@@ -1,0 +1,308 @@
+"""Translation runs: an encoder-decoder trained on parallel text, decoded with beam search, scored
+with sacreBLEU, and train short / test long by source length.
+
+A config is a translation run when ``model.assembly = "encoder_decoder"`` (``configs/
+translation.py``); its ``data.source`` is a parallel source (:mod:`posenc.data.parallel`) and its
+vocabulary ``data.vocab`` (bytes, or SentencePiece trained once on the training pairs).
+
+- Training (:func:`posenc.train.train`) reads token-bucketed batches
+  (:class:`posenc.data.pair_batching.PairBatches`, deterministic per (seed, step)) of the pairs
+  whose source has at most ``data.max_src_len`` tokens, with label smoothing
+  ``train.label_smoothing`` (0.1, as the papers).
+- Decoding (:func:`translate_ids`): beam search (``eval.beam_size``, GNMT's ``eval.alpha``;
+  4 and 0.6 as Vaswani et al. and Shaw et al.) through the decoder's key/value caches and
+  cross-attention caches computed once per source; beam size 1 is greedy. A source of ``n``
+  tokens gets at most ``n + eval.max_len_offset`` output tokens (Vaswani et al.: 50).
+- Evaluation (:func:`evaluate_translation`): the split's teacher-forced loss, then every source
+  decoded; sacreBLEU BLEU (13a, and the ``intl`` tokenisation comparable with the papers'
+  tokenised BLEU) and chrF overall and per source-length bucket (within the training length,
+  1x-2x, 2x-4x, ...: where extrapolation breaks), with the output/reference length ratio
+  (truncated or runaway outputs).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from posenc import translation_metrics
+from posenc.data.pair_batching import EncodedPairs, PairBatches, encode_pairs, eval_pair_batches
+from posenc.data.parallel import ParallelSource, get_parallel_source
+from posenc.data.vocab import Vocab, make_vocab
+from posenc.decoding.beam import beam_search
+from posenc.decoding.greedy import greedy_search
+from posenc.losses import token_loss
+from posenc.models.build import assembly
+from posenc.models.encdec import EncoderDecoder
+
+
+def is_translation(config: ml_collections.ConfigDict) -> bool:
+    """Whether ``config`` describes a translation run (an encoder-decoder)."""
+    return assembly(config) == "encoder_decoder"
+
+
+def open_parallel(config: ml_collections.ConfigDict) -> ParallelSource:
+    """The run's parallel source (``data.source``, ``data.src_lang``, ``data.tgt_lang``)."""
+    d = config.data
+    return get_parallel_source(
+        d.source, d.data_dir, src_lang=d.get("src_lang"), tgt_lang=d.get("tgt_lang")
+    )
+
+
+def make_run_vocab(config: ml_collections.ConfigDict, source: ParallelSource) -> Vocab:
+    """The vocabulary ``data.vocab`` names, SentencePiece trained on (or read from the cache
+    of) the training pairs."""
+    d = config.data
+    pairs = source.pairs("train") if d.vocab == "sentencepiece" else ()
+    return make_vocab(
+        d.vocab,
+        pairs,
+        vocab_size=d.vocab_size,
+        model_type=d.spm_model_type,
+        data_dir=d.data_dir,
+    )
+
+
+def check_vocab(config: ml_collections.ConfigDict, vocab: Vocab) -> None:
+    """``model.vocab_size`` must equal the vocabulary's size (one line naming both)."""
+    if config.model.vocab_size != vocab.vocab_size:
+        raise ValueError(
+            f"model.vocab_size={config.model.vocab_size} does not match data.vocab="
+            f"{config.data.vocab!r}, which has {vocab.vocab_size} ids; set "
+            f"model.vocab_size={vocab.vocab_size}"
+        )
+
+
+def train_batches(
+    config: ml_collections.ConfigDict, train: EncodedPairs, row_multiple: int
+) -> PairBatches:
+    """The run's training batches (token-bucketed, deterministic per (seed, step))."""
+    t = config.train
+    return PairBatches(
+        train,
+        t.tokens_per_batch,
+        config.seed,
+        row_multiple=row_multiple,
+        max_src_len=config.data.get("max_src_len"),
+        max_tgt_len=config.data.get("max_tgt_len"),
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+    )
+
+
+# --- decoding -----------------------------------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnums=(0, 5, 6, 7, 8, 9))
+def _decode(graphdef, state, src, src_mask, limits, beam, alpha, max_len, bos, eos):
+    """``[B, S]`` sources -> ``[B, max_len]`` best outputs and their scores ``[B]``."""
+    model: EncoderDecoder = nnx.merge(graphdef, state)
+    b = src.shape[0]
+    encoded, mask = model.encode(src, src_mask)
+    # Each source's encoder output once, its beams reading it through the same rows.
+    cross = model.cross_caches(jnp.repeat(encoded, beam, 0), jnp.repeat(mask, beam, 0))
+    slots = max_len + 1
+    positions = jnp.arange(slots, dtype=jnp.int32)[None]
+    tokens = jnp.zeros((b, slots), jnp.int32).at[:, 0].set(bos)
+
+    def step(tokens, slot, caches):
+        logits, caches = model.decode(tokens, slot, positions, caches, cross)
+        return logits[:, 0], caches
+
+    caches = model.empty_caches(b * beam, slots)
+    if beam == 1:
+        out = greedy_search(step, caches, tokens, start=0, max_len=max_len, eos_id=eos)
+        ended = jnp.arange(max_len)[None, :] >= limits[:, None]
+        return jnp.where(ended, eos, out), jnp.zeros((b,), jnp.float32)
+    seqs, scores = beam_search(
+        step,
+        caches,
+        tokens,
+        start=0,
+        beam_size=beam,
+        alpha=alpha,
+        max_len=max_len,
+        eos_id=eos,
+        limits=limits,
+    )
+    return seqs[:, 0], scores[:, 0]
+
+
+def decode_batch(
+    model: EncoderDecoder,
+    batch: dict[str, np.ndarray],
+    vocab: Vocab,
+    *,
+    beam_size: int,
+    alpha: float,
+    max_len_offset: int,
+) -> np.ndarray:
+    """The best output ids ``[B, S + offset]`` (EOS after the end) of one padded batch of
+    sources (``src``, ``src_mask``): each row stops by ``its source length + offset`` tokens."""
+    if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size < 1:
+        raise ValueError(f"eval.beam_size must be a positive integer, got {beam_size!r}")
+    if not isinstance(max_len_offset, int) or max_len_offset < 1:
+        raise ValueError(f"eval.max_len_offset must be a positive integer, got {max_len_offset!r}")
+    graphdef, state = nnx.split(model)
+    src_len = batch["src_mask"].sum(axis=1) - 1  # tokens without the source's EOS
+    limits = jnp.asarray(src_len + max_len_offset, jnp.int32)
+    max_len = batch["src"].shape[1] + max_len_offset
+    out, _ = _decode(
+        graphdef,
+        state,
+        jnp.asarray(batch["src"]),
+        jnp.asarray(batch["src_mask"]),
+        limits,
+        beam_size,
+        float(alpha),
+        max_len,
+        vocab.bos_id,
+        vocab.eos_id,
+    )
+    return np.asarray(out)
+
+
+def translate_ids(
+    model: EncoderDecoder,
+    pairs: EncodedPairs,
+    vocab: Vocab,
+    *,
+    beam_size: int = 4,
+    alpha: float = 0.6,
+    max_len_offset: int = 50,
+    tokens_per_batch: int = 4096,
+) -> list[str]:
+    """Detokenised translations of every source of ``pairs``, in their order.
+
+    Sources are sorted into bucketed shapes (one compilation per shape) and the outputs put
+    back in order.
+    """
+    out: list[str | None] = [None] * len(pairs)
+    for batch in eval_pair_batches(pairs, tokens_per_batch, targets=False):
+        ids = decode_batch(
+            model,
+            batch,
+            vocab,
+            beam_size=beam_size,
+            alpha=alpha,
+            max_len_offset=max_len_offset,
+        )
+        for row, index in enumerate(batch["index"]):
+            if index >= 0:
+                out[int(index)] = vocab.decode(ids[row])
+    return [text or "" for text in out]
+
+
+# --- evaluation ---------------------------------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _scores(graphdef, state, batch):
+    """Summed teacher-forced loss, target tokens and correct arg maxes of one batch."""
+    model: EncoderDecoder = nnx.merge(graphdef, state)
+    logits = model(batch["src"], batch["tgt_in"], src_mask=batch["src_mask"])
+    weights = batch["tgt_mask"].astype(jnp.float32)
+    losses = token_loss(logits, batch["tgt_out"])
+    correct = (logits.argmax(-1) == batch["tgt_out"]) * weights
+    return (losses * weights).sum(), weights.sum(), correct.sum()
+
+
+def teacher_forced(
+    model: EncoderDecoder, pairs: EncodedPairs, tokens_per_batch: int
+) -> dict[str, Any]:
+    """The split's per-token cross entropy (targets and EOS), its ``exp`` and arg max accuracy,
+    exact sums in float64."""
+    graphdef, state = nnx.split(model)
+    loss = count = correct = 0.0
+    keys = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask")
+    for batch in eval_pair_batches(pairs, tokens_per_batch, targets=True):
+        sums = _scores(graphdef, state, {k: jnp.asarray(batch[k]) for k in keys})
+        loss, count, correct = (a + float(x) for a, x in zip((loss, count, correct), sums))
+    mean = loss / max(count, 1.0)
+    return {
+        "tokens": int(count),
+        "loss": mean,
+        "perplexity": math.exp(mean) if mean < 700 else math.inf,
+        "accuracy": correct / max(count, 1.0),
+    }
+
+
+def evaluate_translation(
+    model: EncoderDecoder,
+    config: ml_collections.ConfigDict,
+    source: ParallelSource,
+    vocab: Vocab,
+    *,
+    split: str,
+    train_max_src_len: int | None = None,
+) -> tuple[dict[str, Any], list[str]]:
+    """Scores a translation model on ``split``: teacher-forced loss, then BLEU and chrF of its
+    beam-search outputs overall and per source-length bucket.
+
+    Args:
+      model: the encoder-decoder.
+      config: the run config (``eval.beam_size``, ``eval.alpha``, ``eval.max_len_offset``,
+        ``eval.tokens_per_batch``, ``eval.max_sentences``).
+      source: the parallel source.
+      vocab: the run's vocabulary.
+      split: "validation" or "test".
+      train_max_src_len: the longest training source in tokens (bucket 1's bound); None: the
+        longest of the training pairs kept.
+
+    Returns:
+      The result record (``eval.json``'s) and the hypotheses in the split's order.
+    """
+    e = config.eval
+    pairs = source.pairs(split)
+    limit = e.get("max_sentences", 0)
+    if limit:
+        pairs = pairs[:limit]
+    if not pairs:
+        raise ValueError(f"eval.split={split!r} of data.source={config.data.source!r} is empty")
+    encoded = encode_pairs(pairs, vocab)
+    start = time.perf_counter()
+    result = {"split": split, "sentences": len(pairs), **teacher_forced(model, encoded, e.tokens_per_batch)}
+    hypotheses = translate_ids(
+        model,
+        encoded,
+        vocab,
+        beam_size=e.beam_size,
+        alpha=e.alpha,
+        max_len_offset=e.max_len_offset,
+        tokens_per_batch=e.tokens_per_batch,
+    )
+    references = [tgt for _, tgt in pairs]
+    bound = train_max_src_len or int(encoded.src_lengths.max())
+    table = translation_metrics.length_bucket_table(
+        encoded.src_lengths, hypotheses, references, bound, source.tgt_lang
+    )
+    result.update(
+        decoding={"beam_size": e.beam_size, "alpha": e.alpha, "max_len_offset": e.max_len_offset},
+        overall=table["overall"],
+        buckets=table["buckets"],
+        train_max_src_len=bound,
+        seconds=time.perf_counter() - start,
+    )
+    return result, hypotheses
+
+
+def longest_training_source(config: ml_collections.ConfigDict, train: EncodedPairs) -> int:
+    """The longest source (tokens) among the training pairs the run keeps."""
+    lengths = train.src_lengths
+    cap = config.data.get("max_src_len")
+    kept = lengths if cap is None else lengths[lengths <= cap]
+    return int(kept.max())
+
+
+def read_lines(lines: Sequence[str], vocab: Vocab) -> EncodedPairs:
+    """Sources to translate (one per line, no references) as :class:`EncodedPairs`."""
+    return encode_pairs([(line.rstrip("\n"), "") for line in lines], vocab)
