@@ -26,7 +26,8 @@ from posenc.data import synthetic
 from posenc.data.task_source import task_name
 from posenc.layers.config import DTYPES
 from posenc.layers.norms import NORMS
-from posenc.models.build import make_encoding, model_config
+from posenc.models.build import assembly, make_encoding, model_config
+from posenc.models.encdec import bind_sides
 from posenc.workdir import diff_fields, flatten, matches, parse_value
 
 __all__ = [
@@ -366,6 +367,9 @@ def validate(
       num_devices: devices the batch is split over (None: skip the divisibility check).
       process_count: processes the batch is split over.
     """
+    if assembly(config) == "encoder_decoder":
+        _validate_translation(config, num_devices, process_count)
+        return
     m = config.model
     _require_choice("model.norm", m.norm, NORMS)
     _require_choice("model.dtype", m.dtype, DTYPES)
@@ -399,16 +403,7 @@ def validate(
             f"({process_count})"
         )
 
-    o = config.optim
-    if not o.learning_rate > 0:
-        raise ValueError(f"optim.learning_rate must be > 0, got {o.learning_rate!r}")
-    _require_int("optim.warmup_steps", o.warmup_steps, 0)
-    for field in ("final_lr_ratio", "weight_decay", "grad_clip"):
-        if getattr(o, field) < 0:
-            raise ValueError(f"optim.{field} must be >= 0, got {getattr(o, field)!r}")
-    for field in ("b1", "b2"):
-        if not 0 <= getattr(o, field) < 1:
-            raise ValueError(f"optim.{field} must be in [0, 1), got {getattr(o, field)!r}")
+    _validate_optim(config.optim)
 
     e = config.eval
     _require_choice("eval.mode", e.mode, EVAL_MODES)
@@ -482,3 +477,60 @@ def _validate_task(config: ml_collections.ConfigDict) -> None:
     examples = config.eval.get("examples", 256)
     if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
         raise ValueError(f"eval.examples must be an integer >= 1, got {examples!r}")
+
+
+def _validate_optim(o: ml_collections.ConfigDict) -> None:
+    """The ``optim`` section (AdamW, warmup, cosine decay, clipping)."""
+    if not o.learning_rate > 0:
+        raise ValueError(f"optim.learning_rate must be > 0, got {o.learning_rate!r}")
+    _require_int("optim.warmup_steps", o.warmup_steps, 0)
+    for field in ("final_lr_ratio", "weight_decay", "grad_clip"):
+        if getattr(o, field) < 0:
+            raise ValueError(f"optim.{field} must be >= 0, got {getattr(o, field)!r}")
+    for field in ("b1", "b2"):
+        if not 0 <= getattr(o, field) < 1:
+            raise ValueError(f"optim.{field} must be in [0, 1), got {getattr(o, field)!r}")
+
+
+def _validate_translation(
+    config: ml_collections.ConfigDict, num_devices: int | None, process_count: int
+) -> None:
+    """Checks a translation run's config (``model.assembly="encoder_decoder"``,
+    ``configs/translation.py``): the encoder in both directions, the parallel data, token
+    batches, label smoothing and decoding; one line naming the first bad field."""
+    from posenc.data.pair_batching import TOKENS_FIELD
+    from posenc.data.vocab import MODEL_TYPES, VOCAB_KINDS
+
+    bind_sides(model_config(config), make_encoding(config))
+    m, d, t, e = config.model, config.data, config.train, config.eval
+    if m.get("mem_len", 0):
+        raise ValueError("model.mem_len must be 0 for model.assembly='encoder_decoder'")
+    for field, value in (("train.positions", t.positions), ("eval.positions", e.positions)):
+        if value == "randomized":
+            raise ValueError(
+                f"{field}='randomized' applies to decoder-only runs; a translation run reads "
+                "contiguous positions"
+            )
+    _require_choice("data.vocab", d.get("vocab"), VOCAB_KINDS)
+    _require_choice("data.spm_model_type", d.get("spm_model_type"), MODEL_TYPES)
+    _require_int("data.vocab_size", d.get("vocab_size"))
+    for field in ("max_src_len", "max_tgt_len"):
+        if d.get(field) is not None:
+            _require_int(f"data.{field}", d.get(field))
+    for field in ("steps", "log_every", "checkpoint_every", "keep_checkpoints"):
+        _require_int(f"train.{field}", t[field], 0 if field == "steps" else 1)
+    _require_int(TOKENS_FIELD, t.get("tokens_per_batch"))
+    smoothing = t.get("label_smoothing", 0.0)
+    if not isinstance(smoothing, int | float) or not 0 <= smoothing < 1:
+        raise ValueError(f"train.label_smoothing must be in [0, 1), got {smoothing!r}")
+    _validate_optim(config.optim)
+    _require_choice("eval.split", e.split, EVAL_SPLITS)
+    _require_int("eval.beam_size", e.get("beam_size"))
+    alpha = e.get("alpha")
+    if not isinstance(alpha, int | float) or isinstance(alpha, bool) or alpha < 0:
+        raise ValueError(f"eval.alpha must be a number >= 0, got {alpha!r}")
+    _require_int("eval.max_len_offset", e.get("max_len_offset"))
+    _require_int("eval.tokens_per_batch", e.get("tokens_per_batch"))
+    _require_int("eval.max_sentences", e.get("max_sentences", 0), 0)
+    # Rows per batch are a multiple of the devices (at least one each) by construction.
+    del num_devices, process_count

@@ -40,7 +40,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
-from posenc import distributed, tasks
+from posenc import distributed, tasks, translation
 from posenc.config import (
     check_source,
     consecutive_segments,
@@ -48,9 +48,10 @@ from posenc.config import (
     open_source,
     validate,
 )
+from posenc.data.pair_batching import encode_pairs
 from posenc.distributed import abstract_on, make_mesh
 from posenc.layers.params import EncoderParam
-from posenc.losses import token_loss
+from posenc.losses import smoothed_token_loss, token_loss
 from posenc.metrics import MetricsWriter, drop_metrics_after, progress_bar
 from posenc.models import build
 from posenc.models import memory as memory_lib
@@ -129,6 +130,9 @@ class Trainer:
         self.batch_sharding = NamedSharding(self.mesh, P("data"))
         self.optimizer, self.schedule = make_optimizer(config)
         self.masked_lm = masked_lm(config)  # None for causal LM
+        # A translation run: batches of source/target pairs, a label-smoothed loss.
+        self.translation = translation.is_translation(config)
+        self.smoothing = config.train.get("label_smoothing", 0.0) if self.translation else 0.0
         self.mem_len = config.model.get("mem_len", 0)
         abstract = nnx.eval_shape(lambda: build(config))
         self.graphdef, _, self.rest = nnx.split(abstract, nnx.Param, ...)
@@ -200,6 +204,8 @@ class Trainer:
         def loss_fn(params):
             model = nnx.merge(self.graphdef, params, self.rest)
             rng = self.dropout_key(state["step"])
+            if self.translation:
+                return self._pair_loss(model, batch, rng)
             if self.mem_len:
                 memory = state["memory"][:, :, self.mem_len - memory_tokens :]  # [L, B, M, D]
                 logits, memory = memory_lib.forward(model, batch["inputs"], memory, rng=rng)
@@ -221,15 +227,30 @@ class Trainer:
         if self.mem_len:  # zero-padded at the front to the fixed [L, B, mem_len, D]
             pad = self.mem_len - memory.shape[2]
             new_state["memory"] = jnp.pad(memory, ((0, 0), (0, 0), (pad, 0), (0, 0)))
+        if self.translation:  # tokens read (both sides), scored (the targets)
+            tokens = batch["src_mask"].sum() + batch["tgt_mask"].sum()
+        else:
+            tokens = batch["targets"].size
         metrics = {
             "loss_sum": loss_sum,
-            "tokens": jnp.asarray(batch["targets"].size, jnp.float32),
+            "tokens": jnp.asarray(tokens, jnp.float32),
             "grad_norm": optax.tree.norm(grads),
             "learning_rate": self.schedule(state["step"]),
         }
         if "weights" in batch:
             metrics["scored"] = batch["weights"].sum()  # the loss's tokens; "tokens" all read
+        if self.translation:
+            metrics["scored"] = batch["tgt_mask"].sum().astype(jnp.float32)
         return new_state, metrics
+
+    def _pair_loss(self, model, batch, rng):
+        """A translation batch's label-smoothed mean loss over its target tokens, and the
+        plain cross entropy's sum (what the metrics report)."""
+        logits = model(batch["src"], batch["tgt_in"], src_mask=batch["src_mask"], rng=rng)
+        weights = batch["tgt_mask"].astype(jnp.float32)
+        smoothed = smoothed_token_loss(logits, batch["tgt_out"], self.smoothing)
+        loss_sum = (token_loss(logits, batch["tgt_out"]) * weights).sum()
+        return (smoothed * weights).sum() / jnp.maximum(weights.sum(), 1.0), (loss_sum, None)
 
     def windows(self, stream: np.ndarray) -> data_lib.TrainWindows | data_lib.StreamSegments:
         """The run's training batches over ``stream`` (:func:`training_windows`)."""
@@ -246,6 +267,8 @@ class Trainer:
         masked LM the windows corrupted (BERT's rule, drawn per global row) with ``weights`` on
         the chosen tokens, and the windows themselves as ``targets``."""
         batch = windows.batch(step)
+        if self.translation:  # where each row's pair came from stays on the host
+            return {k: v for k, v in batch.items() if k != "index"}
         if self.masked_lm is not None:
             first_row = windows.process_index * windows.local_batch
             batch = self.masked_lm.train_batch(batch["inputs"], step, first_row)
@@ -373,28 +396,15 @@ def train(
     if stop_at is not None and (not isinstance(stop_at, int) or stop_at < 1):
         raise ValueError(f"--stop-at must be a step >= 1, got {stop_at!r}")
     validate(config, num_devices=mesh.devices.size, process_count=jax.process_count())
-    source = open_source(config)
-    check_source(config, source)
     t = config.train
-    task = tasks.task_of(config)
-    if task:  # generated examples, the loss on their targets
-        windows = tasks.TaskBatches(
-            task,
-            t.seq_len,
-            t.batch_size,
-            config.seed,
-            process_index=jax.process_index(),
-            process_count=jax.process_count(),
-        )
-    else:
-        windows = training_windows(config, source.split_stream("train"))
+    windows, data_info = _training_data(config, mesh)
     is_main = jax.process_index() == 0
     # Created only now, so that a bad config or a missing data set leaves nothing behind.
     run.create()
     with run.lock(enabled=is_main):
         if is_main:
             run.record_config(config)
-            run.record_data(source.info())
+            run.record_data(data_info)
         trainer = Trainer(config, mesh)
         checkpoints = run.checkpoints(keep=t.keep_checkpoints, primary=is_main)
         try:
@@ -404,6 +414,33 @@ def train(
         finally:
             checkpoints.close()
     return TrainResult(trainer.model(state), int(state["step"]), history, resumed_from)
+
+
+def _training_data(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh):
+    """The run's training batches and the identity of its data (``data.json``): random windows
+    or segments of a text stream, a task's generated examples, or token-bucketed pairs."""
+    if translation.is_translation(config):
+        source, vocab = translation.open_data(config)
+        pairs = encode_pairs(source.pairs("train"), vocab)
+        return (
+            translation.train_batches(config, pairs, mesh.devices.size),
+            translation.data_record(source, vocab),
+        )
+    source = open_source(config)
+    check_source(config, source)
+    task = tasks.task_of(config)
+    if not task:
+        return training_windows(config, source.split_stream("train")), source.info()
+    t = config.train
+    batches = tasks.TaskBatches(
+        task,
+        t.seq_len,
+        t.batch_size,
+        config.seed,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+    )
+    return batches, source.info()
 
 
 def _train_steps(

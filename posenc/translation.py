@@ -58,6 +58,20 @@ def open_parallel(config: ml_collections.ConfigDict) -> ParallelSource:
     )
 
 
+def open_data(config: ml_collections.ConfigDict) -> tuple[ParallelSource, Vocab]:
+    """The run's parallel source and vocabulary, checked against ``model.vocab_size``."""
+    source = open_parallel(config)
+    vocab = make_run_vocab(config, source)
+    check_vocab(config, vocab)
+    return source, vocab
+
+
+def data_record(source: ParallelSource, vocab: Vocab) -> dict[str, Any]:
+    """What ``data.json`` keeps about a translation run's data: the source's identity and the
+    vocabulary's."""
+    return {**source.info(), "vocab": vocab.identity()}
+
+
 def make_run_vocab(config: ml_collections.ConfigDict, source: ParallelSource) -> Vocab:
     """The vocabulary ``data.vocab`` names, SentencePiece trained on (or read from the cache
     of) the training pairs."""
@@ -226,7 +240,9 @@ def teacher_forced(
     keys = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask")
     for batch in eval_pair_batches(pairs, tokens_per_batch, targets=True):
         sums = _scores(graphdef, state, {k: jnp.asarray(batch[k]) for k in keys})
-        loss, count, correct = (a + float(x) for a, x in zip((loss, count, correct), sums))
+        loss, count, correct = (
+            a + float(x) for a, x in zip((loss, count, correct), sums, strict=True)
+        )
     mean = loss / max(count, 1.0)
     return {
         "tokens": int(count),
@@ -270,7 +286,11 @@ def evaluate_translation(
         raise ValueError(f"eval.split={split!r} of data.source={config.data.source!r} is empty")
     encoded = encode_pairs(pairs, vocab)
     start = time.perf_counter()
-    result = {"split": split, "sentences": len(pairs), **teacher_forced(model, encoded, e.tokens_per_batch)}
+    result = {
+        "split": split,
+        "sentences": len(pairs),
+        **teacher_forced(model, encoded, e.tokens_per_batch),
+    }
     hypotheses = translate_ids(
         model,
         encoded,

@@ -39,8 +39,17 @@ from posenc.layers.norms import make_norm
 from posenc.models.lm import Stack, bind_encoding, default_positions
 
 
-def _side_error(error: ValueError, side: str) -> ValueError:
-    return ValueError(f"model.assembly='encoder_decoder', {side} side: {error}")
+def bind_sides(config: ModelConfig, encoding: Encoding) -> tuple[Encoding, Encoding]:
+    """The encoder bound for each stack: its bidirectional form for the encoder, its causal
+    form for the decoder (:meth:`~posenc.encodings.base.Encoding.for_direction`), each checked
+    as the decoder-only model checks it; one-line errors naming the side."""
+    sides = []
+    for side, causal in (("encoder", False), ("decoder", True)):
+        try:
+            sides.append(bind_encoding(encoding.for_direction(causal), config, causal=causal))
+        except ValueError as e:
+            raise ValueError(f"model.assembly='encoder_decoder', {side} side: {e}") from None
+    return sides[0], sides[1]
 
 
 class EncoderDecoder(nnx.Module):
@@ -58,15 +67,10 @@ class EncoderDecoder(nnx.Module):
             raise ValueError("model.mem_len: Transformer-XL memory is for the decoder-only model")
         if config.embed_norm:
             raise ValueError("model.embed_norm: the encoder-decoder has no embedding norm")
-        try:
-            enc = bind_encoding(encoding.for_direction(False), config, causal=False)
-        except ValueError as e:
-            raise _side_error(e, "encoder") from None
-        try:
-            dec = bind_encoding(encoding.for_direction(True), config, causal=True)
-        except ValueError as e:
-            raise _side_error(e, "decoder") from None
+        enc, dec = bind_sides(config, encoding)
         self.config = config
+        # The config's encoder (in the decoder's form; both sides have the same hooks).
+        self.encoding = dec
         dtype = jnp.dtype(config.dtype)
 
         def norm():
