@@ -230,8 +230,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output",
         default=None,
-        help="file written in the work directory (default eval.json for the run's own "
-        "settings, eval-<changed settings>.json otherwise)",
+        help="a .json file name written in the work directory, never one of the run's own "
+        "files (config.json, data.json, metrics.jsonl, ...) (default eval.json for the run's "
+        "own settings, eval-<changed settings>.json otherwise)",
     )
     p.set_defaults(func=_cmd_eval)
 

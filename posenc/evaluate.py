@@ -71,7 +71,7 @@ from posenc.config import (
 from posenc.distributed import abstract_on, make_mesh
 from posenc.metrics import perplexity
 from posenc.model import Transformer, token_loss
-from posenc.workdir import EVAL_FILE, RunDir, eval_file_name
+from posenc.workdir import EVAL_FILE, RunDir
 
 
 def _max_windows(length: int, stride: int, max_tokens: int) -> int | None:
@@ -358,8 +358,9 @@ def evaluate_workdir(
       workdir: a directory written by :func:`posenc.train.train`.
       overrides: the config to evaluate with instead of the run's own; it may differ only where
         :func:`posenc.config.evaluation_changes` allows.
-      output: file name inside ``workdir``; default ``eval.json`` for the run's own settings
-        and ``eval-<changed settings>.json`` otherwise.
+      output: a ``.json`` file name inside ``workdir`` that the run does not own
+        (:meth:`posenc.workdir.RunDir.eval_output`); default ``eval.json`` for the run's own
+        settings and ``eval-<changed settings>.json`` otherwise.
       progress: print one line per length.
       model, step: the trained model and its step, if already in memory (skips loading the
         checkpoint).
@@ -368,21 +369,15 @@ def evaluate_workdir(
       The report that was written (its file name under ``"file"``).
 
     Raises:
-      ValueError: a setting evaluation may not change, or ``output`` naming the run's own
-        ``eval.json`` for changed settings.
+      ValueError: a setting evaluation may not change, or an ``output`` that is a path, one of
+        the run's own files, or the run's own ``eval.json`` for changed settings.
     """
     run = RunDir(workdir)
     trained = run.read_config()
     config = overrides or trained
     changes = evaluation_changes(trained, config)
     validate(config)
-    name = output or eval_file_name(changes)
-    if name == EVAL_FILE and changes:
-        raise ValueError(
-            f"--output {EVAL_FILE} is the run's own evaluation; results under changed settings "
-            f"({', '.join(changes)}) are written beside it (default name "
-            f"{eval_file_name(changes)})"
-        )
+    name = run.eval_output(output, changes)
     e = config.eval
     source = open_source(config)
     lengths = eval_lengths(config)

@@ -39,6 +39,22 @@ SWEEP_FILE = "sweep.json"  # the points, their directories and statuses
 POINT_FILE = "point.json"  # a point's overrides and resolved config
 STATUS_FILE = "status.json"  # a point's status: running, done, failed, interrupted
 LOG_FILE = "log.txt"  # a point's output when it runs in a child process
+# Every name above: what posenc keeps in a run or sweep directory, never written over by a file
+# a user names (an evaluation's --output).
+OWNED_NAMES = (
+    CONFIG_FILE,
+    DATA_FILE,
+    INIT_FILE,
+    CHECKPOINT_DIR,
+    CORRUPT_DIR,
+    METRICS_FILE,
+    TENSORBOARD_DIR,
+    LOCK_FILE,
+    SWEEP_FILE,
+    POINT_FILE,
+    STATUS_FILE,
+    LOG_FILE,
+)
 
 
 class WorkdirError(ValueError):

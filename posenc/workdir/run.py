@@ -12,6 +12,9 @@ Layout (names in :mod:`posenc.workdir.files`)::
       eval-<settings>.json  evaluations under changed settings (posenc eval --lengths ...)
       posenc.lock           held by the process using the directory
 
+A report's name is always a plain ``.json`` name inside the directory and never one of the
+names posenc owns (:data:`~posenc.workdir.files.OWNED_NAMES`): :meth:`RunDir.eval_output`.
+
 Rules, each enforced here with a one-line :class:`~posenc.workdir.files.WorkdirError`:
 
 - a run resumes only with the config it was trained with, apart from fields that cannot change
@@ -41,6 +44,7 @@ from posenc.workdir.files import (
     EVAL_PREFIX,
     INIT_FILE,
     METRICS_FILE,
+    OWNED_NAMES,
     WorkdirError,
     config_from_dict,
     diff_fields,
@@ -216,6 +220,38 @@ class RunDir:
         return step, params
 
     # -- evaluation results ----------------------------------------------------------------
+
+    def eval_output(self, name: str | None, changes: Mapping[str, Any]) -> str:
+        """The file an evaluation report is written to: ``name``, or by default
+        :func:`eval_file_name` of the changed settings.
+
+        Raises:
+          WorkdirError: ``name`` is not a plain ``.json`` file name (a path, a hidden name),
+            is one of the files the run owns (config, data, metrics, checkpoints, lock, ...), is
+            a folder, or is ``eval.json`` for changed settings (the run's own evaluation).
+        """
+        default = eval_file_name(changes)
+        if name is None:
+            return default
+        problem = None
+        if not name or name != os.path.basename(name) or name in (".", "..") or "\\" in name:
+            problem = "give a file name inside the work directory, not a path"
+        elif name in OWNED_NAMES:
+            problem = f"{name} is the run's own; posenc keeps the run's records under that name"
+        elif name.startswith("."):
+            problem = "a report's name may not start with '.' (temporary files do)"
+        elif not name.endswith(".json"):
+            problem = "a report's name must end in .json"
+        elif os.path.isdir(self.file(name)):
+            problem = f"{self.file(name)} is a folder"
+        elif name == EVAL_FILE and changes:
+            problem = (
+                f"{EVAL_FILE} is the run's own evaluation; results under changed settings "
+                f"({', '.join(changes)}) are written beside it"
+            )
+        if problem is None:
+            return name
+        raise WorkdirError(f"--output {name!r}: {problem} (default name {default})")
 
     def write_eval(self, report: Mapping[str, Any], name: str = EVAL_FILE) -> str:
         """Writes an evaluation report; returns its path."""

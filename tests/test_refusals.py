@@ -1,0 +1,99 @@
+"""A user cannot lose a run or get a mislabelled number from the command line (issue 17's
+hostile probes): every refusal is one line (exit status 2) that names what is wrong and what
+to do, and leaves the work directory as it was.
+
+Runs use the 1-layer, width-32 tiny config on ``pystdlib`` (``_train_helpers.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import _train_helpers as helpers
+import pytest
+
+from posenc.evaluate import evaluate_workdir
+from posenc.train import train
+from posenc.workdir import RunDir
+
+STEPS = ("train.steps=4", "train.checkpoint_every=2")
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return helpers.build_pystdlib(tmp_path_factory.mktemp("pystdlib"))
+
+
+@pytest.fixture(scope="module")
+def trained(data_dir, tmp_path_factory):
+    """A finished RoPE run (checkpoints at steps 2 and 4) with its eval.json."""
+    workdir = str(tmp_path_factory.mktemp("trained") / "run")
+    result = train(helpers.tiny_config(data_dir, *STEPS), workdir)
+    evaluate_workdir(workdir, model=result.model, step=result.step, progress=False)
+    return workdir
+
+
+@pytest.fixture
+def run_copy(trained, tmp_path):
+    """A copy of the trained run that a test may change."""
+    copy = str(tmp_path / "run")
+    shutil.copytree(trained, copy)
+    return copy
+
+
+def _snapshot(folder: str) -> dict[str, bytes]:
+    """Every file under ``folder`` (relative path -> bytes), the lock file aside."""
+    out = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            path = os.path.join(root, name)
+            if name != "posenc.lock":
+                with open(path, "rb") as f:
+                    out[os.path.relpath(path, folder)] = f.read()
+    return out
+
+
+def _one_line_error(err: str, command: str) -> str:
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"posenc {command}: error:"), err
+    return lines[0]
+
+
+# -- 1: an evaluation's --output never replaces a file the run owns -------------------------
+
+
+@pytest.mark.parametrize(
+    "name, match",
+    [
+        ("config.json", "config.json is the run's own"),
+        ("data.json", "data.json is the run's own"),
+        ("init.json", "init.json is the run's own"),
+        ("metrics.jsonl", "metrics.jsonl is the run's own"),
+        ("posenc.lock", "posenc.lock is the run's own"),
+        ("status.json", "status.json is the run's own"),
+        ("point.json", "point.json is the run's own"),
+        ("sweep.json", "sweep.json is the run's own"),
+        ("checkpoints", "checkpoints is the run's own"),
+        ("../x.json", "a file name inside the work directory"),
+        ("/tmp/x.json", "a file name inside the work directory"),
+        ("sub/x.json", "a file name inside the work directory"),
+        (".x.json", "may not start with '.'"),
+        ("x.txt", "must end in .json"),
+    ],
+)
+def test_eval_output_never_replaces_the_runs_files_or_leaves_it(run_copy, name, match):
+    before = _snapshot(run_copy)
+    outside = os.listdir(os.path.dirname(run_copy))
+    code, _, err = helpers.run_cli(
+        "eval", "--workdir", run_copy, "--lengths", "16", "--output", name
+    )
+    assert code == 2
+    line = _one_line_error(err, "eval")
+    assert "--output" in line and match in line, line
+    assert _snapshot(run_copy) == before
+    assert os.listdir(os.path.dirname(run_copy)) == outside
+    assert not os.path.exists("/tmp/x.json") or name != "/tmp/x.json"
+    # The run is still usable: evaluation and a resumed training accept it.
+    RunDir(run_copy).read_config()
