@@ -388,9 +388,9 @@ def train(
     else:
         windows = training_windows(config, source.split_stream("train"))
     is_main = jax.process_index() == 0
-    # Created only now, so that a bad config or a missing data set leaves nothing behind.
-    run.create()
-    with run.lock(enabled=is_main):
+    # Created only now, so that a bad config or a missing data set leaves nothing behind; a
+    # refusal while the run is set up (a bad train.init_from) removes what it wrote.
+    with run.starting(enabled=is_main) as started, run.lock(enabled=is_main):
         if is_main:
             run.record_config(config)
             run.record_data(source.info())
@@ -398,6 +398,7 @@ def train(
         checkpoints = run.checkpoints(keep=t.keep_checkpoints, primary=is_main)
         try:
             state, resumed_from = trainer.restore_or_init(checkpoints, run)
+            started()
             last = t.steps if stop_at is None else min(stop_at, t.steps)
             state, history = _train_steps(trainer, state, windows, run, checkpoints, last)
         finally:

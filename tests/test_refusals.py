@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
+import sys
+import textwrap
 
 import _train_helpers as helpers
 import pytest
@@ -97,3 +100,59 @@ def test_eval_output_never_replaces_the_runs_files_or_leaves_it(run_copy, name, 
     assert not os.path.exists("/tmp/x.json") or name != "/tmp/x.json"
     # The run is still usable: evaluation and a resumed training accept it.
     RunDir(run_copy).read_config()
+
+
+# -- 3: a refused --init-from leaves nothing behind -----------------------------------------
+
+HOLD = textwrap.dedent(
+    """
+    import sys, time
+    from posenc.workdir import hold
+    with hold(sys.argv[1]):
+        print("held", flush=True)
+        time.sleep(600)
+    """
+)
+
+
+def test_a_refused_init_from_leaves_nothing_and_the_corrected_command_runs(
+    run_copy, data_dir, tmp_path
+):
+    target = str(tmp_path / "finetune")
+    argv = ["train", "--config", helpers.TINY_SPEC, "--workdir", target]
+    argv += [*helpers.tiny_flags(data_dir), "--config.train.steps=1", "--no-eval"]
+    refusals = [
+        (["--init-from", str(tmp_path / "nowhere")], "not a posenc work directory"),
+        (["--init-from", run_copy, "--config.model.model_dim=64"], "do not fit this model"),
+    ]
+    for extra, match in refusals:
+        code, _, err = helpers.run_cli(*argv, *extra)
+        assert code == 2 and match in _one_line_error(err, "train")
+        assert not os.path.exists(target), f"{extra} left {os.listdir(target)}"
+    holder = subprocess.Popen([sys.executable, "-c", HOLD, run_copy], stdout=subprocess.PIPE)
+    try:
+        assert holder.stdout.readline().strip() == b"held"
+        code, _, err = helpers.run_cli(*argv, "--init-from", run_copy)
+        assert code == 2 and f"in use by pid {holder.pid}" in _one_line_error(err, "train")
+        assert not os.path.exists(target), os.listdir(target)
+    finally:
+        holder.kill()
+        holder.wait()
+    code, out, err = helpers.run_cli(*argv, "--init-from", run_copy)
+    assert code == 0, err
+    assert RunDir(target).read_config().train.init_from == os.path.abspath(run_copy)
+
+
+def test_a_refusal_after_the_directory_exists_rolls_back_what_it_wrote(data_dir, tmp_path):
+    """The directory exists (empty, made by the user) and setup fails after posenc recorded the
+    config: the directory is left as it was, and the corrected command is not refused as
+    another run."""
+    target = tmp_path / "run"
+    target.mkdir()
+    argv = ["train", "--config", helpers.TINY_SPEC, "--workdir", str(target)]
+    argv += [*helpers.tiny_flags(data_dir), "--config.train.steps=1", "--no-eval"]
+    code, _, err = helpers.run_cli(*argv, "--init-from", str(tmp_path / "nowhere"))
+    assert code == 2 and "not a posenc work directory" in _one_line_error(err, "train")
+    assert os.listdir(target) == []
+    code, _, err = helpers.run_cli(*argv)
+    assert code == 0, err

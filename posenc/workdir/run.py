@@ -23,13 +23,17 @@ Rules, each enforced here with a one-line :class:`~posenc.workdir.files.WorkdirE
 - a run resumes only on the data it started on: the split streams' hashes in ``data.json`` must
   match the source's (an edited ``textdir:`` folder is new data);
 - one process at a time (:mod:`posenc.workdir.lock`);
-- checkpoints are verified before they are restored (:mod:`posenc.workdir.checkpoints`).
+- checkpoints are verified before they are restored (:mod:`posenc.workdir.checkpoints`);
+- a refusal while a new run is being set up leaves the directory as it was
+  (:meth:`RunDir.starting`), so the corrected command is not refused as another run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator, Mapping
+import shutil
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import ml_collections
@@ -127,6 +131,48 @@ class RunDir:
 
     def create(self) -> None:
         os.makedirs(self.path, exist_ok=True)
+
+    @contextlib.contextmanager
+    def starting(self, *, enabled: bool = True) -> Iterator[Callable[[], None]]:
+        """Creates the directory for a run that starts (or resumes) in a ``with`` block, which
+        calls the function it is given once the run is set up (config and data recorded,
+        parameters restored or initialised).
+
+        If the block raises before that call and the directory held no run when the block began
+        (no ``config.json``, no checkpoints), everything posenc wrote in it is removed again (and
+        the directory itself if the block created it): a refused ``--init-from``, a busy or
+        missing source, a model that does not fit leave nothing that would make the corrected
+        command "a different config". A run that already existed is never touched.
+
+        Args:
+          enabled: False only creates the directory (processes other than 0 of a
+            multi-process run, which write nothing here).
+        """
+        existed = os.path.isdir(self.path)
+        before = set(os.listdir(self.path)) if existed else set()
+        fresh = not os.path.exists(self.file(CONFIG_FILE)) and not self.has_checkpoints()
+        self.create()
+        done = []
+        try:
+            yield lambda: done.append(True)
+        except BaseException:
+            if enabled and fresh and not done:
+                self._remove_new(before, existed)
+            raise
+
+    def _remove_new(self, before: set[str], existed: bool) -> None:
+        """Removes the entries posenc owns that are not in ``before`` (folders only when they
+        hold no checkpoint step), and the directory if it did not exist and is now empty."""
+        for name in set(os.listdir(self.path)) - before:
+            path = self.file(name)
+            if name not in OWNED_NAMES:
+                continue
+            if not os.path.isdir(path):
+                os.remove(path)
+            elif not any(entry.isdigit() for entry in os.listdir(path)):
+                shutil.rmtree(path)
+        if not existed and not os.listdir(self.path):
+            os.rmdir(self.path)
 
     def lock(self, *, enabled: bool = True):
         """Holds the directory's lock for a ``with`` block (:func:`posenc.workdir.lock.hold`)."""
