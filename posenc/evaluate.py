@@ -16,7 +16,8 @@ loss overflows), bits per byte, loss by position inside the window, windows, tok
 unscored and seconds.
 
 With Transformer-XL memory (``eval.mem_len``, default ``model.mem_len``, > 0; Dai et al. 2019,
-Sec. 3.2) the split is cut into ``B`` parallel parts (``B`` = the batch's windows), each read as
+Sec. 3.2) the split is cut into ``B`` parallel parts (``B`` = the batch's windows, but at most
+half the windows scored, so that each part holds two or more), each read as
 consecutive windows of ``L`` scored one after another with the memory carried
 (:func:`posenc.data.memory_segments`): length ``L`` then means *segments of L tokens, each scored
 with the per-layer states of the up to ``mem_len`` tokens before it* (the first window of each
@@ -246,6 +247,7 @@ def evaluate(
         start = time.perf_counter()
         if mem_len:
             windows = data_lib.memory_segments(stream, length, batch, max_tokens)
+            batch = -(-windows.rows // devices) * devices  # no batch rows without a part
             loss_sum, count = scorer.score_with_memory(windows, batch, mem_len)
             correct = []
         else:

@@ -341,11 +341,17 @@ def memory_segments(
 ) -> MemorySegments:
     """Cuts a stream into ``rows`` parts read as consecutive windows of ``length``.
 
+    The windows scored are those the stream holds, or ``max_tokens // length`` of them (at
+    least one); the parts are at most half as many, so that every part holds at least two
+    consecutive windows whenever there are two to score (with one window per part no window
+    would ever see the memory). The windows left over when the parts cannot share them evenly
+    (fewer than one per part) are not scored, and counted as dropped.
+
     Args:
       stream: token stream `[N]`.
       length: window length L (one entry of `eval.lengths`).
-      rows: parts wanted; fewer when the stream cannot give each a whole window.
-      max_tokens: score at most about this many tokens (at least one window per row); 0: all.
+      rows: parts wanted; fewer when the windows to score cannot give each part two.
+      max_tokens: score at most this many tokens (but at least one window); 0: all.
     """
     predictable = len(stream) - 1
     if length < 1 or predictable < length:
@@ -353,11 +359,12 @@ def memory_segments(
             f"{_EVAL_FIELD}: length {length} needs {length + 1} tokens for one window, but the "
             f"evaluation stream has only {len(stream)} tokens"
         )
-    rows = max(1, min(rows, predictable // length))
-    part = predictable // rows
-    segments = part // length
+    windows = predictable // length
     if max_tokens:
-        segments = max(1, min(segments, max_tokens // (rows * length)))
+        windows = min(windows, max(1, max_tokens // length))
+    rows = max(1, min(rows, windows // 2))
+    part = predictable // rows
+    segments = min(part // length, windows // rows)
     scored = rows * segments * length
     return MemorySegments(stream, length, rows, part, segments, scored, predictable - scored)
 
