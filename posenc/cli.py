@@ -310,6 +310,19 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 _show_warning = warnings.showwarning
 
 
+def _out_of_memory(error: BaseException) -> bool:
+    if "jax" not in sys.modules:  # nothing ran on a device
+        return False
+    from posenc.fits import is_out_of_memory
+
+    return is_out_of_memory(error)
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:200] if lines else type(error).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     rest, overrides = _split_overrides(argv)
@@ -331,6 +344,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"posenc {args.command}: training diverged: {e}", file=sys.stderr)
         return 3
+    except Exception as e:  # noqa: BLE001 - an allocator's failure, whatever raised it
+        if os.environ.get("POSENC_TRACEBACK") or not _out_of_memory(e):
+            raise
+        print(
+            f"posenc {args.command}: error: ran out of memory ({_first_line(e)}); lower "
+            "train.batch_size or eval.batch_tokens (task runs: eval.examples), train.seq_len or "
+            "eval.lengths, or model.attention_block_size",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         if os.environ.get("POSENC_TRACEBACK"):
             raise

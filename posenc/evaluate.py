@@ -56,7 +56,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
-from posenc import tasks
+from posenc import fits, tasks
 from posenc.config import (
     build_model,
     check_eval_lengths,
@@ -112,10 +112,23 @@ class Scorer:
         self.mesh = mesh or make_mesh()
         self.masked_lm = masked_lm
         self.graphdef, self.state = nnx.split(model)
+        self.attention = (model.config.attention_impl, model.config.attention_block_size)
         self.batch_sharding = NamedSharding(self.mesh, P("data"))
         self.state = jax.device_put(self.state, NamedSharding(self.mesh, P()))
-        self._score = jax.jit(self._score_batch)
-        self._score_memory = jax.jit(self._score_with_memory, static_argnums=(3,))
+        # Compiled once per length, refused in one line if it cannot fit (posenc.fits).
+        self._score = fits.CheckedJit(self._score_batch, self._describe)
+        self._score_memory = fits.CheckedJit(
+            self._score_with_memory, self._describe, static_argnums=(3,)
+        )
+
+    def _describe(self, state, batch, *memory) -> tuple[str, str]:
+        """What a batch's scoring computes and what to change if it does not fit."""
+        rows, length = batch["inputs"].shape
+        what = f"evaluating length {length} in batches of {rows} window{'s' * (rows > 1)}"
+        changes = [fits.attention_change(*self.attention), f"leave {length} out of eval.lengths"]
+        if rows > 1:
+            changes.insert(0, "lower eval.batch_tokens (max(1, eval.batch_tokens // L) windows)")
+        return what, ", ".join(changes[:-1]) + " or " + changes[-1]
 
     def _score_batch(self, state, batch):
         model = nnx.merge(self.graphdef, state)

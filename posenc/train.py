@@ -40,7 +40,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
-from posenc import distributed, tasks
+from posenc import distributed, fits, tasks
 from posenc.config import (
     build_model,
     check_source,
@@ -132,8 +132,31 @@ class Trainer:
         # CAPE-like encoders draw a position augmentation from the step's key, even without dropout.
         self.augments = "augment_positions" in abstract.encoding.hooks
         # With memory, the count of real memory states is static (one compilation per count).
+        # Each compilation is refused in one line if it cannot fit (posenc.fits).
         static = dict(static_argnums=(2,)) if self.mem_len else {}
-        self._step = jax.jit(self._train_step, donate_argnums=(0,), **static)
+        self._step = fits.CheckedJit(
+            self._train_step, self._describe, donate_argnums=(0,), **static
+        )
+
+    def _describe(self, state, batch, *memory_tokens) -> tuple[str, str]:
+        """What a training step computes and what to change if it does not fit."""
+        rows, length = batch["inputs"].shape
+        what = f"a training step on {rows} windows of {length} tokens"
+        m = self.config.model
+        attention = fits.attention_change(m.attention_impl, m.attention_block_size)
+        return what, f"lower train.batch_size or train.seq_len, or {attention}"
+
+    def compile_step(self, windows: Any) -> None:
+        """Compiles the step for the run's shapes (those of step 0's batch; with memory, a full
+        memory), so that a run that cannot fit is refused before anything is written."""
+        state = abstract_on(jax.eval_shape(self.init_state), self.replicated)
+        local = self.local_batch(windows, 0)
+        rows = self.config.train.batch_size
+        batch = {
+            k: jax.ShapeDtypeStruct((rows, *v.shape[1:]), v.dtype, sharding=self.batch_sharding)
+            for k, v in local.items()
+        }
+        self._step.compile(state, batch, *([self.mem_len] if self.mem_len else []))
 
     def init_state(self, params: Any | None = None) -> dict[str, Any]:
         """Step 0: fresh parameters (or ``params``) and a fresh optimizer state, replicated on
@@ -390,11 +413,16 @@ def train(
     is_main = jax.process_index() == 0
     # Created only now, so that a bad config or a missing data set leaves nothing behind; a
     # refusal while the run is set up (a bad train.init_from) removes what it wrote.
+    # Refusals before compiling, and before anything is written: another run or other data in
+    # the directory, then a step that cannot fit in memory.
+    run.check_config(config)
+    run.check_data(source.info())
+    trainer = Trainer(config, mesh)
+    trainer.compile_step(windows)
     with run.starting(enabled=is_main) as started, run.lock(enabled=is_main):
         if is_main:
             run.record_config(config)
             run.record_data(source.info())
-        trainer = Trainer(config, mesh)
         checkpoints = run.checkpoints(keep=t.keep_checkpoints, primary=is_main)
         try:
             state, resumed_from = trainer.restore_or_init(checkpoints, run)

@@ -156,3 +156,58 @@ def test_a_refusal_after_the_directory_exists_rolls_back_what_it_wrote(data_dir,
     assert os.listdir(target) == []
     code, _, err = helpers.run_cli(*argv)
     assert code == 0, err
+
+
+# -- 4: what cannot fit in memory is refused in one line, before it runs ---------------------
+
+# Far beyond any test machine (einsum attention holds [B, H, L, L] float32 logits): 2.5 TB.
+HUGE = ("--config.model.attention_impl=einsum", "--config.train.seq_len=200000")
+
+
+def test_training_that_cannot_fit_is_one_line_and_writes_nothing(data_dir, tmp_path):
+    target = tmp_path / "run"
+    argv = ["train", "--config", helpers.TINY_SPEC, "--workdir", str(target)]
+    code, _, err = helpers.run_cli(*argv, *helpers.tiny_flags(data_dir), *HUGE)
+    assert code == 2
+    line = _one_line_error(err, "train")
+    assert "a training step on 8 windows of 200000 tokens needs about" in line, line
+    assert "train.seq_len" in line and "model.attention_impl=blocked" in line
+    assert not target.exists()
+
+
+def test_evaluation_that_cannot_fit_is_one_line_and_writes_nothing(run_copy):
+    before = _snapshot(run_copy)
+    code, _, err = helpers.run_cli(
+        "eval", "--workdir", run_copy, "--lengths", "200000", "--config.model.attention_impl=einsum"
+    )
+    assert code == 2
+    line = _one_line_error(err, "eval")
+    assert "evaluating length 200000 in batches of 1 window needs about" in line, line
+    assert "leave 200000 out of eval.lengths" in line
+    assert _snapshot(run_copy) == before
+
+
+def test_a_task_length_that_cannot_fit_names_the_length(data_dir):
+    from posenc import fits, tasks
+
+    config = helpers.tiny_config(data_dir, "model.attention_impl=einsum")
+    with pytest.raises(fits.DoesNotFitError, match=r"eval.lengths entry 100000: .* needs about"):
+        tasks.evaluate_task(
+            helpers.initial_model(config), "reverse_string", [100000], examples=1, seed=0
+        )
+
+
+def test_an_allocation_failure_is_one_line(run_copy, monkeypatch):
+    """What an estimate misses still ends in one line: XLA's RESOURCE_EXHAUSTED."""
+    import jax
+
+    from posenc import evaluate
+
+    def exhausted(*args, **kwargs):
+        raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 1 bytes.")
+
+    monkeypatch.setattr(evaluate, "evaluate", exhausted)
+    code, _, err = helpers.run_cli("eval", "--workdir", run_copy, "--lengths", "16")
+    assert code == 2
+    line = _one_line_error(err, "eval")
+    assert "ran out of memory" in line and "eval.batch_tokens" in line, line

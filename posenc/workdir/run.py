@@ -203,6 +203,11 @@ class RunDir:
 
     def record_config(self, config: ml_collections.ConfigDict) -> None:
         """Writes ``config.json``, refusing a config that would change what the run computes."""
+        self.check_config(config)
+        write_json(self.file(CONFIG_FILE), config.to_dict(), sort_keys=True)
+
+    def check_config(self, config: ml_collections.ConfigDict) -> None:
+        """Refuses (writing nothing) a config that would change what the run computes."""
         previous = read_json(self.file(CONFIG_FILE))
         if previous is None:
             self._require_record(CONFIG_FILE, "config")
@@ -217,10 +222,14 @@ class RunDir:
                     f"{self.path} holds a run with a different config (fields {changed}); "
                     "resume it with the same config or use another work directory"
                 )
-        write_json(self.file(CONFIG_FILE), config.to_dict(), sort_keys=True)
 
     def record_data(self, info: Mapping[str, Any]) -> None:
         """Writes ``data.json``, refusing data that differs from what the run started on."""
+        self.check_data(info)
+        write_json(self.file(DATA_FILE), dict(info))
+
+    def check_data(self, info: Mapping[str, Any]) -> None:
+        """Refuses (writing nothing) data that differs from what the run started on."""
         previous = read_json(self.file(DATA_FILE))
         if previous is None:
             self._require_record(DATA_FILE, "data")
@@ -232,7 +241,6 @@ class RunDir:
                     f"({'; '.join(changes)}); its checkpoints were trained on the old data. "
                     "Restore the data, or train on the new data in another work directory"
                 )
-        write_json(self.file(DATA_FILE), dict(info))
 
     def record_init(self, record: Mapping[str, Any]) -> None:
         """Writes ``init.json``: the run (and step) this one's parameters started from."""
