@@ -14,6 +14,7 @@ Errors are one line on stderr (exit status 2; 3 when training diverged; 130 when
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -310,6 +311,41 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 _show_warning = warnings.showwarning
 
 
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+# What each command writes where, for the message about a directory it cannot write to.
+_WRITES = {
+    "train": "its config, checkpoints, metrics and lock file in the work directory",
+    "eval": "its lock file and its report in the work directory",
+    "sweep": "its records, and each point's run, in the sweep directory",
+    "report": "its tables and plots in the directory it reports on",
+    "data": "the prepared data in the data directory",
+}
+
+
+def _os_error_line(command: str, error: OSError) -> str | None:
+    """One line for an operating system refusing a write: not writable, or out of space."""
+    if error.errno not in _NOT_WRITABLE + _FULL or not error.filename:
+        return None
+    path = os.path.abspath(os.fsdecode(error.filename))
+    folder, name = os.path.dirname(path), os.path.basename(path)
+    if error.errno in _FULL:
+        return (
+            f"cannot write {name} in {folder}: {error.strerror}; what was written before is "
+            "intact: free some space and run the same command again (a run resumes from its "
+            "last checkpoint)"
+        )
+    fix = (
+        "it is on a read-only file system: work on a copy elsewhere"
+        if error.errno == errno.EROFS
+        else f"give yourself write permission (chmod -R u+w {folder}) or work on a copy"
+    )
+    return (
+        f"cannot write {name} in {folder} ({error.strerror}): posenc {command} writes "
+        f"{_WRITES.get(command, 'there')}; {fix}"
+    )
+
+
 def _out_of_memory(error: BaseException) -> bool:
     if "jax" not in sys.modules:  # nothing ran on a device
         return False
@@ -344,6 +380,12 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"posenc {args.command}: training diverged: {e}", file=sys.stderr)
         return 3
+    except OSError as e:  # a directory that is not writable, a full disk
+        line = _os_error_line(args.command, e)
+        if os.environ.get("POSENC_TRACEBACK") or line is None:
+            raise
+        print(f"posenc {args.command}: error: {line}", file=sys.stderr)
+        return 2
     except Exception as e:  # noqa: BLE001 - an allocator's failure, whatever raised it
         if os.environ.get("POSENC_TRACEBACK") or not _out_of_memory(e):
             raise

@@ -7,6 +7,8 @@ Runs use the 1-layer, width-32 tiny config on ``pystdlib`` (``_train_helpers.py`
 
 from __future__ import annotations
 
+import builtins
+import errno
 import os
 import shutil
 import subprocess
@@ -211,3 +213,115 @@ def test_an_allocation_failure_is_one_line(run_copy, monkeypatch):
     assert code == 2
     line = _one_line_error(err, "eval")
     assert "ran out of memory" in line and "eval.batch_tokens" in line, line
+
+
+# -- 5: a work directory posenc cannot write to is one line ---------------------------------
+
+
+def _writes(mode: str | int) -> bool:
+    if isinstance(mode, int):  # os.open flags
+        return bool(mode & (os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_APPEND | os.O_TRUNC))
+    return any(c in mode for c in "wax+")
+
+
+@pytest.fixture
+def read_only(monkeypatch):
+    """Makes folders read-only (``chmod a-w``, all the way down). Root ignores permissions, so
+    for root the operating system's answer to a write there (EACCES) is given by patching the
+    calls that create or open files for writing."""
+    folders = []
+
+    def make(folder: str) -> None:
+        for root, dirs, files in os.walk(folder):
+            for name in [*dirs, *files, ""]:
+                path = os.path.join(root, name)
+                os.chmod(path, os.stat(path).st_mode & ~0o222)
+        folders.append(os.path.abspath(folder))
+
+    def inside(path) -> bool:
+        path = os.path.abspath(os.fsdecode(path))
+        return any(path == f or path.startswith(f + os.sep) for f in folders)
+
+    def refuse(path):
+        raise PermissionError(errno.EACCES, "Permission denied", os.fsdecode(path))
+
+    if os.geteuid() == 0:
+        real_open, real_os_open, real_mkdir = builtins.open, os.open, os.mkdir
+
+        def fake_open(file, mode="r", *args, **kwargs):
+            if isinstance(file, str | bytes | os.PathLike) and _writes(mode) and inside(file):
+                refuse(file)
+            return real_open(file, mode, *args, **kwargs)
+
+        def fake_os_open(path, flags, *args, **kwargs):
+            if _writes(flags) and inside(path):
+                refuse(path)
+            return real_os_open(path, flags, *args, **kwargs)
+
+        def fake_mkdir(path, *args, **kwargs):
+            if inside(path):
+                refuse(path)
+            return real_mkdir(path, *args, **kwargs)
+
+        monkeypatch.setattr(builtins, "open", fake_open)
+        monkeypatch.setattr(os, "open", fake_os_open)
+        monkeypatch.setattr(os, "mkdir", fake_mkdir)
+    yield make
+    for folder in folders:  # writable again, so that tmp_path can be cleaned
+        for root, dirs, files in os.walk(folder):
+            for name in [*dirs, *files, ""]:
+                path = os.path.join(root, name)
+                os.chmod(path, os.stat(path).st_mode | 0o200)
+
+
+def test_a_read_only_work_directory_is_one_line(run_copy, data_dir, read_only):
+    before = _snapshot(run_copy)
+    read_only(run_copy)
+    flags = [*helpers.tiny_flags(data_dir), *(f"--config.{o}" for o in STEPS)]
+    train_argv = ["train", "--config", helpers.TINY_SPEC, *flags]
+    for argv in (
+        ["eval", "--workdir", run_copy, "--lengths", "16"],
+        [*train_argv, "--workdir", run_copy],
+        [*train_argv, "--workdir", os.path.join(run_copy, "new")],
+        ["report", run_copy],
+    ):
+        code, _, err = helpers.run_cli(*argv)
+        assert code == 2, (argv, err)
+        line = _one_line_error(err, argv[0])
+        assert f"in {run_copy} (Permission denied)" in line, line
+        assert f"posenc {argv[0]} writes" in line and "chmod -R u+w" in line, line
+    assert _snapshot(run_copy) == before
+
+
+# -- 6: a full disk while a checkpoint is saved is one line ---------------------------------
+
+
+def test_a_full_disk_during_a_save_is_one_line_and_the_run_resumes(
+    data_dir, tmp_path, monkeypatch, capfd
+):
+    workdir = str(tmp_path / "run")
+    argv = ["train", "--config", helpers.TINY_SPEC, "--workdir", workdir]
+    argv += [*helpers.tiny_flags(data_dir), *(f"--config.{o}" for o in STEPS), "--no-eval"]
+    real_open = builtins.open
+    step_2 = os.path.join(workdir, "checkpoints", "4.")
+
+    def full_disk(file, mode="r", *args, **kwargs):
+        if isinstance(file, str | os.PathLike) and os.fspath(file).startswith(step_2):
+            if _writes(mode):  # orbax's metadata files of step 4 (TensorStore writes the rest)
+                raise OSError(errno.ENOSPC, "No space left on device", os.fspath(file))
+        return real_open(file, mode, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "open", full_disk)
+    code, _, err = helpers.run_cli(*argv)
+    monkeypatch.setattr(builtins, "open", real_open)
+    err += capfd.readouterr().err  # what orbax's threads log goes to the process's stderr
+    assert code == 2
+    line = _one_line_error(err, "train")
+    assert "saving checkpoint step 4" in line and "No space left on device" in line, line
+    assert "the last good checkpoint, step 2, is intact" in line and "run the same" in line
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints")))[0] == "2"
+
+    code, out, err = helpers.run_cli(*argv)
+    assert code == 0, err
+    assert "resumed from step 2" in out
+    assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]

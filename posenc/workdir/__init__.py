@@ -11,7 +11,12 @@ Training, evaluation, sweeps and reports all go through this package; none of th
 another's files. Importing it is cheap (no JAX, no orbax until a checkpoint is opened).
 """
 
-from posenc.workdir.checkpoints import CheckpointError, Checkpoints, CheckpointWarning
+from posenc.workdir.checkpoints import (
+    CheckpointError,
+    Checkpoints,
+    CheckpointSaveError,
+    CheckpointWarning,
+)
 from posenc.workdir.files import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
@@ -66,6 +71,7 @@ __all__ = [
     "SWEEP_FILE",
     "TENSORBOARD_DIR",
     "CheckpointError",
+    "CheckpointSaveError",
     "CheckpointWarning",
     "Checkpoints",
     "RunDir",
