@@ -57,9 +57,11 @@ the frequencies changed as Hugging Face's ``rope_scaling`` names them (``s = fac
   multiplied, as the paper's logits ``q.k / (t sqrt(D))`` say (with ``fraction < 1`` Hugging Face
   multiplies only the rotated channels).
 
-``scaling=None`` (the default) is plain RoPE, computed exactly as before these options existed.
-A hyperparameter a mode does not use is ignored (``factor`` without ``scaling``, say), as in
-``rope_scaling``. All of them are ``eval_safe_hparams``: ``posenc eval`` may change them.
+``scaling=None`` (the default) is plain RoPE, computed exactly as before these options existed;
+it refuses the other scaling hyperparameters away from their defaults (``factor`` without
+``scaling`` would be ignored, yet recorded in the run and its reports' names). A hyperparameter
+a scaling mode does not use is ignored, as in ``rope_scaling``. All of them are
+``eval_safe_hparams``: ``posenc eval`` may change them.
 """
 
 from __future__ import annotations
@@ -84,6 +86,10 @@ SCALING_HPARAMS = (
     "beta_fast",
     "beta_slow",
     "attention_factor",
+)
+# The scaling hyperparameters' defaults: the only values plain RoPE (scaling=None) accepts.
+_UNSCALED = dict(
+    factor=1.0, original_max_len=None, beta_fast=32.0, beta_slow=1.0, attention_factor=None
 )
 # Modes that need the training length, and modes whose base exponent d / (d - 2) needs d > 2.
 _NEED_ORIGINAL = ("dynamic", "yarn")
@@ -134,6 +140,21 @@ def check_scaling(
         )
     if attention_factor is not None:
         check_positive("encoding.attention_factor", attention_factor)
+    if scaling is None:  # plain RoPE would ignore them, and the run would record them
+        given = dict(
+            factor=factor,
+            original_max_len=original_max_len,
+            beta_fast=beta_fast,
+            beta_slow=beta_slow,
+            attention_factor=attention_factor,
+        )
+        for name, value in given.items():
+            if value != _UNSCALED[name]:
+                raise ValueError(
+                    f"encoding.{name}={value!r} has no effect without encoding.scaling (plain "
+                    f"RoPE); set encoding.scaling to one of {list(SCALINGS[1:])} or leave "
+                    f"encoding.{name} at {_UNSCALED[name]!r}"
+                )
 
 
 def check_rope(
