@@ -325,3 +325,28 @@ def test_masked_lm_runs_report_accuracy_beside_causal_runs(tmp_path):
     with open(paths[2]) as f:  # runs.csv: every run and length, accuracy where there is one
         runs = [r for r in csv.DictReader(f) if r["dir"] == "mlm"]
     assert [float(r["accuracy"]) for r in runs] == [r["accuracy"] for r in data["results"]]
+
+
+@pytest.mark.parametrize(
+    "objective, metric, have",
+    [
+        ("masked_lm", "exact_match", "accuracy, loss, perplexity"),
+        ("masked_lm", "sequence_accuracy", "accuracy, loss, perplexity"),
+        ("masked_lm", "bits_per_byte", "accuracy, loss, perplexity"),
+        ("causal_lm", "exact_match", "bits_per_byte, loss, perplexity"),
+    ],
+)
+def test_a_metric_no_run_has_is_refused_not_an_empty_table(tmp_path, objective, metric, have):
+    rng = random.Random(3)
+    data = _eval_json("rope", {}, 8, 0, [8, 16], rng)
+    data["objective"] = objective
+    if objective == "masked_lm":
+        for r in data["results"]:
+            r.pop("bits_per_byte")
+            r["accuracy"] = rng.uniform(0.1, 0.6)
+    with open(tmp_path / "eval.json", "w") as f:
+        json.dump(data, f)
+    with pytest.raises(ValueError, match=f"--metric {metric}: no run under .* has it") as e:
+        report.write_report(str(tmp_path), metric=metric)
+    assert f"these runs have {have}" in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "report.md").exists()

@@ -22,6 +22,9 @@ A run evaluated before its training finished (``posenc eval`` on an interrupted 
 ``†`` in its column's name, with a note giving the step it was scored at. A perplexity that
 overflowed is shown as ``inf``.
 
+A folder holding both algorithmic-task runs and text runs is reported as task runs; the text runs
+left out are named in a warning and at the end of ``report.md``.
+
 Columns are named by encoder; two configurations of one encoder in the same table (a sweep over
 RoPE's base, say) get the config fields that tell them apart appended to the name.
 """
@@ -29,6 +32,7 @@ RoPE's base, say) get the config fields that tell them apart appended to the nam
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -54,6 +58,7 @@ __all__ = [
     "METRICS",
     "Cell",
     "Column",
+    "ReportWarning",
     "Run",
     "bucket",
     "cell",
@@ -110,7 +115,8 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
       The paths written (report.md first).
 
     Raises:
-      ValueError: an unknown metric, or ``accuracy`` with no masked-LM run.
+      ValueError: an unknown metric, or one no run has (``accuracy`` without a masked-LM
+        run, ``exact_match`` without a task run, ...).
       FileNotFoundError: no ``eval.json`` under ``sweep_dir``.
     """
     import matplotlib
@@ -124,11 +130,20 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
             f"no {EVAL_FILE} under {sweep_dir}; run `posenc sweep` (or `posenc train`) first"
         )
     if any(is_task_run(r) for r in runs):  # algorithmic tasks: accuracy per input length
-        return write_task_report(sweep_dir, runs, "accuracy" if metric == "perplexity" else metric)
+        paths = write_task_report(sweep_dir, runs, "accuracy" if metric == "perplexity" else metric)
+        _name_left_out(paths[0], sweep_dir, [r for r in runs if not is_task_run(r)])
+        return paths
     if metric == "accuracy" and not any(r.eval.get("objective") == "masked_lm" for r in runs):
         raise ValueError(
             f"--metric accuracy: no masked-LM run (train.objective=masked_lm) under {sweep_dir}; "
             "causal-LM runs have perplexity, bits_per_byte and loss"
+        )
+    have = sorted({m for run in runs for r in run.eval["results"] for m in METRICS if m in r})
+    if metric not in have:  # exact_match of a masked LM, bits per byte of a masked LM, ...
+        raise ValueError(
+            f"--metric {metric}: no run under {sweep_dir} has it (exact_match and "
+            "sequence_accuracy: algorithmic-task runs; accuracy: masked-LM runs; bits_per_byte: "
+            f"causal-LM runs); these runs have {', '.join(have)}"
         )
     tables = group_runs(runs)
     colors = line_colors(tables)
@@ -153,6 +168,26 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     write_csv(paths[1], tables, metric)
     write_runs_csv(paths[2], runs, sweep_dir)
     return paths + [os.path.join(sweep_dir, p) for p in plots]
+
+
+class ReportWarning(UserWarning):
+    """Runs under a report's directory were left out of it (the message says which and why)."""
+
+
+def _name_left_out(report_md: str, sweep_dir: str, runs: Sequence[Run]) -> None:
+    """Says in a warning and at the end of ``report.md`` which text runs a task report left
+    out: a report covers task runs (accuracy per input length) or text runs, not both."""
+    if not runs:
+        return
+    names = ", ".join(os.path.relpath(r.dir, sweep_dir) for r in runs)
+    note = (
+        f"{len(runs)} text run{'s' * (len(runs) > 1)} left out ({names}): a report covers "
+        "algorithmic-task runs or text runs, not both; report the text runs from a folder of "
+        "their own"
+    )
+    with open(report_md, "a") as f:
+        f.write(f"\n{note}.\n")
+    warnings.warn(note, ReportWarning, stacklevel=3)
 
 
 def sweep_and_report(
