@@ -41,7 +41,13 @@ from typing import Any
 
 import ml_collections
 
-from posenc.config import apply_overrides, load_config, load_module, set_field
+from posenc.config import (
+    apply_overrides,
+    call_config_file,
+    load_config,
+    load_module,
+    set_field,
+)
 from posenc.workdir import (
     EVAL_FILE,
     LOG_FILE,
@@ -126,7 +132,7 @@ def load_sweep(
     module = load_module(path)
     if not hasattr(module, "get_sweep"):
         raise ValueError(f"--config: {path} has no get_sweep() function; is it a sweep config?")
-    points = module.get_sweep(variant) if variant else module.get_sweep()
+    points = call_config_file(path, module.get_sweep, *((variant,) if variant else ()))
     points = [dict(p) for p in points]
     if not points:
         raise ValueError(f"{path}: get_sweep() returned no points")

@@ -325,3 +325,76 @@ def test_a_full_disk_during_a_save_is_one_line_and_the_run_resumes(
     assert code == 0, err
     assert "resumed from step 2" in out
     assert sorted(os.listdir(os.path.join(workdir, "checkpoints"))) == ["2", "4"]
+
+
+# -- rough edges ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "line, match",
+    [
+        ("config.train.stepz = 5", "no config field 'stepz' (did you mean 'steps'?)"),
+        ("config.trian.steps = 5", "no config field 'trian' (did you mean 'train'?)"),
+        ("config.train.steps = 'five'", "Could not override field 'steps'"),
+    ],
+)
+def test_a_typo_in_a_sweep_files_get_config_is_one_line(tmp_path, line, match):
+    path = tmp_path / "sweep.py"
+    path.write_text(
+        textwrap.dedent(
+            f"""
+            from posenc.config import load_config
+            from posenc.sweep import product
+
+            def get_config():
+                config = load_config({helpers.TINY_SPEC!r})
+                {line}
+                return config
+
+            def get_sweep():
+                return product(**{{"encoding.name": ["alibi"]}})
+            """
+        )
+    )
+    code, _, err = helpers.run_cli("sweep", "--config", str(path), "--workdir", str(tmp_path / "s"))
+    assert code == 2
+    error = _one_line_error(err, "sweep")
+    assert f"{path}, line 7 ({line})" in error and match in error, error
+    assert not (tmp_path / "s").exists()
+
+
+def test_an_empty_evaluation_split_is_called_empty(tmp_path, data_dir):
+    from posenc.config import check_eval_lengths
+
+    for tokens in (0, 1):  # nothing, or one document separator (an empty file)
+        with pytest.raises(ValueError, match="the validation split is empty") as e:
+            check_eval_lengths(tokens, [16, 32], "validation")
+        assert "lengths <=" not in str(e.value) and "\n" not in str(e.value)
+    with pytest.raises(ValueError, match=r"use lengths <= 9 or"):  # short, not empty
+        check_eval_lengths(10, [16], "validation")
+    # From the command line: a textdir folder whose validation file is empty.
+    (tmp_path / "texts" / "train").mkdir(parents=True)
+    (tmp_path / "texts" / "validation").mkdir()
+    (tmp_path / "texts" / "train" / "a.txt").write_text("alpha beta gamma. " * 200)
+    (tmp_path / "texts" / "validation" / "b.txt").write_text("")
+    argv = ["train", "--config", helpers.TINY_SPEC, "--workdir", str(tmp_path / "run")]
+    argv += [*helpers.tiny_flags(data_dir), f"--config.data.source=textdir:{tmp_path / 'texts'}"]
+    code, _, err = helpers.run_cli(*argv)
+    assert code == 2 and "the validation split is empty" in err.splitlines()[-1], err
+
+
+@pytest.mark.parametrize("extra", [(), ("eval.stride=4",)])
+def test_sliding_evaluation_of_a_task_run_says_it_does_not_apply(data_dir, extra):
+    from posenc.config import validate
+
+    config = helpers.tiny_config(
+        data_dir,
+        "data.source=synthetic:reverse_string",
+        "train.seq_len=8",
+        "eval.lengths=4,8",
+        "eval.mode=sliding",
+        *extra,
+    )
+    with pytest.raises(ValueError, match="sliding evaluation does not apply to") as e:
+        validate(config)
+    assert "eval.mode='sliding'" in str(e.value) and "synthetic:reverse_string" in str(e.value)
