@@ -61,11 +61,7 @@ def _bytes(path) -> bytes:
         return f.read()
 
 
-def _one_line_error(err: str, command: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith(f"posenc {command}: error:"), err
-    return lines[0]
+_one_line_error = helpers.one_line_error
 
 
 def _params(model) -> list[np.ndarray]:

@@ -141,14 +141,8 @@ def check_scaling(
     if attention_factor is not None:
         check_positive("encoding.attention_factor", attention_factor)
     if scaling is None:  # plain RoPE would ignore them, and the run would record them
-        given = dict(
-            factor=factor,
-            original_max_len=original_max_len,
-            beta_fast=beta_fast,
-            beta_slow=beta_slow,
-            attention_factor=attention_factor,
-        )
-        for name, value in given.items():
+        given = (factor, original_max_len, beta_fast, beta_slow, attention_factor)
+        for name, value in zip(SCALING_HPARAMS[1:], given, strict=True):
             if value != _UNSCALED[name]:
                 raise ValueError(
                     f"encoding.{name}={value!r} has no effect without encoding.scaling (plain "
