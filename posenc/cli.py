@@ -275,10 +275,15 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "report",
         help="tables (markdown, CSV) and plots from a sweep directory",
-        description="Gather the eval.json files under a sweep directory into tables laid out "
-        "like ALiBi's Tables 2-3 and plots of perplexity against evaluation length.",
+        description="Gather every evaluation of every run under a directory (each eval.json "
+        "and each eval-<changes>.json that posenc eval wrote under changed settings) into "
+        "tables laid out like ALiBi's Tables 2-3 (one column per configuration and evaluation, "
+        "named by what the evaluation changed, e.g. 'rope (yarn x8)'; seeds averaged) and "
+        "plots of the metric against evaluation length.",
     )
-    p.add_argument("sweep_dir", help="a directory written by posenc sweep")
+    p.add_argument(
+        "sweep_dir", help="a directory written by posenc sweep, a folder of runs, or one run"
+    )
     p.add_argument(
         "--metric",
         choices=(

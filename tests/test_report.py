@@ -325,3 +325,91 @@ def test_masked_lm_runs_report_accuracy_beside_causal_runs(tmp_path):
     with open(paths[2]) as f:  # runs.csv: every run and length, accuracy where there is one
         runs = [r for r in csv.DictReader(f) if r["dir"] == "mlm"]
     assert [float(r["accuracy"]) for r in runs] == [r["accuracy"] for r in data["results"]]
+
+
+YARN = {
+    "encoding.hparams.scaling": "yarn",
+    "encoding.hparams.factor": 8,
+    "encoding.hparams.original_max_len": 8,
+}
+
+
+def _write_eval(run_dir, changes, data, step=10, time=0.0):
+    """An evaluation report of ``run_dir`` under ``changes``, named as posenc eval names it."""
+    from posenc.workdir import eval_file_name
+
+    name = eval_file_name(changes)
+    data = {**data, "changes": changes, "checkpoint_step": step, "finished": True, "time": time}
+    with open(run_dir / name, "w") as f:
+        json.dump(data, f)
+    return name
+
+
+def test_every_evaluation_is_a_column_and_seeds_aggregate_per_variant(tmp_path):
+    # Two seeds of rope and alibi; each rope run also evaluated with YaRN (and seed 0 at a
+    # longer length, under no other change); seed 1 has a YaRN report of an older step too.
+    spec = [
+        ({"encoding.name": enc, "seed": seed}, enc, {}, 8, seed)
+        for enc in ("rope", "alibi")
+        for seed in (0, 1)
+    ]
+    make_sweep(tmp_path, spec)
+    rng = random.Random(5)
+    expected = {}  # (column, seed, length) -> perplexity, straight from what was written
+    for overrides, enc, _, _, seed in spec:
+        run_dir = tmp_path / point_name(overrides)
+        own = {**_load(run_dir / "eval.json"), "checkpoint_step": 10, "changes": {}}
+        with open(run_dir / "eval.json", "w") as f:
+            json.dump(own, f)
+        for r in own["results"]:
+            expected[(enc, seed, r["length"])] = r["perplexity"]
+        if enc != "rope":
+            continue
+        yarn = _eval_json("rope", {}, 8, seed, [8, 16, 32], rng)
+        _write_eval(run_dir, {**YARN, "eval.lengths": (8, 16, 32)}, yarn, time=2.0)
+        for r in yarn["results"]:
+            expected[("rope (yarn x8)", seed, r["length"])] = r["perplexity"]
+        if seed == 0:
+            longer = _eval_json("rope", {}, 8, seed, [64], rng)
+            _write_eval(run_dir, {"eval.lengths": (64,)}, longer, time=3.0)
+            expected[("rope", 0, 64)] = longer["results"][0]["perplexity"]
+        else:
+            old = _eval_json("rope", {}, 8, seed, [8, 16, 32, 64], rng)
+            with open(run_dir / "eval-old.json", "w") as f:
+                json.dump({**old, "changes": YARN, "checkpoint_step": 5, "time": 1.0}, f)
+
+    paths = report.write_report(str(tmp_path))
+    tables = report.group_runs(report.find_runs(str(tmp_path)))
+    labels = [c.label for c in tables[8]]
+    assert labels == ["rope", "rope (yarn x8)", "alibi"]
+    with open(paths[1]) as f:
+        rows = {int(r["L_valid"]): r for r in csv.DictReader(f)}
+    assert sorted(rows) == [8, 16, 32, 64]
+    for label in labels:
+        for length, row in rows.items():
+            values = [expected[k] for s in (0, 1) if (k := (label, s, length)) in expected]
+            if not values:
+                assert row[label] == ""
+                continue
+            assert float(row[label]) == pytest.approx(sum(values) / len(values), rel=1e-15)
+            assert row[f"{label} n"] == str(len(values))
+    assert rows[64]["rope n"] == "1"  # only seed 0 was scored at 64; the old report is left out
+    text = (tmp_path / "report.md").read_text()
+    assert "eval-old.json` scored an older checkpoint than step 10" in text
+    with open(paths[2]) as f:
+        sources = {(r["dir"], r["length"]): r["file"] for r in csv.DictReader(f) if r["changes"]}
+    seed1 = point_name({"encoding.name": "rope", "seed": 1})
+    assert sources[(seed1, "8")].startswith("eval-factor-8__") and "old" not in str(sources)
+
+
+def test_columns_name_what_an_evaluation_changed():
+    name = report.runs.describe_changes
+    yarn = {f"encoding.hparams.{k}": v for k, v in (("scaling", "yarn"), ("factor", 8.0))}
+    assert name("rope", {**yarn, "encoding.hparams.original_max_len": 128}, 128) == "yarn x8"
+    assert name("xpos", {**yarn, "encoding.hparams.original_max_len": 64}, 128) == (
+        "yarn x8, original_max_len=64"
+    )
+    assert name("xl", {"encoding.hparams.clamp_len": 64, "eval.split": "test"}, 16) == (
+        "clamp_len=64, split=test"
+    )
+    assert name("my_plugin", {"encoding.hparams.k": 2}, 16) == "k=2"  # not registered here

@@ -1,7 +1,8 @@
-"""Reports: the ``eval.json`` files of a sweep as the papers' tables, and plots.
+"""Reports: the evaluations of a sweep as the papers' tables, and plots.
 
-:func:`write_report` gathers every evaluated run under a sweep directory (the points listed in
-``sweep.json``, or every ``*/eval.json``, or the directory's own ``eval.json``) and writes:
+:func:`write_report` gathers every evaluation of every run under a sweep directory (the points
+listed in ``sweep.json``, or every evaluated subdirectory, or the directory itself): each
+``eval.json`` and each ``eval-<changes>.json`` (:mod:`posenc.report.runs`), and writes:
 
 - ``report.md``: per training length, a table with evaluation lengths as rows (first column
   ``L_valid``) and encoders as columns, laid out like ALiBi's Tables 2-3, preceded by what was
@@ -11,8 +12,8 @@
 - ``report.csv``: the same tables, wide (``train_seq_len, L_valid``, one column per encoder, plus
   ``<encoder> spread`` and ``<encoder> n`` columns when some entry has several seeds; ``—`` cells
   are empty), full float precision.
-- ``runs.csv``: one row per run and length (the raw numbers every table entry comes from, with
-  the checkpoint step each run was scored at).
+- ``runs.csv``: one row per evaluation and length (the raw numbers every table entry comes from,
+  with the file each came from, the evaluation's changes and the checkpoint step scored).
 - ``<metric>_vs_length_L<train length>.png``: the metric against evaluation length (log x), one
   line per encoder, the training length marked.
 - ``loss_by_position_L<train length>.png``: loss against position inside the window at the
@@ -23,7 +24,8 @@ A run evaluated before its training finished (``posenc eval`` on an interrupted 
 overflowed is shown as ``inf``.
 
 Columns are named by encoder; two configurations of one encoder in the same table (a sweep over
-RoPE's base, say) get the config fields that tell them apart appended to the name.
+RoPE's base, say) get the config fields that tell them apart appended to the name, and an
+evaluation under changed settings what it changed (``rope (yarn x8)``).
 """
 
 from __future__ import annotations
@@ -40,13 +42,14 @@ from posenc.report.tables import (
     describe,
     footnote_lines,
     markdown_table,
+    superseded_notes,
     sweep_failures,
     unfinished_notes,
     write_csv,
     write_runs_csv,
 )
 from posenc.report.tasks import TASK_METRICS, is_task_run, write_task_report
-from posenc.workdir import EVAL_FILE
+from posenc.workdir import EVAL_FILE, EVAL_PREFIX
 
 __all__ = [
     "sweep_and_report",
@@ -121,7 +124,8 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     runs = find_runs(sweep_dir)
     if not runs:
         raise FileNotFoundError(
-            f"no {EVAL_FILE} under {sweep_dir}; run `posenc sweep` (or `posenc train`) first"
+            f"no evaluation ({EVAL_FILE} or {EVAL_PREFIX}*.json) under {sweep_dir}; run "
+            "`posenc sweep` (or `posenc train`, `posenc eval`) first"
         )
     if any(is_task_run(r) for r in runs):  # algorithmic tasks: accuracy per input length
         return write_task_report(sweep_dir, runs, "accuracy" if metric == "perplexity" else metric)
@@ -144,6 +148,7 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
         md += section
         plots += written
     md += footnote_lines(footnotes)
+    md += superseded_notes(runs, sweep_dir)
     failures = sweep_failures(sweep_dir)
     if failures:
         md += ["Points without results:", ""] + failures + [""]

@@ -4,12 +4,13 @@ notes, and the CSV files."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 from collections.abc import Sequence
 from typing import Any
 
 from posenc.report.runs import Column, Run, cell, table_lengths
-from posenc.workdir import SWEEP_FILE, read_json
+from posenc.workdir import EVAL_FILE, SWEEP_FILE, read_json
 
 DASH = "—"
 _DIGITS = {
@@ -204,15 +205,18 @@ def write_runs_csv(path: str, runs: Sequence[Run], sweep_dir: str) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(
-            ["dir", "encoding", "train_seq_len", "seed", "checkpoint_step", "train_steps"]
-            + ["length", *fields, "error"]
+            ["dir", "file", "encoding", "changes", "train_seq_len", "seed", "checkpoint_step"]
+            + ["train_steps", "length", *fields, "error"]
         )
         for run in runs:
             step = run.eval.get("checkpoint_step")
+            changes = json.dumps(run.changes, sort_keys=True) if run.changes else ""
             for r in run.eval["results"]:
+                source = run.sources.get(r["length"], run.files[0])
                 writer.writerow(
-                    [os.path.relpath(run.dir, sweep_dir), run.encoding, run.train_len, run.seed]
-                    + ["" if step is None else step, run.eval["train_steps"], r["length"]]
+                    [os.path.relpath(run.dir, sweep_dir), source, run.encoding, changes]
+                    + [run.train_len, run.seed, "" if step is None else step]
+                    + [run.eval["train_steps"], r["length"]]
                     + [repr(r[k]) if k in r else "" for k in fields]
                     + [r.get("error", "")]
                 )
@@ -225,10 +229,31 @@ def unfinished_notes(columns: Sequence[Column], sweep_dir: str) -> list[str]:
         for run in column.unfinished:
             step = run.eval.get("checkpoint_step")
             lines.append(
-                f"† {column.label.removesuffix(' †')}: `{os.path.relpath(run.dir, sweep_dir)}` "
+                f"† {column.label.removesuffix(' †')}: `{_where(run, sweep_dir)}` "
                 f"was scored at step {step} of {run.eval['train_steps']} (training unfinished)."
             )
     return lines
+
+
+def _where(run: Run, sweep_dir: str) -> str:
+    """The run's directory relative to the report, and its evaluation files but eval.json."""
+    where = os.path.relpath(run.dir, sweep_dir)
+    others = [f for f in run.files if f != EVAL_FILE]
+    return where + (f" ({', '.join(others)})" if others else "")
+
+
+def superseded_notes(runs: Sequence[Run], sweep_dir: str) -> list[str]:
+    """One line per evaluation report left out for scoring an older checkpoint step than the
+    run's other reports under the same settings."""
+    lines = []
+    for run in runs:
+        for name in run.superseded:
+            lines.append(
+                f"- `{os.path.join(os.path.relpath(run.dir, sweep_dir), name)}` scored an older "
+                f"checkpoint than step {run.eval.get('checkpoint_step')} of "
+                f"{', '.join(run.files)}; left out (evaluate again to include those lengths)."
+            )
+    return ["Evaluations left out:", "", *lines, ""] if lines else []
 
 
 def footnote_lines(footnotes: dict[str, dict[str, Any]]) -> list[str]:
