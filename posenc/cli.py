@@ -150,9 +150,13 @@ def _brief(info: dict) -> dict:
 
 
 def _cmd_sweep(args, overrides) -> int:
-    from posenc.sweep import run_sweep
+    from posenc.sweep import plan_sweep, run_sweep
 
-    summary = run_sweep(args.config, args.workdir, overrides=overrides, jobs=args.jobs)
+    only = args.only or ()
+    if args.list:
+        print(plan_sweep(args.config, args.workdir, overrides=overrides, only=only))
+        return 0
+    summary = run_sweep(args.config, args.workdir, overrides=overrides, jobs=args.jobs, only=only)
     return 0 if all(p["status"] != "failed" for p in summary) else 1
 
 
@@ -261,15 +265,48 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser(
         "sweep",
         help="run every point of a sweep config (skips finished points, resumes others)",
-        description="Run each point of a sweep config's get_sweep() in its own work directory "
-        "under --workdir. Finished points are skipped, interrupted ones resumed, failures "
-        "recorded without stopping the rest. The sweep directory and each point's directory "
-        "are locked while in use; with --jobs > 1 the point processes end when the sweep "
-        "ends, however it ends. Ctrl-C stops the sweep; run the same command to resume.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Run each point of a sweep config in its own work directory under --workdir. A sweep config is
+a Python file with get_config() (the base run config) and get_sweep() (a list of points, each
+a dict of dotted overrides; posenc.sweep.product builds a grid), e.g.:
+
+    from posenc.config import load_config
+    from posenc.sweep import product
+
+    def get_config():
+        return load_config("configs/base.py:tiny")
+
+    def get_sweep():
+        return product(**{"encoding.name": ["alibi", "rope"], "seed": [0, 1]})
+
+Finished points are skipped, interrupted ones resumed, failures recorded without stopping the
+rest. The sweep directory and each point's directory are locked while in use; with --jobs > 1
+the point processes end when the sweep ends, however it ends. Ctrl-C stops the sweep; run the
+same command to resume.
+
+--config.<field>=<value> overrides apply to every point, e.g. --config.train.steps=200
+--config.data.source=textdir:/my/texts. They are checked against every point before the first
+one starts: an unknown field, a value that makes a point invalid, or a field the points set
+themselves (narrow the sweep with --only instead) is refused in one line.""",
     )
     p.add_argument("--config", required=True, help="sweep config file[:variant]")
     p.add_argument("--workdir", required=True, help="directory holding one folder per point")
     p.add_argument("--jobs", type=int, default=1, help="points run at a time (processes)")
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="FIELD=VALUE[,VALUE...]",
+        help="run only the points whose config has one of these values at FIELD, e.g. "
+        "--only encoding.name=alibi,rope --only seed=0 (repeatable: all must hold); the other "
+        "points stay in sweep.json, unrun",
+    )
+    p.add_argument(
+        "--list",
+        action="store_true",
+        help="print the points (to run, finished, left out by --only) after the same checks, "
+        "and run nothing",
+    )
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser(

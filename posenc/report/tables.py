@@ -173,6 +173,8 @@ def sweep_failures(sweep_dir: str) -> list[str]:
     for p in sweep["points"]:
         if p["status"] not in ("done", "skipped"):
             error = (p.get("error") or "").splitlines()[0][:300] if p.get("error") else ""
+            if p["status"] == "unselected":
+                error = "not run: left out by posenc sweep --only"
             out.append(f"- `{p['dir']}`: {p['status']}" + (f" ({error})" if error else ""))
     return out
 
