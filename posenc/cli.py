@@ -74,6 +74,16 @@ def _positive_int(text: str) -> int:
     return value
 
 
+def _length(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a length in tokens >= 1, got {text!r}")
+    return value
+
+
 def _cmd_train(args, overrides) -> int:
     from posenc.evaluate import evaluate_workdir
     from posenc.train import train
@@ -133,15 +143,25 @@ def _cmd_data_prepare(args, overrides) -> int:
     from posenc import data
 
     source = data.prepare(args.spec, data_dir=args.data_dir, text_field=args.text_field)
-    print(json.dumps(_brief(source.info()), indent=2))
-    return 0
+    return _show_source(source, args)
 
 
 def _cmd_data_info(args, overrides) -> int:
     from posenc import data
 
     source = data.get_source(args.spec, data_dir=args.data_dir, text_field=args.text_field)
-    print(json.dumps(_brief(source.info()), indent=2))
+    return _show_source(source, args)
+
+
+def _show_source(source, args) -> int:
+    """The splits (files, sizes, tokens) and their rule, or the source's info as JSON; and a
+    warning per evaluation split too small to measure at --longest."""
+    from posenc.data import summary
+
+    lines, thin = summary.describe(source, longest=args.longest)
+    print(json.dumps(_brief(source.info()), indent=2) if args.json else "\n".join(lines))
+    for line in thin:
+        print(f"posenc: warning: {line}", file=sys.stderr)
     return 0
 
 
@@ -241,11 +261,16 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("data", help="prepare or inspect data sources")
     data_sub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    splits = (
+        "; then print each split's files (largest first, with sizes), bytes and tokens, and the "
+        "rule that assigned the files (textdir: without train/, validation/, test/ subfolders, "
+        "whole files by a hash of their relative path, ~90/5/5 %)"
+    )
     for name, func, text in (
         ("prepare", _cmd_data_prepare, "prepare a data source once (textdir:, tfds:, pystdlib)"),
         ("info", _cmd_data_info, "print a prepared source's splits, sizes and content hash"),
     ):
-        q = data_sub.add_parser(name, help=text, description=text)
+        q = data_sub.add_parser(name, help=text, description=text + splits)
         q.add_argument("spec", help="pystdlib | textdir:<path> | tfds:<name>[/<config>]")
         # The underscore spellings are what DataNotFoundError's messages print (TFDS's style).
         q.add_argument(
@@ -260,6 +285,15 @@ def build_parser() -> argparse.ArgumentParser:
             default=None,
             help="tfds: the text feature (default text)",
         )
+        q.add_argument(
+            "--longest",
+            type=_length,
+            default=1024,
+            metavar="L",
+            help="the longest evaluation length you plan (default 1024): a validation or test "
+            "split with fewer than 4 windows of L tokens is flagged as too small to measure",
+        )
+        q.add_argument("--json", action="store_true", help="print the source's info as JSON")
         q.set_defaults(func=func)
 
     p = sub.add_parser(
