@@ -216,7 +216,8 @@ def test_markdown_layout_dashes_and_description(sweep_dir):
     table = [line for line in text.splitlines() if line.startswith("|")]
     assert table[0].split("|")[1].strip() == "L_valid"
     assert [c.strip() for c in table[0].split("|")[2:-1]] == ["alibi", "rope", "learned"]
-    rows = {int(line.split("|")[1]): line for line in table[2:5]}
+    assert [c.strip() for c in table[2].split("|")[1:-1]] == ["n", "3", "3", "1"]
+    rows = {int(line.split("|")[1]): line for line in table[3:6]}
     alibi = _values(sweep_dir, "alibi", 8, 16, "perplexity")
     mean = sum(alibi) / 3
     sd = math.sqrt(sum((v - mean) ** 2 for v in alibi) / 2)
@@ -230,7 +231,8 @@ def test_markdown_layout_dashes_and_description(sweep_dir):
     assert "`pystdlib`" in text and "abababababababab" in text and "cdcdcdcdcdcdcdcd" in text
     assert "1 layer, width 16, 2 heads" in text and "alibi 1,005" in text
     assert "10 steps of 4 windows" in text and "1 x cpu" in text
-    assert "mean ± sample standard deviation" in text
+    assert "mean ± sample standard deviation" in text and "where n = 1 (no spread" in text
+    assert "*Error bars: ± one sample standard deviation over the runs (seeds)" in text
     assert "`broken`: failed (ValueError: boom)" in text
 
 
@@ -413,3 +415,49 @@ def test_columns_name_what_an_evaluation_changed():
         "clamp_len=64, split=test"
     )
     assert name("my_plugin", {"encoding.hparams.k": 2}, 16) == "k=2"  # not registered here
+
+
+def _write_metrics(run_dir, losses):
+    with open(run_dir / "metrics.jsonl", "w") as f:
+        for step, loss in enumerate(losses, start=1):
+            f.write(json.dumps({"step": step, "loss": loss}) + "\n")
+
+
+def test_weak_evidence_is_flagged(tmp_path):
+    spec = [
+        ({"encoding.name": enc, "seed": seed}, enc, {}, 8, seed)
+        for enc in ("rope", "alibi")
+        for seed in (0, 1)
+    ]
+    make_sweep(tmp_path, spec)
+    dirs = {(o["encoding.name"], o["seed"]): tmp_path / point_name(o) for o, *_ in spec}
+    # rope seed 1 still falls: the last 10 steps average 3 - 0.01 * 95.5, the 10 before
+    # 3 - 0.01 * 85.5, a fall of 0.1 / 2.145 = 4.7 %. The others fall 0.5 %: not flagged.
+    _write_metrics(dirs[("rope", 1)], [3 - 0.01 * s for s in range(1, 101)])
+    for key in (("rope", 0), ("alibi", 0), ("alibi", 1)):
+        _write_metrics(dirs[key], [2.0] * 80 + [2.01] * 10 + [2.0] * 10)
+    # alibi seed 1 was not scored at the longest length; every run scored 2 windows there.
+    for (enc, seed), run_dir in dirs.items():
+        data = _load(run_dir / "eval.json")
+        if (enc, seed) == ("alibi", 1):
+            data["results"] = data["results"][:2]
+        else:
+            data["results"][2]["tokens"] = 2 * 32
+        data["results"][0]["unscored_by_max_tokens"] = 12345
+        with open(run_dir / "eval.json", "w") as f:
+            json.dump(data, f)
+
+    report.write_report(str(tmp_path))
+    text = (tmp_path / "report.md").read_text()
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    assert [c.strip() for c in table[2].split("|")[1:-1]] == ["n", "2‡", "2"]
+    longest = [c.strip() for c in table[5].split("|")[1:-1]]
+    assert longest[0] == "32" and longest[2].endswith(" (n=1)") and "(n=" not in longest[1]
+    assert (
+        f"‡ rope: 1 of 2 runs were still learning at their last step (mean training loss over "
+        f"the last 10% of the steps more than 1% below its mean over the 10% before): "
+        f"`{dirs[('rope', 1)].name}` (-4.7 %)"
+    ) in text
+    assert "Few windows: the fewest windows' worth of tokens scored by a run were 2 at " in text
+    assert "L_valid = 32 (fewer than 4)" in text
+    assert "up to 12,345 tokens of the split are left unscored" in text

@@ -249,4 +249,4 @@ def test_evaluation_with_memory_equals_one_pass_with_the_past_as_context():
     stream = np.asarray(_tokens(batch=1, length=40)[0], np.uint16)
     [rows] = evaluate(model, stream, [T], batch_tokens=3 * T, mem_len=T)
     assert (rows["rows"], rows["windows"], rows["tokens"]) == (3, 9, 36)
-    assert rows["dropped_tokens"] == 39 - 36
+    assert rows["unscored_tokens"] == 39 - 36 and rows["unscored_by_max_tokens"] == 0

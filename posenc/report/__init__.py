@@ -21,7 +21,10 @@ listed in ``sweep.json``, or every evaluated subdirectory, or the directory itse
 
 A run evaluated before its training finished (``posenc eval`` on an interrupted run) is marked
 ``†`` in its column's name, with a note giving the step it was scored at. A perplexity that
-overflowed is shown as ``inf``.
+overflowed is shown as ``inf``. Every table starts with a row ``n`` (runs per column) and the
+evidence flags of :mod:`posenc.report.evidence` follow it: runs still learning at their last
+step (``‡``, by a stated rule), lengths scored on few windows, tokens ``eval.max_tokens`` left
+unscored; the plots caption their error bars.
 
 Columns are named by encoder; two configurations of one encoder in the same table (a sweep over
 RoPE's base, say) get the config fields that tell them apart appended to the name, and an
@@ -34,6 +37,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from posenc.report import evidence
 from posenc.report.plots import bucket, line_colors, plot_metric, plot_positions, position_curve
 from posenc.report.runs import METRICS, Cell, Column, Run, cell, find_runs, group_runs
 from posenc.report.tables import (
@@ -86,15 +90,19 @@ def _table_section(
     md = [f"## Trained at L = {train_len}: {METRIC_TEXT[metric]}", ""]
     name = f" (trained at L = {train_len})" if several else ""
     md += markdown_table(columns, metric, footnotes, name) + [""]
-    md += unfinished_notes(columns, sweep_dir)
+    notes = unfinished_notes(columns, sweep_dir) + evidence.unconverged_notes(columns, sweep_dir)
+    notes += evidence.few_window_notes(columns)
+    md += [line for note in notes for line in (note, "")]
     plots = [f"{metric}_vs_length_L{train_len}.png"]
     plot_metric(os.path.join(sweep_dir, plots[0]), columns, train_len, metric, colors)
     md.append(f"![{metric} against evaluation length]({plots[0]})")
+    md += ["", f"*{evidence.ERROR_BARS}*", ""]
     name = f"loss_by_position_L{train_len}.png"
     longest = plot_positions(os.path.join(sweep_dir, name), columns, train_len, colors)
     if longest is not None:
         plots.append(name)
         md.append(f"![loss by position at L_valid = {longest}]({name})")
+        md += ["", "*Loss by position: the mean over each column's runs, no spread shown.*"]
     return md + [""], plots
 
 

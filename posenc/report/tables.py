@@ -9,6 +9,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from posenc.report import evidence
 from posenc.report.runs import Column, Run, cell, table_lengths
 from posenc.workdir import EVAL_FILE, SWEEP_FILE, read_json
 
@@ -42,8 +43,9 @@ def _superscript(i: int) -> str:
 def markdown_table(
     columns: Sequence[Column], metric: str, footnotes: dict[str, dict[str, Any]], name: str = ""
 ) -> list[str]:
-    """Rows of one markdown table. Errors get one footnote per column, collected in
-    ``footnotes`` (``name`` + label -> number, lengths, first message)."""
+    """Rows of one markdown table: the runs per column (``n``), then one row per length.
+    Errors get one footnote per column, collected in ``footnotes`` (``name`` + label -> number,
+    lengths, first message)."""
     rows = []
     for length in table_lengths(columns):
         cells = []
@@ -59,11 +61,13 @@ def markdown_table(
                 note["lengths"].append(length)
                 cells.append(DASH + _superscript(note["number"]))
             elif entry.spread is not None:
-                cells.append(f"{_fmt(entry.mean, metric)} ± {_fmt(entry.spread, metric)}")
+                text = f"{_fmt(entry.mean, metric)} ± {_fmt(entry.spread, metric)}"
+                cells.append(text + evidence.entry_runs(column, length, metric))
             else:
-                cells.append(_fmt(entry.mean, metric))
+                cells.append(_fmt(entry.mean, metric) + evidence.entry_runs(column, length, metric))
         rows.append([str(length), *cells])
-    return format_table(["L_valid", *(c.label for c in columns)], rows)
+    header = ["L_valid", *(c.label for c in columns)]
+    return format_table(header, [evidence.runs_row(columns), *rows])
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -127,9 +131,15 @@ def describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
     seeds = sorted({e["seed"] for e in evals})
     per_entry = sorted({len(c.runs) for c in columns})
     text += f"; seeds {', '.join(map(str, seeds))}"
-    if max(per_entry) > 1:
-        text += " (entries are mean ± sample standard deviation over seeds)"
     lines.append(text + ".")
+    if max(per_entry) > 1:
+        lines.append(
+            "- Entries: row n counts the runs (seeds) of each column; an entry is their mean ± "
+            "sample standard deviation, or the one run's value where n = 1 (no spread: weaker "
+            "evidence); (n=k) marks an entry with fewer runs than its column."
+        )
+    else:
+        lines.append("- Entries: one run each (n = 1): no spread over seeds is measured.")
     masked = [e for e in evals if e.get("objective") == "masked_lm"]
     if masked:
         some = "" if len(masked) == len(evals) else " (where the column says so)"
@@ -160,6 +170,9 @@ def describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
         every = "" if len(randomized) == len(evals) else " (where the column says so)"
         text += f"; positions randomized{every}: a sorted random subset of {ranges} per batch"
     lines.append(text + ".")
+    capped = evidence.max_tokens_note(runs)
+    if capped:
+        lines.append(f"- Unscored: {capped}.")
     devices = sorted({e.get("device", "?") for e in evals})
     lines.append(f"- Device (evaluation): {', '.join(devices)}.")
     return lines
