@@ -418,9 +418,11 @@ def test_columns_name_what_an_evaluation_changed():
 
 
 def _write_metrics(run_dir, losses):
+    """metrics.jsonl with a line per step whose loss is not None."""
     with open(run_dir / "metrics.jsonl", "w") as f:
         for step, loss in enumerate(losses, start=1):
-            f.write(json.dumps({"step": step, "loss": loss}) + "\n")
+            if loss is not None:
+                f.write(json.dumps({"step": step, "loss": loss}) + "\n")
 
 
 def test_weak_evidence_is_flagged(tmp_path):
@@ -454,10 +456,17 @@ def test_weak_evidence_is_flagged(tmp_path):
     longest = [c.strip() for c in table[5].split("|")[1:-1]]
     assert longest[0] == "32" and longest[2].endswith(" (n=1)") and "(n=" not in longest[1]
     assert (
-        f"‡ rope: 1 of 2 runs were still learning at their last step (mean training loss over "
-        f"the last 10% of the steps more than 1% below its mean over the 10% before): "
+        "‡ rope: 1 of 2 runs were still learning at their last step (mean training loss over "
+        "the last 10% of the steps (at least one logging interval) more than 1% below its mean "
+        "over as many steps before): "
         f"`{dirs[('rope', 1)].name}` (-4.7 %)"
     ) in text
+    # Logged every 25 steps of 100: the windows widen to one interval (steps 100 vs 75).
+    assert report.evidence.loss_drop(str(dirs[("alibi", 0)])) == pytest.approx(0.01 / 2.01)
+    _write_metrics(
+        dirs[("alibi", 0)], [3 - 0.01 * s if s % 25 == 0 else None for s in range(1, 101)]
+    )
+    assert report.evidence.loss_drop(str(dirs[("alibi", 0)])) == pytest.approx(0.25 / 2.25)
     assert "Few windows: the fewest windows' worth of tokens scored by a run were 2 at " in text
     assert "L_valid = 32 (fewer than 4)" in text
     assert "up to 12,345 tokens of the split are left unscored" in text

@@ -4,9 +4,10 @@
   entry with fewer (a seed not evaluated at that length) says ``(n=k)``.
 - **Unconverged runs** (:func:`still_falling`): a run whose training loss was still falling at
   its last step, by a stated rule: the mean logged training loss over the last
-  :data:`WINDOW` (10 %) of its steps is more than :data:`THRESHOLD` (1 %) below the mean over
-  the 10 % before. Its column's ``n`` gets ``‡`` and a note names the run and the drop: a longer
-  run could change the comparison.
+  :data:`WINDOW` (10 %) of its steps (at least one logging interval, ``train.log_every``) is
+  more than :data:`THRESHOLD` (1 %) below the mean over as many steps before. Its column's
+  ``n`` gets ``‡`` and a note names the run and the drop: a longer run could change the
+  comparison.
 - **Few windows**: a length at which a run scored fewer than
   :data:`posenc.data.summary.MIN_WINDOWS` windows' worth of tokens (a few passages of text).
 - **Tokens left unscored by** ``eval.max_tokens``: evaluation scores at most that many tokens per
@@ -15,7 +16,6 @@
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 from collections.abc import Sequence
@@ -28,8 +28,8 @@ from posenc.workdir import METRICS_FILE, read_jsonl
 WINDOW = 0.10
 THRESHOLD = 0.01
 RULE = (
-    f"mean training loss over the last {WINDOW:.0%} of the steps more than {THRESHOLD:.0%} "
-    f"below its mean over the {WINDOW:.0%} before"
+    f"mean training loss over the last {WINDOW:.0%} of the steps (at least one logging "
+    f"interval) more than {THRESHOLD:.0%} below its mean over as many steps before"
 )
 ERROR_BARS = (
     "Error bars: ± one sample standard deviation over the runs (seeds) of each line, n in the "
@@ -38,7 +38,6 @@ ERROR_BARS = (
 MARK = "‡"
 
 
-@functools.lru_cache(maxsize=4096)
 def loss_drop(run_dir: str) -> float | None:
     """The relative fall of the logged training loss at the end of a run (see the module
     docstring): ``(before - last) / before``; None when the log cannot tell (no metrics, or no
@@ -46,8 +45,11 @@ def loss_drop(run_dir: str) -> float | None:
     lines = [x for x in read_jsonl(os.path.join(run_dir, METRICS_FILE)) if "loss" in x]
     if not lines:
         return None
-    last_step = max(int(x["step"]) for x in lines)
-    width = max(1, round(WINDOW * last_step))
+    steps = sorted({int(x["step"]) for x in lines})
+    last_step = steps[-1]
+    # At least one logging interval, so that each window holds a logged step.
+    interval = max((b - a for a, b in zip(steps, steps[1:], strict=False)), default=1)
+    width = max(1, round(WINDOW * last_step), interval)
     last = [x["loss"] for x in lines if last_step - width < x["step"] <= last_step]
     before = [x["loss"] for x in lines if last_step - 2 * width < x["step"] <= last_step - width]
     if not last or not before:
