@@ -13,6 +13,7 @@ can decide a comparison), so it is flagged. Evaluation warns the same way at its
 
 from __future__ import annotations
 
+import hashlib
 import textwrap
 import warnings
 from collections.abc import Sequence
@@ -142,7 +143,36 @@ def describe(
     lines += textwrap.wrap(
         f"rule: {split_rule(info)}.", width=100, initial_indent="  ", subsequent_indent="    "
     )
-    return lines, thin_splits(info, longest) + _small_train(info)
+    return lines, thin_splits(info, longest) + _small_train(info) + _repeated(source, sizes)
+
+
+def _repeated(source: Source, sizes: dict[str, list[tuple[str, int | None]]] | None) -> list[str]:
+    """A line per evaluation split with files whose bytes are also a training file's (found
+    among files of equal size, then compared by sha256): text the model was trained on."""
+    if not sizes:
+        return []
+    folder = Path(getattr(source, "folder", None) or source.root)
+
+    def digest(rel: str) -> str:
+        return hashlib.sha256((folder / rel).read_bytes()).hexdigest()
+
+    train = [(rel, b) for rel, b in sizes.get("train", []) if b is not None]
+    lines = []
+    for split in _EVAL_SPLITS:
+        sized = {b for _, b in train}
+        candidates = [(r, b) for r, b in sizes.get(split, []) if b in sized]
+        if not candidates:
+            continue
+        wanted = {b for _, b in candidates}
+        hashes = {digest(rel): rel for rel, b in train if b in wanted}
+        same = [(r, hashes[d]) for r, _ in candidates if (d := digest(r)) in hashes]
+        if same:
+            pairs = ", ".join(f"{r} = {t}" for r, t in same[:5])
+            lines.append(
+                f"{len(same)} file(s) of the {split} split repeat a train file byte for byte "
+                f"({pairs}): the model trains on that text; remove the copies"
+            )
+    return lines
 
 
 def _small_train(info: dict[str, Any]) -> list[str]:

@@ -70,3 +70,24 @@ def test_data_info_prints_the_splits_and_warns(corpus, capsys):
     assert main(argv) == 0
     out, err = capsys.readouterr()
     assert "doc0.txt" in out and "fewer than 4" not in err
+
+
+def test_an_evaluation_file_repeating_a_training_file_is_named(tmp_path):
+    from posenc.data.files import split_by_hash
+
+    folder = tmp_path / "texts"
+    folder.mkdir()
+    names = [f"n{i}.txt" for i in range(40)]
+    split = split_by_hash(names)
+    copy, original = split["validation"][0], split["train"][0]
+    for i, name in enumerate(names):
+        (folder / name).write_text(f"text {i} " * 50)
+    (folder / copy).write_text((folder / original).read_text())
+    other = split["train"][1]  # same size as the copy, other bytes: not a repeat
+    (folder / other).write_text((folder / original).read_text().replace("text", "TEXT"))
+    _, lines = summary.describe(prepare(f"textdir:{folder}", tmp_path / "data"))
+    repeats = [line for line in lines if "byte for byte" in line]
+    assert repeats == [
+        f"1 file(s) of the validation split repeat a train file byte for byte ({copy} = "
+        f"{original}): the model trains on that text; remove the copies"
+    ]
