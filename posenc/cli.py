@@ -64,24 +64,18 @@ def _load(spec: str, overrides: Sequence[str]):
     return apply_overrides(load_config(spec), overrides)
 
 
-def _positive_int(text: str) -> int:
+def _positive_int(text: str, what: str = "a step") -> int:
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a step >= 1, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what} >= 1, got {text!r}")
     return value
 
 
 def _length(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        value = 0
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a length in tokens >= 1, got {text!r}")
-    return value
+    return _positive_int(text, "a length in tokens")
 
 
 def _cmd_train(args, overrides) -> int:
