@@ -456,7 +456,7 @@ def test_weak_evidence_is_flagged(tmp_path):
     longest = [c.strip() for c in table[5].split("|")[1:-1]]
     assert longest[0] == "32" and longest[2].endswith(" (n=1)") and "(n=" not in longest[1]
     assert (
-        "‡ rope: 1 of 2 runs were still learning at their last step (mean training loss over "
+        "‡ 1 run still learning at the last step (mean training loss over "
         "the last 10% of the steps (at least one logging interval) more than 1% below its mean "
         "over as many steps before): "
         f"`{dirs[('rope', 1)].name}` (-4.7 %)"

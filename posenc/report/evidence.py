@@ -77,20 +77,21 @@ def runs_row(columns: Sequence[Column]) -> list[str]:
 
 
 def unconverged_notes(columns: Sequence[Column], sweep_dir: str) -> list[str]:
-    """One line per column with runs still falling at their last step."""
-    lines = []
+    """One line naming the runs (each once, whichever columns evaluate it) still learning at
+    their last step, with the fall, and the rule."""
+    falling: dict[str, float] = {}
     for column in columns:
-        falling = [(r, still_falling(r)) for r in column.runs]
-        falling = [(r, d) for r, d in falling if d is not None]
-        if falling:
-            which = ", ".join(
-                f"`{os.path.relpath(r.dir, sweep_dir)}` (-{100 * d:.1f} %)" for r, d in falling
-            )
-            lines.append(
-                f"{MARK} {column.label}: {len(falling)} of {len(column.runs)} runs were still "
-                f"learning at their last step ({RULE}): {which}. Train longer before comparing."
-            )
-    return lines
+        for run in column.runs:
+            drop = still_falling(run)
+            if drop is not None:
+                falling[os.path.relpath(run.dir, sweep_dir)] = drop
+    if not falling:
+        return []
+    which = ", ".join(f"`{d}` (-{100 * drop:.1f} %)" for d, drop in falling.items())
+    return [
+        f"{MARK} {len(falling)} run{'s' if len(falling) > 1 else ''} still learning at the last "
+        f"step ({RULE}): {which}. Train longer before comparing."
+    ]
 
 
 def few_window_notes(columns: Sequence[Column]) -> list[str]:

@@ -160,7 +160,8 @@ def describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
     if mode == "sliding":
         text += f" (stride {_common([e['stride'] for e in evals])})"
     if tokens:
-        text += f", {min(tokens):,}-{max(tokens):,} tokens scored per length"
+        scored = f"{min(tokens):,}" + (f"-{max(tokens):,}" if max(tokens) > min(tokens) else "")
+        text += f", {scored} tokens scored per length"
     text += f" of the {split} split" if split else ""
     randomized = sorted(
         {e.get("max_position") for e in evals if e.get("positions") == "randomized"}
