@@ -24,6 +24,7 @@ import ml_collections
 from posenc import data as data_lib
 from posenc import encodings, linear_attention, tasks
 from posenc.attention import IMPLEMENTATIONS
+from posenc.data import summary
 from posenc.model import DTYPES, NORMS, ModelConfig, Transformer
 from posenc.workdir import diff_fields, flatten, matches, parse_value
 
@@ -210,7 +211,8 @@ def eval_positions(config: ml_collections.ConfigDict) -> str:
 
 def check_eval_lengths(stream_len: int, lengths: Sequence[int], split: str) -> None:
     """Raises a ``ValueError`` naming ``eval.lengths`` if a length cannot fill one window (or
-    saying that the split is empty, when it holds no token to predict)."""
+    saying that the split is empty, when it holds no token to predict), and warns
+    (:class:`posenc.data.summary.ThinSplitWarning`) if one fills fewer than a few."""
     if stream_len < 2:  # nothing, or one document separator: an empty file
         raise ValueError(
             f"the {split} split is empty ({stream_len} token{'s' * (stream_len != 1)}, nothing "
@@ -224,6 +226,7 @@ def check_eval_lengths(stream_len: int, lengths: Sequence[int], split: str) -> N
             f"tokens and the {split} split has {stream_len}; use lengths <= {stream_len - 1} "
             "or a larger data set (data.source)"
         )
+    summary.warn_thin(stream_len, lengths, split)
 
 
 def check_source(config: ml_collections.ConfigDict, source: data_lib.Source) -> None:

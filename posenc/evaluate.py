@@ -12,8 +12,9 @@ et al. 2023), by default a sorted random subset of ``[0, train.max_position)`` p
 paper evaluates (``eval.positions`` chooses; the report records which).
 
 Reported per length: tokens scored, mean loss (nats), perplexity (``inf`` where ``exp`` of the
-loss overflows), bits per byte, loss by position inside the window, windows, tokens left
-unscored and seconds.
+loss overflows), bits per byte, loss by position inside the window, windows, the split's tokens
+left unscored (``unscored_tokens``: the tail too short for another window, plus
+``unscored_by_max_tokens``, those past the ``eval.max_tokens`` cap) and seconds.
 
 With Transformer-XL memory (``eval.mem_len``, default ``model.mem_len``, > 0; Dai et al. 2019,
 Sec. 3.2) the split is cut into ``B`` parallel parts (``B`` = the batch's windows, but at most
@@ -293,7 +294,7 @@ def evaluate(
             # Byte-level tokens: one token per byte (a document separator counts as one).
             "bits_per_byte": loss / math.log(2),
             "windows": int(_num_windows(windows)),
-            "dropped_tokens": int(windows.dropped_tokens),
+            **_unscored(windows),
             "seconds": seconds,
             "loss_by_position": [None if np.isnan(x) else round(float(x), 5) for x in by_position],
         }
@@ -307,6 +308,15 @@ def evaluate(
                 flush=True,
             )
     return results
+
+
+def _unscored(windows: data_lib.EvalWindows | data_lib.MemorySegments) -> dict[str, int]:
+    """The split's tokens a length leaves unscored: all of them, and those because of
+    ``eval.max_tokens`` (the rest is the tail too short for another window)."""
+    return {
+        "unscored_tokens": int(windows.dropped_tokens),
+        "unscored_by_max_tokens": int(windows.capped_tokens),
+    }
 
 
 def _num_windows(windows: data_lib.EvalWindows | data_lib.MemorySegments) -> int:
@@ -329,7 +339,7 @@ def _masked_result(windows, loss_sum, count, correct, seconds) -> dict[str, Any]
         "correct": int(correct.sum()),
         "windows": int(windows.num_windows),
         "window_tokens": int(windows.scored_tokens),  # tokens in the scored positions
-        "dropped_tokens": int(windows.dropped_tokens),
+        **_unscored(windows),
         "seconds": seconds,
         "loss_by_position": [None if np.isnan(x) else round(float(x), 5) for x in by_position],
     }

@@ -249,7 +249,7 @@ def test_evaluation_with_memory_equals_one_pass_with_the_past_as_context():
     stream = np.asarray(_tokens(batch=1, length=40)[0], np.uint16)
     [rows] = evaluate(model, stream, [T], batch_tokens=3 * T, mem_len=T)
     assert (rows["rows"], rows["windows"], rows["tokens"]) == (3, 9, 36)
-    assert rows["dropped_tokens"] == 39 - 36
+    assert rows["unscored_tokens"] == 39 - 36 and rows["unscored_by_max_tokens"] == 0
 
 
 @pytest.mark.parametrize(
@@ -273,5 +273,5 @@ def test_memory_changes_the_result_whenever_a_window_has_a_predecessor(
     for r in (one, more):
         assert (r["windows"], r["tokens"]) == (windows, windows * T)
         assert r["rows"] < r["windows"], "some window has a predecessor"
-        assert r["dropped_tokens"] == stream_len - 1 - windows * T
+        assert r["unscored_tokens"] == stream_len - 1 - windows * T
     assert abs(one["loss"] - more["loss"]) > 1e-4, "the memory is used"

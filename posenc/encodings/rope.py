@@ -68,6 +68,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -428,6 +429,21 @@ class RoPE(Encoding):
                 "encoding.fraction < 1 to rotate only part of each head"
             )
         check_rope(dims.head_dim, self.fraction, self.scaling)
+
+    @classmethod
+    def describe_eval(cls, changes: dict[str, Any], train_len: int) -> str:
+        """``yarn x8`` for ``scaling="yarn", factor=8`` (``original_max_len`` unsaid when it is
+        the training length), then any other change as ``name=value``."""
+        rest = dict(changes)
+        scaling = rest.pop("scaling", None)
+        if not scaling:
+            return super().describe_eval(changes, train_len)
+        head = scaling
+        if "factor" in rest:
+            head += f" x{rest.pop('factor'):g}"
+        if rest.get("original_max_len") == train_len:
+            rest.pop("original_max_len")
+        return ", ".join([head] + ([super().describe_eval(rest, train_len)] if rest else []))
 
     def check_cacheable(self) -> None:
         # Dynamic NTK's one length for the whole window changes the frequencies of every token

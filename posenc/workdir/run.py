@@ -95,15 +95,34 @@ def data_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]
     return changes
 
 
+# Longest readable part of an evaluation file's name (a hash of the settings follows).
+_EVAL_NAME_LEN = 60
+
+
 def eval_file_name(changes: Mapping[str, Any]) -> str:
-    """``eval.json`` for the run's own settings, else ``eval-<readable settings>.json``, e.g.
-    ``eval-lengths-64_256__h<hash>.json`` (the ``eval.`` of the changed fields left out)."""
+    """``eval.json`` for the run's own settings, else ``eval-<short settings>.json``.
+
+    The name is short and deterministic (the same changes always name the same file, so an
+    evaluation repeated under them replaces its report): ``eval.`` and ``encoding.hparams.`` are
+    left out of the field names, the readable part is cut at 60 characters, and a hash of the
+    exact changes follows wherever the short form could be ambiguous::
+
+        {"eval.mode": "sliding", "eval.stride": 32}  -> eval-mode-sliding__stride-32.json
+        {"encoding.hparams.scaling": "yarn", "encoding.hparams.factor": 8,
+         "encoding.hparams.original_max_len": 128}
+            -> eval-factor-8__original_max_len-128__scaling-yarn__h<10 hex>.json
+
+    Readers never parse the name: every report records its ``changes``.
+    """
     if not changes:
         return EVAL_FILE
-    short = {k.removeprefix("eval."): v for k, v in changes.items()}
-    if len(short) < len(changes):  # "eval.x" and a top-level "x" would share a name
-        short = dict(changes)
-    return f"{EVAL_PREFIX}{settings_name(short)}.json"
+    hparams = "encoding.hparams."
+    short = {k.removeprefix("eval.").removeprefix(hparams): v for k, v in changes.items()}
+    if len(short) < len(changes):  # "eval.x" and a top-level or hparam "x" would share a name
+        return f"{EVAL_PREFIX}{settings_name(dict(changes), _EVAL_NAME_LEN)}.json"
+    # An encoder's hyperparameter may share its name with an eval field: hash the exact fields.
+    exact = dict(changes) if any(k.startswith(hparams) for k in changes) else None
+    return f"{EVAL_PREFIX}{settings_name(short, _EVAL_NAME_LEN, hash_of=exact)}.json"
 
 
 class RunDir:
