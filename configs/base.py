@@ -100,7 +100,7 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.train.seq_len = 512
     # Global batch size in windows (divided over devices and processes).
     config.train.batch_size = 64
-    # Optimizer steps.
+    # Optimizer steps (>= 1).
     config.train.steps = 20_000
     # Write a metrics line (JSONL, TensorBoard) and check for non-finite loss every N steps.
     config.train.log_every = 100

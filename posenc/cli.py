@@ -14,6 +14,7 @@ Errors are one line on stderr (exit status 2; 3 when training diverged; 130 when
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import os
 import sys
@@ -64,14 +65,18 @@ def _load(spec: str, overrides: Sequence[str]):
     return apply_overrides(load_config(spec), overrides)
 
 
-def _positive_int(text: str) -> int:
+def _positive_int(text: str, what: str = "a step") -> int:
     try:
         value = int(text)
     except ValueError:
         value = 0
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a step >= 1, got {text!r}")
+        raise argparse.ArgumentTypeError(f"expected {what} >= 1, got {text!r}")
     return value
+
+
+def _length(text: str) -> int:
+    return _positive_int(text, "a length in tokens")
 
 
 def _cmd_train(args, overrides) -> int:
@@ -133,15 +138,25 @@ def _cmd_data_prepare(args, overrides) -> int:
     from posenc import data
 
     source = data.prepare(args.spec, data_dir=args.data_dir, text_field=args.text_field)
-    print(json.dumps(_brief(source.info()), indent=2))
-    return 0
+    return _show_source(source, args)
 
 
 def _cmd_data_info(args, overrides) -> int:
     from posenc import data
 
     source = data.get_source(args.spec, data_dir=args.data_dir, text_field=args.text_field)
-    print(json.dumps(_brief(source.info()), indent=2))
+    return _show_source(source, args)
+
+
+def _show_source(source, args) -> int:
+    """The splits (files, sizes, tokens) and their rule, or the source's info as JSON; and a
+    warning per evaluation split too small to measure at --longest."""
+    from posenc.data import summary
+
+    lines, thin = summary.describe(source, longest=args.longest)
+    print(json.dumps(_brief(source.info()), indent=2) if args.json else "\n".join(lines))
+    for line in thin:
+        print(f"posenc: warning: {line}", file=sys.stderr)
     return 0
 
 
@@ -150,9 +165,13 @@ def _brief(info: dict) -> dict:
 
 
 def _cmd_sweep(args, overrides) -> int:
-    from posenc.sweep import run_sweep
+    from posenc.sweep import plan_sweep, run_sweep
 
-    summary = run_sweep(args.config, args.workdir, overrides=overrides, jobs=args.jobs)
+    only = args.only or ()
+    if args.list:
+        print(plan_sweep(args.config, args.workdir, overrides=overrides, only=only))
+        return 0
+    summary = run_sweep(args.config, args.workdir, overrides=overrides, jobs=args.jobs, only=only)
     return 0 if all(p["status"] != "failed" for p in summary) else 1
 
 
@@ -230,18 +249,24 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--output",
         default=None,
-        help="file written in the work directory (default eval.json for the run's own "
-        "settings, eval-<changed settings>.json otherwise)",
+        help="a .json file name written in the work directory, never one of the run's own "
+        "files (config.json, data.json, metrics.jsonl, ...) (default eval.json for the run's "
+        "own settings, eval-<changed settings>.json otherwise)",
     )
     p.set_defaults(func=_cmd_eval)
 
     p = sub.add_parser("data", help="prepare or inspect data sources")
     data_sub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")
+    splits = (
+        "; then print each split's files (largest first, with sizes), bytes and tokens, and the "
+        "rule that assigned the files (textdir: without train/, validation/, test/ subfolders, "
+        "whole files by a hash of their relative path, ~90/5/5 %)"
+    )
     for name, func, text in (
         ("prepare", _cmd_data_prepare, "prepare a data source once (textdir:, tfds:, pystdlib)"),
         ("info", _cmd_data_info, "print a prepared source's splits, sizes and content hash"),
     ):
-        q = data_sub.add_parser(name, help=text, description=text)
+        q = data_sub.add_parser(name, help=text, description=text + splits)
         q.add_argument("spec", help="pystdlib | textdir:<path> | tfds:<name>[/<config>]")
         # The underscore spellings are what DataNotFoundError's messages print (TFDS's style).
         q.add_argument(
@@ -256,29 +281,76 @@ def build_parser() -> argparse.ArgumentParser:
             default=None,
             help="tfds: the text feature (default text)",
         )
+        q.add_argument(
+            "--longest",
+            type=_length,
+            default=1024,
+            metavar="L",
+            help="the longest evaluation length you plan (default 1024): a validation or test "
+            "split with fewer than 4 windows of L tokens is flagged as too small to measure",
+        )
+        q.add_argument("--json", action="store_true", help="print the source's info as JSON")
         q.set_defaults(func=func)
 
     p = sub.add_parser(
         "sweep",
         help="run every point of a sweep config (skips finished points, resumes others)",
-        description="Run each point of a sweep config's get_sweep() in its own work directory "
-        "under --workdir. Finished points are skipped, interrupted ones resumed, failures "
-        "recorded without stopping the rest. The sweep directory and each point's directory "
-        "are locked while in use; with --jobs > 1 the point processes end when the sweep "
-        "ends, however it ends. Ctrl-C stops the sweep; run the same command to resume.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        description="""\
+Run each point of a sweep config in its own work directory under --workdir. A sweep config is
+a Python file with get_config() (the base run config) and get_sweep() (a list of points, each
+a dict of dotted overrides; posenc.sweep.product builds a grid), e.g.:
+
+    from posenc.config import load_config
+    from posenc.sweep import product
+
+    def get_config():
+        return load_config("configs/base.py:tiny")
+
+    def get_sweep():
+        return product(**{"encoding.name": ["alibi", "rope"], "seed": [0, 1]})
+
+Finished points are skipped, interrupted ones resumed, failures recorded without stopping the
+rest. The sweep directory and each point's directory are locked while in use; with --jobs > 1
+the point processes end when the sweep ends, however it ends. Ctrl-C stops the sweep; run the
+same command to resume.
+
+--config.<field>=<value> overrides apply to every point, e.g. --config.train.steps=200
+--config.data.source=textdir:/my/texts. They are checked against every point before the first
+one starts: an unknown field, a value that makes a point invalid, or a field the points set
+themselves (narrow the sweep with --only instead) is refused in one line.""",
     )
     p.add_argument("--config", required=True, help="sweep config file[:variant]")
     p.add_argument("--workdir", required=True, help="directory holding one folder per point")
     p.add_argument("--jobs", type=int, default=1, help="points run at a time (processes)")
+    p.add_argument(
+        "--only",
+        action="append",
+        metavar="FIELD=VALUE[,VALUE...]",
+        help="run only the points whose config has one of these values at FIELD, e.g. "
+        "--only encoding.name=alibi,rope --only seed=0 (repeatable: all must hold); the other "
+        "points stay in sweep.json, unrun",
+    )
+    p.add_argument(
+        "--list",
+        action="store_true",
+        help="print the points (to run, finished, left out by --only) after the same checks, "
+        "and run nothing",
+    )
     p.set_defaults(func=_cmd_sweep)
 
     p = sub.add_parser(
         "report",
         help="tables (markdown, CSV) and plots from a sweep directory",
-        description="Gather the eval.json files under a sweep directory into tables laid out "
-        "like ALiBi's Tables 2-3 and plots of perplexity against evaluation length.",
+        description="Gather every evaluation of every run under a directory (each eval.json "
+        "and each eval-<changes>.json that posenc eval wrote under changed settings) into "
+        "tables laid out like ALiBi's Tables 2-3 (one column per configuration and evaluation, "
+        "named by what the evaluation changed, e.g. 'rope (yarn x8)'; seeds averaged) and "
+        "plots of the metric against evaluation length.",
     )
-    p.add_argument("sweep_dir", help="a directory written by posenc sweep")
+    p.add_argument(
+        "sweep_dir", help="a directory written by posenc sweep, a folder of runs, or one run"
+    )
     p.add_argument(
         "--metric",
         choices=(
@@ -309,6 +381,54 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 _show_warning = warnings.showwarning
 
 
+_NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+# What each command writes where, for the message about a directory it cannot write to.
+_WRITES = {
+    "train": "its config, checkpoints, metrics and lock file in the work directory",
+    "eval": "its lock file and its report in the work directory",
+    "sweep": "its records, and each point's run, in the sweep directory",
+    "report": "its tables and plots in the directory it reports on",
+    "data": "the prepared data in the data directory",
+}
+
+
+def _os_error_line(command: str, error: OSError) -> str | None:
+    """One line for an operating system refusing a write: not writable, or out of space."""
+    if error.errno not in _NOT_WRITABLE + _FULL or not error.filename:
+        return None
+    path = os.path.abspath(os.fsdecode(error.filename))
+    folder, name = os.path.dirname(path), os.path.basename(path)
+    if error.errno in _FULL:
+        return (
+            f"cannot write {name} in {folder}: {error.strerror}; what was written before is "
+            "intact: free some space and run the same command again (a run resumes from its "
+            "last checkpoint)"
+        )
+    fix = (
+        "it is on a read-only file system: work on a copy elsewhere"
+        if error.errno == errno.EROFS
+        else f"give yourself write permission (chmod -R u+w {folder}) or work on a copy"
+    )
+    return (
+        f"cannot write {name} in {folder} ({error.strerror}): posenc {command} writes "
+        f"{_WRITES.get(command, 'there')}; {fix}"
+    )
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    if "jax" not in sys.modules:  # nothing ran on a device
+        return False
+    from posenc.fits import is_out_of_memory
+
+    return is_out_of_memory(error)
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:200] if lines else type(error).__name__
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     rest, overrides = _split_overrides(argv)
@@ -330,6 +450,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"posenc {args.command}: training diverged: {e}", file=sys.stderr)
         return 3
+    except OSError as e:  # a directory that is not writable, a full disk
+        line = _os_error_line(args.command, e)
+        if os.environ.get("POSENC_TRACEBACK") or line is None:
+            raise
+        print(f"posenc {args.command}: error: {line}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - an allocator's failure, whatever raised it
+        if os.environ.get("POSENC_TRACEBACK") or not _out_of_memory(e):
+            raise
+        print(
+            f"posenc {args.command}: error: ran out of memory ({_first_line(e)}); lower "
+            "train.batch_size or eval.batch_tokens (task runs: eval.examples), train.seq_len or "
+            "eval.lengths, or model.attention_block_size",
+            file=sys.stderr,
+        )
+        return 2
     except KeyboardInterrupt:
         if os.environ.get("POSENC_TRACEBACK"):
             raise

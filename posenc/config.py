@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
+import traceback
 import types
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -22,7 +24,7 @@ import ml_collections
 from posenc import data as data_lib
 from posenc import encodings, linear_attention
 from posenc.attention import IMPLEMENTATIONS
-from posenc.data import synthetic
+from posenc.data import summary, synthetic
 from posenc.data.task_source import task_name
 from posenc.layers.config import DTYPES
 from posenc.layers.norms import NORMS
@@ -33,6 +35,7 @@ from posenc.workdir import diff_fields, flatten, matches, parse_value
 __all__ = [
     "EVAL_MAY_CHANGE",
     "apply_overrides",
+    "call_config_file",
     "check_eval_lengths",
     "check_source",
     "eval_lengths",
@@ -70,9 +73,39 @@ def load_config(spec: str) -> ml_collections.ConfigDict:
     module = load_module(path)
     if not hasattr(module, "get_config"):
         raise ValueError(f"--config: {path} has no get_config() function")
-    config = module.get_config(variant) if variant else module.get_config()
+    args = (variant,) if variant else ()
+    config = call_config_file(path, module.get_config, *args)
     config.lock()
     return config
+
+
+def call_config_file(path: str, function: Any, *args: Any) -> Any:
+    """Calls a function of a config file (``get_config``, ``get_sweep``), turning what
+    ``ml_collections`` raises for a mistake in it (a misspelt field, a value of the wrong type)
+    into a one-line ``ValueError`` naming the file, the line and the field."""
+    try:
+        return function(*args)
+    except (AttributeError, KeyError, TypeError) as e:
+        raise ValueError(_config_file_error(path, function.__name__, e)) from None
+
+
+def _config_file_error(path: str, name: str, error: Exception) -> str:
+    text = str(error).replace("\\n", "\n")
+    if match := re.search(r'Did you mean "([^"]+)" instead of "([^"]+)"', text):
+        what = f"no config field {match.group(2)!r} (did you mean {match.group(1)!r}?)"
+    elif match := re.search(r'Key "([^"]+)" does not exist', text):
+        what = f"no config field {match.group(1)!r}"
+    else:
+        what = f"{type(error).__name__}: {text.strip(chr(39) + chr(34)).splitlines()[0]}"
+    where = os.path.realpath(path)
+    frames = [
+        f
+        for f in traceback.extract_tb(error.__traceback__)
+        if os.path.realpath(f.filename) == where
+    ]
+    if not frames:
+        return f"--config {path}: {name}() failed: {what}"
+    return f"--config {path}, line {frames[-1].lineno} ({(frames[-1].line or '').strip()}): {what}"
 
 
 def apply_overrides(
@@ -159,7 +192,15 @@ def eval_positions(config: ml_collections.ConfigDict) -> str:
 
 
 def check_eval_lengths(stream_len: int, lengths: Sequence[int], split: str) -> None:
-    """Raises a ``ValueError`` naming ``eval.lengths`` if a length cannot fill one window."""
+    """Raises a ``ValueError`` naming ``eval.lengths`` if a length cannot fill one window (or
+    saying that the split is empty, when it holds no token to predict), and warns
+    (:class:`posenc.data.summary.ThinSplitWarning`) if one fills fewer than a few."""
+    if stream_len < 2:  # nothing, or one document separator: an empty file
+        raise ValueError(
+            f"the {split} split is empty ({stream_len} token{'s' * (stream_len != 1)}, nothing "
+            f"to score at eval.lengths {list(lengths)}); give data.source a {split} split with "
+            f"text (textdir: files in its {split}/ folder), or evaluate another eval.split"
+        )
     too_long = [length for length in lengths if length + 1 > stream_len]
     if too_long:
         raise ValueError(
@@ -167,6 +208,7 @@ def check_eval_lengths(stream_len: int, lengths: Sequence[int], split: str) -> N
             f"tokens and the {split} split has {stream_len}; use lengths <= {stream_len - 1} "
             "or a larger data set (data.source)"
         )
+    summary.warn_thin(stream_len, lengths, split)
 
 
 def check_source(config: ml_collections.ConfigDict, source: data_lib.Source) -> None:
@@ -382,7 +424,7 @@ def validate(
     t = config.train
     _require_int("train.seq_len", t.seq_len, 2)
     _require_int("train.batch_size", t.batch_size)
-    _require_int("train.steps", t.steps, 0)
+    _require_int("train.steps", t.steps, 1)  # 0 would train nothing and write nothing
     _require_int("train.log_every", t.log_every)
     _require_int("train.checkpoint_every", t.checkpoint_every)
     _require_int("train.keep_checkpoints", t.keep_checkpoints)
@@ -419,6 +461,12 @@ def validate(
     for length in lengths:
         if length < 1:
             raise ValueError(f"eval.lengths must all be >= 1, got {length} in {list(lengths)}")
+    if task and e.mode == "sliding":  # before the stride, which would be the wrong complaint
+        raise ValueError(
+            f"eval.mode='sliding' with data.source={config.data.source!r}: sliding evaluation "
+            "does not apply to algorithmic-task runs, which are scored on whole examples per "
+            "input length; leave eval.mode at 'nonoverlapping'"
+        )
     if e.mode == "sliding":
         _require_int("eval.stride", e.stride)
         if any(e.stride > length for length in lengths):

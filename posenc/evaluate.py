@@ -12,11 +12,13 @@ et al. 2023), by default a sorted random subset of ``[0, train.max_position)`` p
 paper evaluates (``eval.positions`` chooses; the report records which).
 
 Reported per length: tokens scored, mean loss (nats), perplexity (``inf`` where ``exp`` of the
-loss overflows), bits per byte, loss by position inside the window, windows, tokens left
-unscored and seconds.
+loss overflows), bits per byte, loss by position inside the window, windows, the split's tokens
+left unscored (``unscored_tokens``: the tail too short for another window, plus
+``unscored_by_max_tokens``, those past the ``eval.max_tokens`` cap) and seconds.
 
 With Transformer-XL memory (``eval.mem_len``, default ``model.mem_len``, > 0; Dai et al. 2019,
-Sec. 3.2) the split is cut into ``B`` parallel parts (``B`` = the batch's windows), each read as
+Sec. 3.2) the split is cut into ``B`` parallel parts (``B`` = the batch's windows, but at most
+half the windows scored, so that each part holds two or more), each read as
 consecutive windows of ``L`` scored one after another with the memory carried
 (:func:`posenc.data.memory_segments`): length ``L`` then means *segments of L tokens, each scored
 with the per-layer states of the up to ``mem_len`` tokens before it* (the first window of each
@@ -55,7 +57,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
-from posenc import tasks
+from posenc import fits, tasks
 from posenc.config import (
     check_eval_lengths,
     eval_lengths,
@@ -73,7 +75,7 @@ from posenc.metrics import perplexity
 from posenc.models import build
 from posenc.models import memory as memory_lib
 from posenc.models.lm import Transformer
-from posenc.workdir import EVAL_FILE, RunDir, eval_file_name
+from posenc.workdir import EVAL_FILE, RunDir
 
 
 def _max_windows(length: int, stride: int, max_tokens: int) -> int | None:
@@ -113,10 +115,23 @@ class Scorer:
         self.mesh = mesh or make_mesh()
         self.masked_lm = masked_lm
         self.graphdef, self.state = nnx.split(model)
+        self.attention = (model.config.attention_impl, model.config.attention_block_size)
         self.batch_sharding = NamedSharding(self.mesh, P("data"))
         self.state = jax.device_put(self.state, NamedSharding(self.mesh, P()))
-        self._score = jax.jit(self._score_batch)
-        self._score_memory = jax.jit(self._score_with_memory, static_argnums=(3,))
+        # Compiled once per length, refused in one line if it cannot fit (posenc.fits).
+        self._score = fits.CheckedJit(self._score_batch, self._describe)
+        self._score_memory = fits.CheckedJit(
+            self._score_with_memory, self._describe, static_argnums=(3,)
+        )
+
+    def _describe(self, state, batch, *memory) -> tuple[str, str]:
+        """What a batch's scoring computes and what to change if it does not fit."""
+        rows, length = batch["inputs"].shape
+        what = f"evaluating length {length} in batches of {rows} window{'s' * (rows > 1)}"
+        changes = [fits.attention_change(*self.attention), f"leave {length} out of eval.lengths"]
+        if rows > 1:
+            changes.insert(0, "lower eval.batch_tokens (max(1, eval.batch_tokens // L) windows)")
+        return what, ", ".join(changes[:-1]) + " or " + changes[-1]
 
     def _score_batch(self, state, batch):
         model = nnx.merge(self.graphdef, state)
@@ -248,6 +263,7 @@ def evaluate(
         start = time.perf_counter()
         if mem_len:
             windows = data_lib.memory_segments(stream, length, batch, max_tokens)
+            batch = -(-windows.rows // devices) * devices  # no batch rows without a part
             loss_sum, count = scorer.score_with_memory(windows, batch, mem_len)
             correct = []
         else:
@@ -280,7 +296,7 @@ def evaluate(
             # Byte-level tokens: one token per byte (a document separator counts as one).
             "bits_per_byte": loss / math.log(2),
             "windows": int(_num_windows(windows)),
-            "dropped_tokens": int(windows.dropped_tokens),
+            **_unscored(windows),
             "seconds": seconds,
             "loss_by_position": [None if np.isnan(x) else round(float(x), 5) for x in by_position],
         }
@@ -294,6 +310,15 @@ def evaluate(
                 flush=True,
             )
     return results
+
+
+def _unscored(windows: data_lib.EvalWindows | data_lib.MemorySegments) -> dict[str, int]:
+    """The split's tokens a length leaves unscored: all of them, and those because of
+    ``eval.max_tokens`` (the rest is the tail too short for another window)."""
+    return {
+        "unscored_tokens": int(windows.dropped_tokens),
+        "unscored_by_max_tokens": int(windows.capped_tokens),
+    }
 
 
 def _num_windows(windows: data_lib.EvalWindows | data_lib.MemorySegments) -> int:
@@ -316,7 +341,7 @@ def _masked_result(windows, loss_sum, count, correct, seconds) -> dict[str, Any]
         "correct": int(correct.sum()),
         "windows": int(windows.num_windows),
         "window_tokens": int(windows.scored_tokens),  # tokens in the scored positions
-        "dropped_tokens": int(windows.dropped_tokens),
+        **_unscored(windows),
         "seconds": seconds,
         "loss_by_position": [None if np.isnan(x) else round(float(x), 5) for x in by_position],
     }
@@ -360,8 +385,9 @@ def evaluate_workdir(
       workdir: a directory written by :func:`posenc.train.train`.
       overrides: the config to evaluate with instead of the run's own; it may differ only where
         :func:`posenc.config.evaluation_changes` allows.
-      output: file name inside ``workdir``; default ``eval.json`` for the run's own settings
-        and ``eval-<changed settings>.json`` otherwise.
+      output: a ``.json`` file name inside ``workdir`` that the run does not own
+        (:meth:`posenc.workdir.RunDir.eval_output`); default ``eval.json`` for the run's own
+        settings and ``eval-<changed settings>.json`` otherwise.
       progress: print one line per length.
       model, step: the trained model and its step, if already in memory (skips loading the
         checkpoint).
@@ -370,21 +396,15 @@ def evaluate_workdir(
       The report that was written (its file name under ``"file"``).
 
     Raises:
-      ValueError: a setting evaluation may not change, or ``output`` naming the run's own
-        ``eval.json`` for changed settings.
+      ValueError: a setting evaluation may not change, or an ``output`` that is a path, one of
+        the run's own files, or the run's own ``eval.json`` for changed settings.
     """
     run = RunDir(workdir)
     trained = run.read_config()
     config = overrides or trained
     changes = evaluation_changes(trained, config)
     validate(config)
-    name = output or eval_file_name(changes)
-    if name == EVAL_FILE and changes:
-        raise ValueError(
-            f"--output {EVAL_FILE} is the run's own evaluation; results under changed settings "
-            f"({', '.join(changes)}) are written beside it (default name "
-            f"{eval_file_name(changes)})"
-        )
+    name = run.eval_output(output, changes)
     e = config.eval
     source = open_source(config)
     lengths = eval_lengths(config)

@@ -16,6 +16,13 @@ again:
 - records failures (any exception: ``status.json`` with the traceback; with ``jobs > 1`` also a
   child killed by a signal) without stopping the other points.
 
+Before any point runs, every point's resolved config is validated: ``--config.*`` overrides that
+make a point invalid, or that name a field the points set themselves (the point's value would
+win), are refused in one line. ``only`` (``posenc sweep --only encoding.name=alibi,rope``)
+narrows a sweep to the points whose config has one of the listed values; the other points stay
+in ``sweep.json`` (``skipped`` if finished, else ``unselected``), so a narrowed run and a full
+one share a directory and a report.
+
 ``<sweep dir>/sweep.json`` lists the points, their directories and statuses; ``posenc report``
 reads it. Each point directory also holds ``point.json`` (its overrides and resolved config: all
 a process needs to run it) and ``status.json``.
@@ -41,7 +48,14 @@ from typing import Any
 
 import ml_collections
 
-from posenc.config import apply_overrides, load_config, load_module, set_field
+from posenc.config import (
+    apply_overrides,
+    call_config_file,
+    load_config,
+    load_module,
+    set_field,
+    validate,
+)
 from posenc.workdir import (
     EVAL_FILE,
     LOG_FILE,
@@ -51,15 +65,18 @@ from posenc.workdir import (
     WorkdirBusyError,
     config_from_dict,
     config_sha256,
+    flatten,
     hold,
+    parse_value,
     read_json,
     settings_hash,
     settings_name,
     write_json,
 )
 
-# Statuses a point can have in sweep.json / the returned summary.
-STATUSES = ("pending", "running", "done", "skipped", "failed", "interrupted")
+# Statuses a point can have in sweep.json / the returned summary (unselected: left out by
+# ``only`` and not finished).
+STATUSES = ("pending", "running", "done", "skipped", "failed", "interrupted", "unselected")
 
 
 def product(**axes: Sequence[Any]) -> list[dict[str, Any]]:
@@ -119,14 +136,14 @@ def load_sweep(
 
     Raises:
       ValueError: no ``get_sweep``, an empty or duplicated point list, or an override naming a
-        field the config does not have (before anything runs).
+        field the config does not have or one the points set themselves.
     """
     path, _, variant = spec.partition(":")
     base = apply_overrides(load_config(spec), overrides)
     module = load_module(path)
     if not hasattr(module, "get_sweep"):
         raise ValueError(f"--config: {path} has no get_sweep() function; is it a sweep config?")
-    points = module.get_sweep(variant) if variant else module.get_sweep()
+    points = call_config_file(path, module.get_sweep, *((variant,) if variant else ()))
     points = [dict(p) for p in points]
     if not points:
         raise ValueError(f"{path}: get_sweep() returned no points")
@@ -134,13 +151,111 @@ def load_sweep(
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
         raise ValueError(f"{path}: get_sweep() lists the same point twice: {duplicates}")
-    configs = []
-    for point in points:
-        config = apply_overrides(base, [])  # a copy
-        for key, value in point.items():
-            set_field(config, key, value)
-        configs.append(config)
-    return points, configs
+    _check_shadowed(points, overrides)
+    return points, [_point_config(base, point) for point in points]
+
+
+def _point_config(base: ml_collections.ConfigDict, point: Mapping[str, Any]):
+    config = apply_overrides(base, [])  # a copy
+    for key, value in point.items():
+        set_field(config, key, value)
+    return config
+
+
+def _check_shadowed(points: Sequence[Mapping[str, Any]], overrides: Sequence[str]) -> None:
+    """Refuses a ``--config.<field>`` that points set themselves (the point's value would win)."""
+    for item in overrides:
+        field = item.partition("=")[0].strip().removeprefix("--config.").removeprefix("config.")
+        setting = [p for p in points if field in p]
+        if setting:
+            values = ", ".join(sorted({repr(p[field]) for p in setting}))
+            raise ValueError(
+                f"--config.{field}: {len(setting)} of the sweep's {len(points)} points set "
+                f"{field} themselves ({values}), which would replace the override; narrow the "
+                f"sweep with --only {field}=VALUE[,VALUE...] instead"
+            )
+
+
+def check_overrides(
+    spec: str,
+    points: Sequence[Mapping[str, Any]],
+    configs: Sequence[ml_collections.ConfigDict],
+    overrides: Sequence[str],
+    selected: Sequence[bool] | None = None,
+) -> None:
+    """Validates every (selected) point once, before any runs: overrides that make a point
+    invalid are refused here rather than failing each point's run. (A point invalid on its own,
+    without the overrides, is left to fail in its run and be recorded, as any failure is.)
+
+    Raises:
+      ValueError: naming how many points the overrides break and the first one's error.
+    """
+    if not overrides:
+        return
+    selected = [True] * len(points) if selected is None else selected
+    broken = []
+    plain = None
+    for point, config, chosen in zip(points, configs, selected, strict=True):
+        if not chosen:
+            continue
+        try:
+            validate(config)
+        except ValueError as e:
+            plain = plain or load_config(spec)
+            try:
+                validate(_point_config(plain, point))
+            except ValueError:
+                continue  # invalid without the overrides too
+            broken.append((point_name(point), str(e)))
+    if broken:
+        name, error = broken[0]
+        raise ValueError(
+            f"the --config overrides make {len(broken)} of {sum(selected)} points invalid, e.g. "
+            f"point {name}: {error}; nothing was run"
+        )
+
+
+def select_points(
+    points: Sequence[Mapping[str, Any]],
+    configs: Sequence[ml_collections.ConfigDict],
+    only: Sequence[str],
+) -> list[bool]:
+    """Which points ``only`` keeps: each item ``field=value[,value...]`` keeps the points whose
+    resolved config has one of the values at ``field`` (``seed=0,1``; ``10000`` matches
+    ``10000.0``); several items must all hold.
+
+    Raises:
+      ValueError: a malformed item, a field no point has, or no point left (naming the values
+        the sweep has).
+    """
+    keep = [True] * len(points)
+    flat = [flatten(c.to_dict()) for c in configs]
+    for item in only:
+        field, sep, text = item.partition("=")
+        field = field.strip()
+        if not sep or not field or not text:
+            raise ValueError(f"--only {item!r} is not of the form field=value[,value...]")
+        if not any(field in f for f in flat):
+            raise ValueError(
+                f"--only {field}: no point's config has this field; the points set "
+                f"{', '.join(sorted({k for p in points for k in p}))}"
+            )
+        wanted = [parse_value(v.strip()) for v in text.split(",")]
+        for i, f in enumerate(flat):
+            keep[i] = keep[i] and field in f and any(_same(f[field], w) for w in wanted)
+        if not any(keep):
+            values = sorted({repr(f[field]) for f in flat if field in f})
+            raise ValueError(
+                f"--only {item}: no point of the sweep is left; {field} takes "
+                f"{', '.join(values)} in this sweep"
+            )
+    return keep
+
+
+def _same(value: Any, wanted: Any) -> bool:
+    if isinstance(value, bool) or isinstance(wanted, bool):
+        return value is wanted or str(value) == str(wanted)
+    return value == wanted or str(value) == str(wanted)
 
 
 def is_finished(point_dir: str, config: ml_collections.ConfigDict) -> bool:
@@ -244,6 +359,7 @@ def run_sweep(
     overrides: Sequence[str] = (),
     jobs: int = 1,
     verbose: bool = True,
+    only: Sequence[str] = (),
 ) -> list[dict[str, Any]]:
     """Runs every point of a sweep config under ``workdir``.
 
@@ -257,11 +373,13 @@ def run_sweep(
       jobs: points run at a time; ``1`` runs them in this process, more in child processes
         (which end when this process ends, however it ends).
       verbose: print a line when a point starts and ends, and the summary table.
+      only: ``"field=value[,value...]"`` items narrowing the sweep (:func:`select_points`).
 
     Returns:
       One dict per point, in sweep order: ``name``, ``dir``, ``overrides``, ``status`` (``done``:
       ran now; ``skipped``: finished before; ``failed``; ``interrupted``), ``seconds``,
-      ``train_loss``, ``ppl_train_len``, ``ppl_longest``, and ``error`` for failures.
+      ``train_loss``, ``ppl_train_len``, ``ppl_longest``, and ``error`` for failures;
+      ``unselected`` for points ``only`` left out.
 
     Raises:
       ValueError: a malformed sweep config (nothing is run).
@@ -271,12 +389,16 @@ def run_sweep(
     if not isinstance(jobs, int) or jobs < 1:
         raise ValueError(f"--jobs must be an integer >= 1, got {jobs!r}")
     points, configs = load_sweep(config_spec, overrides)
+    selected = select_points(points, configs, only)
+    check_overrides(config_spec, points, configs, overrides, selected)
     if os.path.exists(workdir) and not os.path.isdir(workdir):
         raise ValueError(f"sweep directory {workdir} is a file, not a directory")
     os.makedirs(workdir, exist_ok=True)
     with hold(workdir):
-        entries = _prepare_points(workdir, points, configs)
+        entries = _prepare_points(workdir, points, configs, selected)
         header = {"config": config_spec, "overrides": list(overrides), "jobs": jobs}
+        if only:
+            header["only"] = list(only)
 
         def save():
             write_json(
@@ -292,14 +414,43 @@ def run_sweep(
     return entries
 
 
+def plan_sweep(
+    config_spec: str,
+    workdir: str,
+    *,
+    overrides: Sequence[str] = (),
+    only: Sequence[str] = (),
+) -> str:
+    """What :func:`run_sweep` would do, checked the same way but running and writing nothing:
+    one line per point, ``run`` / ``finished`` / ``left out``, its directory and overrides."""
+    points, configs = load_sweep(config_spec, overrides)
+    selected = select_points(points, configs, only)
+    check_overrides(config_spec, points, configs, overrides, selected)
+    lines = []
+    for point, config, chosen in zip(points, configs, selected, strict=True):
+        name = point_name(point)
+        if is_finished(os.path.join(workdir, name), config):
+            what = "finished"
+        else:
+            what = "run" if chosen else "left out"
+        text = ", ".join(f"{k}={v!r}" for k, v in point.items())
+        lines.append(f"{what:<9} {name}  ({text})")
+    todo = sum(line.startswith("run ") for line in lines)
+    lines.append(f"{len(points)} points, {todo} to run in {workdir}")
+    return "\n".join(lines)
+
+
 def _run_points(config_spec, workdir, entries, save: Callable[[], None], jobs, verbose) -> None:
     """Runs the pending points (in this process or in children), then summarises every point;
     on Ctrl-C records the points left as ``interrupted`` before re-raising."""
     todo = [e for e in entries if e["status"] == "pending"]
     if verbose:
+        unselected = sum(e["status"] == "unselected" for e in entries)
+        finished = len(entries) - len(todo) - unselected
+        left_out = f"{unselected} left out by --only, " if unselected else ""
         print(
-            f"sweep {config_spec}: {len(entries)} points, {len(entries) - len(todo)} "
-            f"finished before, {len(todo)} to run with jobs={jobs} in {workdir}",
+            f"sweep {config_spec}: {len(entries)} points, {finished} finished before, "
+            f"{left_out}{len(todo)} to run with jobs={jobs} in {workdir}",
             flush=True,
         )
     try:
@@ -317,16 +468,18 @@ def _run_points(config_spec, workdir, entries, save: Callable[[], None], jobs, v
     save()
 
 
-def _prepare_points(workdir, points, configs) -> list[dict[str, Any]]:
-    """One entry per point: ``skipped`` if finished, else ``pending`` with its ``point.json``
-    (all a child process needs to run it) written."""
+def _prepare_points(workdir, points, configs, selected) -> list[dict[str, Any]]:
+    """One entry per point: ``skipped`` if finished, ``unselected`` if left out, else
+    ``pending`` with its ``point.json`` (all a child process needs to run it) written."""
     entries = []
-    for point, config in zip(points, configs, strict=True):
+    for point, config, chosen in zip(points, configs, selected, strict=True):
         name = point_name(point)
         point_dir = os.path.join(workdir, name)
         entry = {"name": name, "dir": name, "overrides": point, "status": "pending"}
         if is_finished(point_dir, config):
             entry["status"] = "skipped"
+        elif not chosen:
+            entry["status"] = "unselected"
         else:
             os.makedirs(point_dir, exist_ok=True)
             write_json(

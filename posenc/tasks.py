@@ -37,6 +37,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from posenc import fits
 from posenc.data import synthetic
 from posenc.data.task_source import PREFIX, task_name
 from posenc.losses import token_loss
@@ -105,7 +106,17 @@ class TaskScorer:
     def __init__(self, model: Transformer):
         self.model = model
         self.graphdef, self.state = nnx.split(model)
-        self._score = jax.jit(self._score_batch)
+        # Compiled once per length, refused in one line if it cannot fit (posenc.fits).
+        self._score = fits.CheckedJit(self._score_batch, self._describe)
+
+    def _describe(self, state, inputs, *rest) -> tuple[str, str]:
+        """What scoring a batch computes and what to change if it does not fit."""
+        rows, width = inputs.shape
+        what = f"scoring examples of {width} tokens (input, separator, target) {rows} at a time"
+        config = self.model.config
+        attention = fits.attention_change(config.attention_impl, config.attention_block_size)
+        less = "lower eval.examples (a batch holds up to 64), " if rows > 1 else ""
+        return what, f"{less}{attention} or use shorter eval.lengths"
 
     def _score_batch(self, state, inputs, targets, weights, positions):
         model = nnx.merge(self.graphdef, state)
@@ -181,6 +192,7 @@ def evaluate_task(
       (a learned table too short) gets ``{"length": L, "error": message}``.
     """
     scorer = TaskScorer(model)
+    batch_size = min(batch_size, examples)  # no batch rows beyond the examples asked for
     results = []
     for length in lengths:
         num_new = synthetic.max_target_length(task, length)
@@ -199,7 +211,10 @@ def evaluate_task(
             # One draw per batch, the same for scoring and for generating (a token keeps its
             # position); the prompt and the generated tokens fit the width.
             pos = None if positions is None else positions.draw(number, batch_size, width)
-            loss_b, correct_b, tokens_b = scorer.score(batch, pos)
+            try:
+                loss_b, correct_b, tokens_b = scorer.score(batch, pos)
+            except fits.DoesNotFitError as e:
+                raise fits.DoesNotFitError(f"eval.lengths entry {length}: {e}") from None
             loss += loss_b[:n].sum()
             correct += correct_b[:n].sum()
             tokens += tokens_b[:n].sum()

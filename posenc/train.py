@@ -40,7 +40,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
-from posenc import distributed, tasks, translation
+from posenc import distributed, fits, tasks, translation
 from posenc.config import (
     check_source,
     consecutive_segments,
@@ -57,6 +57,17 @@ from posenc.models import build
 from posenc.models import memory as memory_lib
 from posenc.models.lm import Transformer
 from posenc.workdir import Checkpoints, RunDir, config_sha256, diff_fields
+
+
+def _pair_fields(s: int, t: int) -> list[tuple[str, int, jnp.dtype]]:
+    """The fields of a translation batch with sources of ``s`` and targets of ``t`` tokens."""
+    return [
+        ("src", s, jnp.int32),
+        ("src_mask", s, jnp.bool_),
+        ("tgt_in", t, jnp.int32),
+        ("tgt_out", t, jnp.int32),
+        ("tgt_mask", t, jnp.bool_),
+    ]
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -139,8 +150,39 @@ class Trainer:
         # CAPE-like encoders draw a position augmentation from the step's key, even without dropout.
         self.augments = "augment_positions" in abstract.encoding.hooks
         # With memory, the count of real memory states is static (one compilation per count).
+        # Each compilation is refused in one line if it cannot fit (posenc.fits).
         static = dict(static_argnums=(2,)) if self.mem_len else {}
-        self._step = jax.jit(self._train_step, donate_argnums=(0,), **static)
+        self._step = fits.CheckedJit(
+            self._train_step, self._describe, donate_argnums=(0,), **static
+        )
+
+    def _describe(self, state, batch, *memory_tokens) -> tuple[str, str]:
+        """What a training step computes and what to change if it does not fit."""
+        rows, length = batch["inputs"].shape
+        what = f"a training step on {rows} windows of {length} tokens"
+        m = self.config.model
+        attention = fits.attention_change(m.attention_impl, m.attention_block_size)
+        return what, f"lower train.batch_size or train.seq_len, or {attention}"
+
+    def compile_step(self, windows: Any) -> None:
+        """Compiles the step for the run's shapes (those of step 0's batch; with memory, a full
+        memory), so that a run that cannot fit is refused before anything is written."""
+        state = abstract_on(jax.eval_shape(self.init_state), self.replicated)
+        if self.translation:  # the longest of the bucketed shapes
+            rows, s, t = max(windows.shapes, key=lambda shape: (max(shape[1:]), shape))
+            batch = {
+                k: jax.ShapeDtypeStruct((rows, n), dtype, sharding=self.batch_sharding)
+                for k, n, dtype in _pair_fields(s, t)
+            }
+            self._step.compile(state, batch)
+            return
+        local = self.local_batch(windows, 0)
+        rows = self.config.train.batch_size
+        batch = {
+            k: jax.ShapeDtypeStruct((rows, *v.shape[1:]), v.dtype, sharding=self.batch_sharding)
+            for k, v in local.items()
+        }
+        self._step.compile(state, batch, *([self.mem_len] if self.mem_len else []))
 
     def init_state(self, params: Any | None = None) -> dict[str, Any]:
         """Step 0: fresh parameters (or ``params``) and a fresh optimizer state, replicated on
@@ -399,16 +441,22 @@ def train(
     t = config.train
     windows, data_info = _training_data(config, mesh)
     is_main = jax.process_index() == 0
-    # Created only now, so that a bad config or a missing data set leaves nothing behind.
-    run.create()
-    with run.lock(enabled=is_main):
+    # Created only now, so that a bad config or a missing data set leaves nothing behind; a
+    # refusal while the run is set up (a bad train.init_from) removes what it wrote.
+    # Refusals before compiling, and before anything is written: another run or other data in
+    # the directory, then a step that cannot fit in memory.
+    run.check_config(config)
+    run.check_data(data_info)
+    trainer = Trainer(config, mesh)
+    trainer.compile_step(windows)
+    with run.starting(enabled=is_main) as started, run.lock(enabled=is_main):
         if is_main:
             run.record_config(config)
             run.record_data(data_info)
-        trainer = Trainer(config, mesh)
         checkpoints = run.checkpoints(keep=t.keep_checkpoints, primary=is_main)
         try:
             state, resumed_from = trainer.restore_or_init(checkpoints, run)
+            started()
             last = t.steps if stop_at is None else min(stop_at, t.steps)
             state, history = _train_steps(trainer, state, windows, run, checkpoints, last)
         finally:

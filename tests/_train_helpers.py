@@ -73,6 +73,14 @@ def run_cli(*argv: str) -> tuple[int, str, str]:
     return code, out.getvalue(), err.getvalue()
 
 
+def one_line_error(err: str, command: str) -> str:
+    """The one line a refused ``posenc <command>`` printed on stderr (asserting it is one)."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith(f"posenc {command}: error:"), err
+    return lines[0]
+
+
 def build_pystdlib(data_dir: Path) -> Path:
     """Prepares the ``pystdlib`` token streams under ``data_dir`` (about a second)."""
     data_lib.prepare("pystdlib", data_dir)

@@ -218,7 +218,7 @@ HELP = {
     ("data",): ["prepare", "info"],
     ("data", "prepare"): ["spec", "--data-dir", "--text-field"],
     ("data", "info"): ["spec", "--data-dir", "--text-field"],
-    ("sweep",): ["--config", "--workdir", "--jobs"],
+    ("sweep",): ["--config", "--workdir", "--jobs", "--only", "--list", "--config.<field>=<value>"],
     ("report",): ["sweep_dir", "--metric"],
 }
 

@@ -183,6 +183,7 @@ BAD_CONFIGS = [
     (["train.batch_size=0"], r"train.batch_size"),
     (["train.log_every=0"], r"train.log_every"),
     (["train.steps=-1"], r"train.steps"),
+    (["train.steps=0"], r"train.steps must be an integer >= 1, got 0"),  # it trained nothing
     (["optim.learning_rate=0"], r"optim.learning_rate"),
     (["optim.b2=1.0"], r"optim.b2"),
     (["optim.weight_decay=-0.1"], r"optim.weight_decay"),
@@ -211,7 +212,6 @@ def test_good_variations_validate(tiny):
         ["eval.mode=sliding", "eval.stride=16"],  # stride == smallest length is fine
         ["encoding.name=learned", "encoding.hparams.max_len=16"],  # table exactly seq_len
         ["model.head_dim=16", "model.model_dim=30"],  # explicit head_dim lifts divisibility
-        ["train.steps=0"],
     ):
         validate(apply_overrides(tiny, overrides), num_devices=1)
     for name in encodings.names():

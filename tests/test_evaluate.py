@@ -92,7 +92,7 @@ def test_nonoverlapping_equals_direct_computation(trained, val):
         d = _direct(model, stream, length, length)
         assert r["windows"] == d["windows"] == 240 // length
         assert r["tokens"] == d["tokens"] == 240
-        assert r["dropped_tokens"] == 0
+        assert r["unscored_tokens"] == r["unscored_by_max_tokens"] == 0
         assert (d["times_scored"][1:] == 1).all() and d["times_scored"][0] == 0
         assert r["loss"] == pytest.approx(d["loss"], rel=1e-6)
         assert r["perplexity"] == pytest.approx(math.exp(d["loss"]), rel=1e-6)
@@ -105,10 +105,17 @@ def test_tokens_scored_and_dropped(trained, val):
     _, _, model = trained
     # 99 predictable tokens at L=16: 6 windows, 96 tokens, 3 left over.
     (r,) = evaluate(model, val[:100], [16], batch_tokens=64)
-    assert (r["windows"], r["tokens"], r["dropped_tokens"]) == (6, 96, 3)
-    # max_tokens caps the windows and reports the rest as dropped.
+    assert (r["windows"], r["tokens"], r["unscored_tokens"], r["unscored_by_max_tokens"]) == (
+        6,
+        96,
+        3,
+        0,
+    )
+    # max_tokens caps the windows and reports the rest as unscored, most of it by the cap (all
+    # but the tail after the last whole window of the split).
     (r,) = evaluate(model, val, [16], batch_tokens=64, max_tokens=100)
-    assert (r["windows"], r["tokens"], r["dropped_tokens"]) == (6, 96, len(val) - 1 - 96)
+    assert (r["windows"], r["tokens"], r["unscored_tokens"]) == (6, 96, len(val) - 1 - 96)
+    assert r["unscored_by_max_tokens"] == (len(val) - 1) // 16 * 16 - 96
     capped = r
     (r,) = evaluate(model, val[:97], [16], batch_tokens=64)  # exactly those 96 targets
     assert r["loss"] == pytest.approx(capped["loss"], rel=1e-12)
@@ -148,7 +155,7 @@ def test_sliding_scores_each_token_once_with_more_context(trained, val):
     (r,) = evaluate(model, stream, [length], mode="sliding", stride=stride, batch_tokens=160)
     d = _direct(model, stream, length, stride)
     assert d["windows"] == r["windows"] == 1 + (256 - length) // stride
-    assert r["tokens"] == d["tokens"] == 256 and r["dropped_tokens"] == 0
+    assert r["tokens"] == d["tokens"] == 256 and r["unscored_tokens"] == 0
     assert (d["times_scored"][1:] == 1).all(), "every target position scored exactly once"
     assert r["loss"] == pytest.approx(d["loss"], rel=1e-6)
     by_position = np.array([np.nan if x is None else x for x in r["loss_by_position"]])

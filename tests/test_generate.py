@@ -1,4 +1,4 @@
-"""posenc.generate: cached greedy generation equals full recomputation for every registered
+"""posenc.decoding.lm: cached greedy generation equals full recomputation for every registered
 encoder, unfilled cache slots never reach an output, and what cannot be cached is refused.
 
 Also ``attend(k_valid=...)``, the mask the cache relies on, against attention over the valid
@@ -238,6 +238,8 @@ def test_bad_arguments_are_refused():
         (dict(prompts=prompts.astype(jnp.float32), num_new=2), "integer token ids"),
         (dict(prompts=prompts, num_new=2, positions=jnp.arange(P + 3)), "positions must be"),
         (dict(prompts=prompts, num_new=2, positions=jnp.zeros((3, P + 2), int)), "positions"),
+        (dict(prompts=prompts.at[0, 1].set(9999), num_new=2), r"token id 9999, outside \[0, "),
+        (dict(prompts=prompts.at[1, 0].set(-1), num_new=2), r"token id -1, outside \[0, "),
     ]
     for kwargs, message in bad:
         with pytest.raises(ValueError, match=message):

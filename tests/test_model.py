@@ -1,4 +1,4 @@
-"""posenc.model.Transformer: where encoders' parameters live, positions, dropout and
+"""posenc.models.lm.Transformer: where encoders' parameters live, positions, dropout and
 configuration errors.
 
 What every registered encoder must do in the model (causality, training, running past its

@@ -216,7 +216,8 @@ def test_markdown_layout_dashes_and_description(sweep_dir):
     table = [line for line in text.splitlines() if line.startswith("|")]
     assert table[0].split("|")[1].strip() == "L_valid"
     assert [c.strip() for c in table[0].split("|")[2:-1]] == ["alibi", "rope", "learned"]
-    rows = {int(line.split("|")[1]): line for line in table[2:5]}
+    assert [c.strip() for c in table[2].split("|")[1:-1]] == ["n", "3", "3", "1"]
+    rows = {int(line.split("|")[1]): line for line in table[3:6]}
     alibi = _values(sweep_dir, "alibi", 8, 16, "perplexity")
     mean = sum(alibi) / 3
     sd = math.sqrt(sum((v - mean) ** 2 for v in alibi) / 2)
@@ -230,7 +231,8 @@ def test_markdown_layout_dashes_and_description(sweep_dir):
     assert "`pystdlib`" in text and "abababababababab" in text and "cdcdcdcdcdcdcdcd" in text
     assert "1 layer, width 16, 2 heads" in text and "alibi 1,005" in text
     assert "10 steps of 4 windows" in text and "1 x cpu" in text
-    assert "mean ± sample standard deviation" in text
+    assert "mean ± sample standard deviation" in text and "where n = 1 (no spread" in text
+    assert "*Error bars: ± one sample standard deviation over the runs (seeds)" in text
     assert "`broken`: failed (ValueError: boom)" in text
 
 
@@ -325,3 +327,171 @@ def test_masked_lm_runs_report_accuracy_beside_causal_runs(tmp_path):
     with open(paths[2]) as f:  # runs.csv: every run and length, accuracy where there is one
         runs = [r for r in csv.DictReader(f) if r["dir"] == "mlm"]
     assert [float(r["accuracy"]) for r in runs] == [r["accuracy"] for r in data["results"]]
+
+
+@pytest.mark.parametrize(
+    "objective, metric, have",
+    [
+        ("masked_lm", "exact_match", "accuracy, loss, perplexity"),
+        ("masked_lm", "sequence_accuracy", "accuracy, loss, perplexity"),
+        ("masked_lm", "bits_per_byte", "accuracy, loss, perplexity"),
+        ("causal_lm", "exact_match", "bits_per_byte, loss, perplexity"),
+    ],
+)
+def test_a_metric_no_run_has_is_refused_not_an_empty_table(tmp_path, objective, metric, have):
+    rng = random.Random(3)
+    data = _eval_json("rope", {}, 8, 0, [8, 16], rng)
+    data["objective"] = objective
+    if objective == "masked_lm":
+        for r in data["results"]:
+            r.pop("bits_per_byte")
+            r["accuracy"] = rng.uniform(0.1, 0.6)
+    with open(tmp_path / "eval.json", "w") as f:
+        json.dump(data, f)
+    with pytest.raises(ValueError, match=f"--metric {metric}: no run under .* has it") as e:
+        report.write_report(str(tmp_path), metric=metric)
+    assert f"these runs have {have}" in str(e.value) and "\n" not in str(e.value)
+    assert not (tmp_path / "report.md").exists()
+
+
+YARN = {
+    "encoding.hparams.scaling": "yarn",
+    "encoding.hparams.factor": 8,
+    "encoding.hparams.original_max_len": 8,
+}
+
+
+def _write_eval(run_dir, changes, data, step=10, time=0.0):
+    """An evaluation report of ``run_dir`` under ``changes``, named as posenc eval names it."""
+    from posenc.workdir import eval_file_name
+
+    name = eval_file_name(changes)
+    data = {**data, "changes": changes, "checkpoint_step": step, "finished": True, "time": time}
+    with open(run_dir / name, "w") as f:
+        json.dump(data, f)
+    return name
+
+
+def test_every_evaluation_is_a_column_and_seeds_aggregate_per_variant(tmp_path):
+    # Two seeds of rope and alibi; each rope run also evaluated with YaRN (and seed 0 at a
+    # longer length, under no other change); seed 1 has a YaRN report of an older step too.
+    spec = [
+        ({"encoding.name": enc, "seed": seed}, enc, {}, 8, seed)
+        for enc in ("rope", "alibi")
+        for seed in (0, 1)
+    ]
+    make_sweep(tmp_path, spec)
+    rng = random.Random(5)
+    expected = {}  # (column, seed, length) -> perplexity, straight from what was written
+    for overrides, enc, _, _, seed in spec:
+        run_dir = tmp_path / point_name(overrides)
+        own = {**_load(run_dir / "eval.json"), "checkpoint_step": 10, "changes": {}}
+        with open(run_dir / "eval.json", "w") as f:
+            json.dump(own, f)
+        for r in own["results"]:
+            expected[(enc, seed, r["length"])] = r["perplexity"]
+        if enc != "rope":
+            continue
+        yarn = _eval_json("rope", {}, 8, seed, [8, 16, 32], rng)
+        _write_eval(run_dir, {**YARN, "eval.lengths": (8, 16, 32)}, yarn, time=2.0)
+        for r in yarn["results"]:
+            expected[("rope (yarn x8)", seed, r["length"])] = r["perplexity"]
+        if seed == 0:
+            longer = _eval_json("rope", {}, 8, seed, [64], rng)
+            _write_eval(run_dir, {"eval.lengths": (64,)}, longer, time=3.0)
+            expected[("rope", 0, 64)] = longer["results"][0]["perplexity"]
+        else:
+            old = _eval_json("rope", {}, 8, seed, [8, 16, 32, 64], rng)
+            with open(run_dir / "eval-old.json", "w") as f:
+                json.dump({**old, "changes": YARN, "checkpoint_step": 5, "time": 1.0}, f)
+
+    paths = report.write_report(str(tmp_path))
+    tables = report.group_runs(report.find_runs(str(tmp_path)))
+    labels = [c.label for c in tables[8]]
+    assert labels == ["rope", "rope (yarn x8)", "alibi"]
+    with open(paths[1]) as f:
+        rows = {int(r["L_valid"]): r for r in csv.DictReader(f)}
+    assert sorted(rows) == [8, 16, 32, 64]
+    for label in labels:
+        for length, row in rows.items():
+            values = [expected[k] for s in (0, 1) if (k := (label, s, length)) in expected]
+            if not values:
+                assert row[label] == ""
+                continue
+            assert float(row[label]) == pytest.approx(sum(values) / len(values), rel=1e-15)
+            assert row[f"{label} n"] == str(len(values))
+    assert rows[64]["rope n"] == "1"  # only seed 0 was scored at 64; the old report is left out
+    text = (tmp_path / "report.md").read_text()
+    assert "eval-old.json` scored an older checkpoint than step 10" in text
+    with open(paths[2]) as f:
+        sources = {(r["dir"], r["length"]): r["file"] for r in csv.DictReader(f) if r["changes"]}
+    seed1 = point_name({"encoding.name": "rope", "seed": 1})
+    assert sources[(seed1, "8")].startswith("eval-factor-8__") and "old" not in str(sources)
+
+
+def test_columns_name_what_an_evaluation_changed():
+    name = report.runs.describe_changes
+    yarn = {f"encoding.hparams.{k}": v for k, v in (("scaling", "yarn"), ("factor", 8.0))}
+    assert name("rope", {**yarn, "encoding.hparams.original_max_len": 128}, 128) == "yarn x8"
+    assert name("xpos", {**yarn, "encoding.hparams.original_max_len": 64}, 128) == (
+        "yarn x8, original_max_len=64"
+    )
+    assert name("xl", {"encoding.hparams.clamp_len": 64, "eval.split": "test"}, 16) == (
+        "clamp_len=64, split=test"
+    )
+    assert name("my_plugin", {"encoding.hparams.k": 2}, 16) == "k=2"  # not registered here
+
+
+def _write_metrics(run_dir, losses):
+    """metrics.jsonl with a line per step whose loss is not None."""
+    with open(run_dir / "metrics.jsonl", "w") as f:
+        for step, loss in enumerate(losses, start=1):
+            if loss is not None:
+                f.write(json.dumps({"step": step, "loss": loss}) + "\n")
+
+
+def test_weak_evidence_is_flagged(tmp_path):
+    spec = [
+        ({"encoding.name": enc, "seed": seed}, enc, {}, 8, seed)
+        for enc in ("rope", "alibi")
+        for seed in (0, 1)
+    ]
+    make_sweep(tmp_path, spec)
+    dirs = {(o["encoding.name"], o["seed"]): tmp_path / point_name(o) for o, *_ in spec}
+    # rope seed 1 still falls: the last 10 steps average 3 - 0.01 * 95.5, the 10 before
+    # 3 - 0.01 * 85.5, a fall of 0.1 / 2.145 = 4.7 %. The others fall 0.5 %: not flagged.
+    _write_metrics(dirs[("rope", 1)], [3 - 0.01 * s for s in range(1, 101)])
+    for key in (("rope", 0), ("alibi", 0), ("alibi", 1)):
+        _write_metrics(dirs[key], [2.0] * 80 + [2.01] * 10 + [2.0] * 10)
+    # alibi seed 1 was not scored at the longest length; every run scored 2 windows there.
+    for (enc, seed), run_dir in dirs.items():
+        data = _load(run_dir / "eval.json")
+        if (enc, seed) == ("alibi", 1):
+            data["results"] = data["results"][:2]
+        else:
+            data["results"][2]["tokens"] = 2 * 32
+        data["results"][0]["unscored_by_max_tokens"] = 12345
+        with open(run_dir / "eval.json", "w") as f:
+            json.dump(data, f)
+
+    report.write_report(str(tmp_path))
+    text = (tmp_path / "report.md").read_text()
+    table = [line for line in text.splitlines() if line.startswith("|")]
+    assert [c.strip() for c in table[2].split("|")[1:-1]] == ["n", "2‡", "2"]
+    longest = [c.strip() for c in table[5].split("|")[1:-1]]
+    assert longest[0] == "32" and longest[2].endswith(" (n=1)") and "(n=" not in longest[1]
+    assert (
+        "‡ 1 run still learning at the last step (mean training loss over "
+        "the last 10% of the steps (at least one logging interval) more than 1% below its mean "
+        "over as many steps before): "
+        f"`{dirs[('rope', 1)].name}` (-4.7 %)"
+    ) in text
+    # Logged every 25 steps of 100: the windows widen to one interval (steps 100 vs 75).
+    assert report.evidence.loss_drop(str(dirs[("alibi", 0)])) == pytest.approx(0.01 / 2.01)
+    _write_metrics(
+        dirs[("alibi", 0)], [3 - 0.01 * s if s % 25 == 0 else None for s in range(1, 101)]
+    )
+    assert report.evidence.loss_drop(str(dirs[("alibi", 0)])) == pytest.approx(0.25 / 2.25)
+    assert "Few windows: the fewest windows' worth of tokens scored by a run were 2 at " in text
+    assert "L_valid = 32 (fewer than 4)" in text
+    assert "up to 12,345 tokens of the split are left unscored" in text

@@ -61,11 +61,7 @@ def _bytes(path) -> bytes:
         return f.read()
 
 
-def _one_line_error(err: str, command: str) -> str:
-    lines = [line for line in err.splitlines() if line.strip()]
-    assert len(lines) == 1 and "Traceback" not in err, err
-    assert lines[0].startswith(f"posenc {command}: error:"), err
-    return lines[0]
+_one_line_error = helpers.one_line_error
 
 
 def _params(model) -> list[np.ndarray]:
@@ -152,8 +148,10 @@ def test_an_unfinished_run_is_evaluated_as_such_and_marked_in_the_report(data_di
     text = open(tmp_path / "sweep" / "report.md").read()
     assert "rope †" in text and "was scored at step 4 of 8 (training unfinished)" in text
     runs_csv = open(tmp_path / "sweep" / "runs.csv").read().splitlines()
-    assert runs_csv[0].startswith("dir,encoding,train_seq_len,seed,checkpoint_step,train_steps")
-    assert runs_csv[1].split(",")[4:6] == ["4", "8"]
+    assert runs_csv[0].startswith(
+        "dir,file,encoding,changes,train_seq_len,seed,checkpoint_step,train_steps"
+    )
+    assert runs_csv[1].split(",")[6:8] == ["4", "8"]
 
     result = train(config, workdir)
     evaluate_workdir(workdir, model=result.model, step=result.step, progress=False)

@@ -239,3 +239,51 @@ def test_format_summary_lists_every_point():
     text = sweep.format_summary(entries, 4.0)
     assert "9.00 @256" in text and "error: ValueError: boom" in text and "more" not in text
     assert "1 done, 1 failed; 4s" in text
+
+
+def test_a_bad_override_is_refused_once_before_any_point_runs(tmp_path, sweep_file, monkeypatch):
+    from _train_helpers import run_cli
+
+    ran = []
+    monkeypatch.setattr(sweep, "run_point", lambda point_dir: ran.append(point_dir))
+    workdir = tmp_path / "sweep"
+    # base is RoPE's hyperparameter: every point (alibi, nope) refuses it.
+    with pytest.raises(ValueError, match=r"make 2 of 2 points invalid, e\.g\. point encoding"):
+        sweep.run_sweep(sweep_file, str(workdir), overrides=["encoding.hparams.base=5"])
+    code, out, err = run_cli(
+        "sweep", "--config", sweep_file, "--workdir", str(workdir), "--config.model.norm=batch"
+    )
+    assert code == 2 and len(err.strip().splitlines()) == 1 and "model.norm" in err
+    # A field the points set themselves would be replaced by each point's value: refused.
+    with pytest.raises(ValueError, match="set encoding.name themselves.*--only encoding.name="):
+        sweep.load_sweep(sweep_file, ["encoding.name=rope"])
+    assert ran == [] and not workdir.exists()
+
+
+def test_only_narrows_a_sweep_and_keeps_the_other_points(tmp_path, sweep_file, monkeypatch):
+    def fake_run_point(point_dir):
+        status = {"status": "done", "seconds": 0.0}
+        json.dump(status, open(os.path.join(point_dir, "status.json"), "w"))
+        return status
+
+    monkeypatch.setattr(sweep, "run_point", fake_run_point)
+    workdir = str(tmp_path / "sweep")
+    plan = sweep.plan_sweep(sweep_file, workdir, only=["encoding.name=nope"])
+    assert plan.splitlines()[0].startswith("left out  encoding.name-alibi__seed-0")
+    assert plan.splitlines()[1].startswith("run       encoding.name-nope__seed-0")
+    assert not os.path.exists(workdir)  # planning writes nothing
+    summary = sweep.run_sweep(sweep_file, workdir, only=["encoding.name=nope", "seed=0"])
+    assert [(p["name"], p["status"]) for p in summary] == [
+        ("encoding.name-alibi__seed-0", "unselected"),
+        ("encoding.name-nope__seed-0", "done"),
+    ]
+    recorded = json.load(open(os.path.join(workdir, "sweep.json")))
+    assert recorded["only"] == ["encoding.name=nope", "seed=0"] and len(recorded["points"]) == 2
+    assert not os.path.exists(os.path.join(workdir, "encoding.name-alibi__seed-0"))
+    for only, match in (
+        (["encoding.name=rope"], r"no point of the sweep is left; encoding.name takes 'alibi', "),
+        (["encoding.nam=nope"], "no point's config has this field; the points set encoding.name"),
+        (["encoding.name"], "not of the form field=value"),
+    ):
+        with pytest.raises(ValueError, match=match):
+            sweep.run_sweep(sweep_file, workdir, only=only)

@@ -128,3 +128,33 @@ def test_the_report_also_summarises_the_other_papers_metric(sweep):
     assert "## Summary: exact_match (%)" in text and "## Summary: accuracy (%)" in text
     lines = [" ".join(line.split()) for line in text.splitlines()]
     assert "| copy | 40.0 | 25.0 ± 7.1 |" in lines  # exact match is accuracy / 2 here
+
+
+def test_text_runs_beside_task_runs_are_named_as_left_out(sweep):
+    """A report covers task runs or text runs; the text runs of a mixed folder are not dropped
+    silently: a warning and the report say which were left out and why."""
+    text_run = os.path.join(sweep, "text_rope_0")
+    os.makedirs(text_run)
+    write_json(
+        os.path.join(text_run, "eval.json"),
+        {
+            "encoding": "rope",
+            "encoding_hparams": {},
+            "objective": "causal_lm",
+            "task": None,
+            "train_seq_len": 8,
+            "train_steps": 10,
+            "seed": 0,
+            "model": MODEL,
+            "mode": "nonoverlapping",
+            "data": {"source": "pystdlib", "split": "validation"},
+            "device": "1 x cpu",
+            "results": [{"length": 8, "tokens": 8, "loss": 1.0, "perplexity": 2.7}],
+        },
+    )
+    with pytest.warns(UserWarning, match=r"1 text run left out \(text_rope_0\)") as caught:
+        paths = write_report(sweep)
+    assert "posenc.report" in type(caught[0].message).__module__
+    text = open(paths[0]).read()
+    assert "1 text run left out (text_rope_0)" in text
+    assert "report the text runs from a folder of their own" in text

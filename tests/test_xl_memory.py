@@ -256,4 +256,29 @@ def test_evaluation_with_memory_equals_one_pass_with_the_past_as_context():
     stream = np.asarray(_tokens(batch=1, length=40)[0], np.uint16)
     [rows] = evaluate(model, stream, [T], batch_tokens=3 * T, mem_len=T)
     assert (rows["rows"], rows["windows"], rows["tokens"]) == (3, 9, 36)
-    assert rows["dropped_tokens"] == 39 - 36
+    assert rows["unscored_tokens"] == 39 - 36 and rows["unscored_by_max_tokens"] == 0
+
+
+@pytest.mark.parametrize(
+    "stream_len, batch_tokens, max_tokens, windows",
+    [
+        (40 * T + 1, 8 * T, 4 * T, 4),  # the cap below one batch of windows
+        (40 * T + 1, 8 * T, 12 * T, 12),  # the cap between one and two windows per row
+        (5 * T + 1, 8 * T, 0, 4),  # a split shorter than two windows per row: 2 rows of 2
+    ],
+)
+def test_memory_changes_the_result_whenever_a_window_has_a_predecessor(
+    stream_len, batch_tokens, max_tokens, windows
+):
+    """However the split and the caps cut it, rows hold consecutive windows (so mem_len is
+    what it says), and the tokens scored are what was asked, never more."""
+    model = _model("xl", mem_len=0)
+    stream = np.asarray(_tokens(batch=1, length=stream_len)[0], np.uint16)
+    kwargs = dict(batch_tokens=batch_tokens, max_tokens=max_tokens)
+    [one] = evaluate(model, stream, [T], mem_len=1, **kwargs)
+    [more] = evaluate(model, stream, [T], mem_len=2 * T, **kwargs)
+    for r in (one, more):
+        assert (r["windows"], r["tokens"]) == (windows, windows * T)
+        assert r["rows"] < r["windows"], "some window has a predecessor"
+        assert r["unscored_tokens"] == stream_len - 1 - windows * T
+    assert abs(one["loss"] - more["loss"]) > 1e-4, "the memory is used"

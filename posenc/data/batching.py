@@ -204,6 +204,8 @@ class EvalWindows:
       scored_tokens: targets scored over all windows.
       dropped_tokens: predictable tokens (stream positions 1..N-1) not scored: the tail that
         cannot fill a stride, plus everything past a `max_windows` cap.
+      capped_tokens: of those, the tokens left out by the `max_windows` cap (the rest is the
+        tail).
     """
 
     stream: np.ndarray = dataclasses.field(repr=False)
@@ -212,6 +214,7 @@ class EvalWindows:
     num_windows: int
     scored_tokens: int
     dropped_tokens: int
+    capped_tokens: int = 0
 
     @property
     def starts(self) -> np.ndarray:
@@ -301,6 +304,7 @@ class MemorySegments:
       segments: windows per row.
       scored_tokens: ``rows * segments * length``.
       dropped_tokens: predictable tokens (stream positions 1..N-1) not scored.
+      capped_tokens: of those, the tokens left out by the ``max_tokens`` cap.
     """
 
     stream: np.ndarray = dataclasses.field(repr=False)
@@ -310,6 +314,7 @@ class MemorySegments:
     segments: int
     scored_tokens: int
     dropped_tokens: int
+    capped_tokens: int = 0
 
     def iter_batches(
         self, batch_size: int, process_index: int = 0, process_count: int = 1
@@ -341,11 +346,17 @@ def memory_segments(
 ) -> MemorySegments:
     """Cuts a stream into ``rows`` parts read as consecutive windows of ``length``.
 
+    The windows scored are those the stream holds, or ``max_tokens // length`` of them (at
+    least one); the parts are at most half as many, so that every part holds at least two
+    consecutive windows whenever there are two to score (with one window per part no window
+    would ever see the memory). The windows left over when the parts cannot share them evenly
+    (fewer than one per part) are not scored, and counted as dropped.
+
     Args:
       stream: token stream `[N]`.
       length: window length L (one entry of `eval.lengths`).
-      rows: parts wanted; fewer when the stream cannot give each a whole window.
-      max_tokens: score at most about this many tokens (at least one window per row); 0: all.
+      rows: parts wanted; fewer when the windows to score cannot give each part two.
+      max_tokens: score at most this many tokens (but at least one window); 0: all.
     """
     predictable = len(stream) - 1
     if length < 1 or predictable < length:
@@ -353,13 +364,18 @@ def memory_segments(
             f"{_EVAL_FIELD}: length {length} needs {length + 1} tokens for one window, but the "
             f"evaluation stream has only {len(stream)} tokens"
         )
-    rows = max(1, min(rows, predictable // length))
-    part = predictable // rows
-    segments = part // length
+    windows = predictable // length
     if max_tokens:
-        segments = max(1, min(segments, max_tokens // (rows * length)))
+        windows = min(windows, max(1, max_tokens // length))
+    rows = max(1, min(rows, windows // 2))
+    part = predictable // rows
+    whole = part // length
+    segments = min(whole, windows // rows)
     scored = rows * segments * length
-    return MemorySegments(stream, length, rows, part, segments, scored, predictable - scored)
+    capped = rows * (whole - segments) * length
+    return MemorySegments(
+        stream, length, rows, part, segments, scored, predictable - scored, capped
+    )
 
 
 def eval_windows(
@@ -394,7 +410,7 @@ def eval_windows(
             f"{_EVAL_FIELD}: length {length} needs {length + 1} tokens for one window, but the "
             f"evaluation stream has only {len(stream)} tokens"
         )
-    n = (predictable - length) // stride + 1
+    n = whole = (predictable - length) // stride + 1
     if max_windows is not None:
         if max_windows < 1:
             raise ValueError(f"max_windows must be positive, got {max_windows}")
@@ -407,4 +423,5 @@ def eval_windows(
         num_windows=n,
         scored_tokens=scored,
         dropped_tokens=predictable - scored,
+        capped_tokens=(whole - n) * stride,
     )

@@ -36,6 +36,7 @@ trained with randomized positions (Ruoss et al. 2023) evaluates on a sorted rand
 Refused, with a one-line ``ValueError`` (:func:`greedy_generate_reference` runs the last two):
 
 - a bidirectional model (``model.causal=False``): later tokens change earlier outputs;
+- prompt ids outside ``[0, model.vocab_size)`` (an embedding lookup would clamp them);
 - an encoder that is not ``cacheable`` (:meth:`Encoding.check_cacheable`): RoPE and xPos with
   ``scaling="dynamic"``, whose one length for the whole window changes the frequencies of every
   token as the window grows, so the cached keys and values of layers after the first are not
@@ -146,6 +147,14 @@ def _check(
         raise ValueError(f"prompts must be [B, P] token ids with P >= 1, got {prompts.shape}")
     if not jnp.issubdtype(prompts.dtype, jnp.integer):
         raise ValueError(f"prompts must be integer token ids, got dtype {prompts.dtype}")
+    if not isinstance(prompts, jax.core.Tracer):  # an id past the table would be clamped
+        low, high = int(prompts.min()), int(prompts.max())
+        if low < 0 or high >= config.vocab_size:
+            bad = low if low < 0 else high
+            raise ValueError(
+                f"prompts hold token id {bad}, outside [0, {config.vocab_size}) "
+                f"(model.vocab_size={config.vocab_size})"
+            )
     b, s = prompts.shape[0], prompts.shape[1] + int(num_new)
     if positions is None:
         model.encoding.check_length(s)

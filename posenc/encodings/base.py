@@ -84,7 +84,8 @@ checks each one against what the encoder does):
   can know an encoder's parameters without initialising them.
 - ``eval_safe_hparams``: hyperparameters that may differ between training and evaluation without
   changing what was trained (Transformer-XL's ``clamp_len``: the original code clamps relative
-  distances only at evaluation). ``posenc eval`` refuses to change any other.
+  distances only at evaluation). ``posenc eval`` refuses to change any other;
+  :meth:`Encoding.describe_eval` names a change in report columns (RoPE's ``yarn x8``).
 - ``qk_head_dim(head_dim)``: the per-head width of ``q`` and ``k`` after ``rotate`` (default:
   unchanged), so attention can choose a path without running the encoder.
 - ``continuous_positions``: True when ``embed`` takes float positions (see above); the model then
@@ -173,7 +174,7 @@ class Encoding:
     causal_only: ClassVar[bool] = False
     # `embed` takes float32 (continuous) positions, possibly from `augment_positions`.
     continuous_positions: ClassVar[bool] = False
-    # A key/value cache reproduces a full pass (posenc.generate refuses it otherwise).
+    # A key/value cache reproduces a full pass (posenc.decoding refuses it otherwise).
     cacheable: ClassVar[bool] = True
     # Set by `bind`; None while unbound.
     dims: Dims | None = dataclasses.field(default=None, kw_only=True)
@@ -228,8 +229,21 @@ class Encoding:
         if not self.cacheable:
             raise ValueError(
                 f"encoding {self.name!r} cannot be decoded with a key/value cache (cacheable = "
-                "False); use posenc.generate.greedy_generate_reference (full recomputation)"
+                "False); use posenc.decoding.lm.greedy_generate_reference (full recomputation)"
             )
+
+    @classmethod
+    def describe_eval(cls, changes: dict[str, Any], train_len: int) -> str:
+        """A short name for hyperparameters changed at evaluation (some of
+        ``eval_safe_hparams``, ``{name: value}``), as a report's column shows it beside the
+        encoder's name. Default: ``name=value, ...``.
+
+        Args:
+          changes: the changed hyperparameters and their values at evaluation.
+          train_len: the run's training length (a value equal to it may go unsaid).
+        """
+        del train_len
+        return ", ".join(f"{k}={v}" for k, v in sorted(changes.items()))
 
     def check_length(self, length: int) -> None:
         """Raises ``ValueError`` if positions ``0..length-1`` are outside what the encoder supports.

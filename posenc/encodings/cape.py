@@ -108,7 +108,7 @@ class CAPE(Encoding):
             raise ValueError(
                 "encoding.normalize=True: 'cape' cannot be decoded with a key/value cache (the "
                 "window's mean position changes every token's embedding); use "
-                "posenc.generate.greedy_generate_reference or normalize=False"
+                "posenc.decoding.lm.greedy_generate_reference or normalize=False"
             )
 
     def validate(self, dims: Dims) -> None:

@@ -57,15 +57,18 @@ the frequencies changed as Hugging Face's ``rope_scaling`` names them (``s = fac
   multiplied, as the paper's logits ``q.k / (t sqrt(D))`` say (with ``fraction < 1`` Hugging Face
   multiplies only the rotated channels).
 
-``scaling=None`` (the default) is plain RoPE, computed exactly as before these options existed.
-A hyperparameter a mode does not use is ignored (``factor`` without ``scaling``, say), as in
-``rope_scaling``. All of them are ``eval_safe_hparams``: ``posenc eval`` may change them.
+``scaling=None`` (the default) is plain RoPE, computed exactly as before these options existed;
+it refuses the other scaling hyperparameters away from their defaults (``factor`` without
+``scaling`` would be ignored, yet recorded in the run and its reports' names). A hyperparameter
+a scaling mode does not use is ignored, as in ``rope_scaling``. All of them are
+``eval_safe_hparams``: ``posenc eval`` may change them.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -84,6 +87,10 @@ SCALING_HPARAMS = (
     "beta_fast",
     "beta_slow",
     "attention_factor",
+)
+# The scaling hyperparameters' defaults: the only values plain RoPE (scaling=None) accepts.
+_UNSCALED = dict(
+    factor=1.0, original_max_len=None, beta_fast=32.0, beta_slow=1.0, attention_factor=None
 )
 # Modes that need the training length, and modes whose base exponent d / (d - 2) needs d > 2.
 _NEED_ORIGINAL = ("dynamic", "yarn")
@@ -134,6 +141,15 @@ def check_scaling(
         )
     if attention_factor is not None:
         check_positive("encoding.attention_factor", attention_factor)
+    if scaling is None:  # plain RoPE would ignore them, and the run would record them
+        given = (factor, original_max_len, beta_fast, beta_slow, attention_factor)
+        for name, value in zip(SCALING_HPARAMS[1:], given, strict=True):
+            if value != _UNSCALED[name]:
+                raise ValueError(
+                    f"encoding.{name}={value!r} has no effect without encoding.scaling (plain "
+                    f"RoPE); set encoding.scaling to one of {list(SCALINGS[1:])} or leave "
+                    f"encoding.{name} at {_UNSCALED[name]!r}"
+                )
 
 
 def check_rope(
@@ -414,6 +430,21 @@ class RoPE(Encoding):
             )
         check_rope(dims.head_dim, self.fraction, self.scaling)
 
+    @classmethod
+    def describe_eval(cls, changes: dict[str, Any], train_len: int) -> str:
+        """``yarn x8`` for ``scaling="yarn", factor=8`` (``original_max_len`` unsaid when it is
+        the training length), then any other change as ``name=value``."""
+        rest = dict(changes)
+        scaling = rest.pop("scaling", None)
+        if not scaling:
+            return super().describe_eval(changes, train_len)
+        head = scaling
+        if "factor" in rest:
+            head += f" x{rest.pop('factor'):g}"
+        if rest.get("original_max_len") == train_len:
+            rest.pop("original_max_len")
+        return ", ".join([head] + ([super().describe_eval(rest, train_len)] if rest else []))
+
     def check_cacheable(self) -> None:
         # Dynamic NTK's one length for the whole window changes the frequencies of every token
         # as the window grows, so the keys and values of layers after the first, cached at
@@ -422,7 +453,7 @@ class RoPE(Encoding):
             raise ValueError(
                 f"encoding.scaling='dynamic': {self.name!r} cannot be decoded with a key/value "
                 "cache (the window's length changes every token's frequencies); use "
-                "posenc.generate.greedy_generate_reference or another scaling"
+                "posenc.decoding.lm.greedy_generate_reference or another scaling"
             )
 
     def rope_kwargs(self, k_pos: jax.Array) -> dict:

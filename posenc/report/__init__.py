@@ -1,7 +1,8 @@
-"""Reports: the ``eval.json`` files of a sweep as the papers' tables, and plots.
+"""Reports: the evaluations of a sweep as the papers' tables, and plots.
 
-:func:`write_report` gathers every evaluated run under a sweep directory (the points listed in
-``sweep.json``, or every ``*/eval.json``, or the directory's own ``eval.json``) and writes:
+:func:`write_report` gathers every evaluation of every run under a sweep directory (the points
+listed in ``sweep.json``, or every evaluated subdirectory, or the directory itself): each
+``eval.json`` and each ``eval-<changes>.json`` (:mod:`posenc.report.runs`), and writes:
 
 - ``report.md``: per training length, a table with evaluation lengths as rows (first column
   ``L_valid``) and encoders as columns, laid out like ALiBi's Tables 2-3, preceded by what was
@@ -11,8 +12,8 @@
 - ``report.csv``: the same tables, wide (``train_seq_len, L_valid``, one column per encoder, plus
   ``<encoder> spread`` and ``<encoder> n`` columns when some entry has several seeds; ``—`` cells
   are empty), full float precision.
-- ``runs.csv``: one row per run and length (the raw numbers every table entry comes from, with
-  the checkpoint step each run was scored at).
+- ``runs.csv``: one row per evaluation and length (the raw numbers every table entry comes from,
+  with the file each came from, the evaluation's changes and the checkpoint step scored).
 - ``<metric>_vs_length_L<train length>.png``: the metric against evaluation length (log x), one
   line per encoder, the training length marked.
 - ``loss_by_position_L<train length>.png``: loss against position inside the window at the
@@ -20,18 +21,27 @@
 
 A run evaluated before its training finished (``posenc eval`` on an interrupted run) is marked
 ``†`` in its column's name, with a note giving the step it was scored at. A perplexity that
-overflowed is shown as ``inf``.
+overflowed is shown as ``inf``. Every table starts with a row ``n`` (runs per column) and the
+evidence flags of :mod:`posenc.report.evidence` follow it: runs still learning at their last
+step (``‡``, by a stated rule), lengths scored on few windows, tokens ``eval.max_tokens`` left
+unscored; the plots caption their error bars.
+
+A folder holding both algorithmic-task runs and text runs is reported as task runs; the text runs
+left out are named in a warning and at the end of ``report.md``.
 
 Columns are named by encoder; two configurations of one encoder in the same table (a sweep over
-RoPE's base, say) get the config fields that tell them apart appended to the name.
+RoPE's base, say) get the config fields that tell them apart appended to the name, and an
+evaluation under changed settings what it changed (``rope (yarn x8)``).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
+from posenc.report import evidence
 from posenc.report.plots import bucket, line_colors, plot_metric, plot_positions, position_curve
 from posenc.report.runs import METRICS, Cell, Column, Run, cell, find_runs, group_runs
 from posenc.report.tables import (
@@ -40,13 +50,14 @@ from posenc.report.tables import (
     describe,
     footnote_lines,
     markdown_table,
+    superseded_notes,
     sweep_failures,
     unfinished_notes,
     write_csv,
     write_runs_csv,
 )
 from posenc.report.tasks import TASK_METRICS, is_task_run, write_task_report
-from posenc.workdir import EVAL_FILE
+from posenc.workdir import EVAL_FILE, EVAL_PREFIX
 
 __all__ = [
     "sweep_and_report",
@@ -54,6 +65,7 @@ __all__ = [
     "METRICS",
     "Cell",
     "Column",
+    "ReportWarning",
     "Run",
     "bucket",
     "cell",
@@ -83,15 +95,19 @@ def _table_section(
     md = [f"## Trained at L = {train_len}: {METRIC_TEXT[metric]}", ""]
     name = f" (trained at L = {train_len})" if several else ""
     md += markdown_table(columns, metric, footnotes, name) + [""]
-    md += unfinished_notes(columns, sweep_dir)
+    notes = unfinished_notes(columns, sweep_dir) + evidence.unconverged_notes(columns, sweep_dir)
+    notes += evidence.few_window_notes(columns)
+    md += [line for note in notes for line in (note, "")]
     plots = [f"{metric}_vs_length_L{train_len}.png"]
     plot_metric(os.path.join(sweep_dir, plots[0]), columns, train_len, metric, colors)
     md.append(f"![{metric} against evaluation length]({plots[0]})")
+    md += ["", f"*{evidence.ERROR_BARS}*", ""]
     name = f"loss_by_position_L{train_len}.png"
     longest = plot_positions(os.path.join(sweep_dir, name), columns, train_len, colors)
     if longest is not None:
         plots.append(name)
         md.append(f"![loss by position at L_valid = {longest}]({name})")
+        md += ["", "*Loss by position: the mean over each column's runs, no spread shown.*"]
     return md + [""], plots
 
 
@@ -110,7 +126,8 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
       The paths written (report.md first).
 
     Raises:
-      ValueError: an unknown metric, or ``accuracy`` with no masked-LM run.
+      ValueError: an unknown metric, or one no run has (``accuracy`` without a masked-LM
+        run, ``exact_match`` without a task run, ...).
       FileNotFoundError: no ``eval.json`` under ``sweep_dir``.
     """
     import matplotlib
@@ -121,14 +138,24 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     runs = find_runs(sweep_dir)
     if not runs:
         raise FileNotFoundError(
-            f"no {EVAL_FILE} under {sweep_dir}; run `posenc sweep` (or `posenc train`) first"
+            f"no evaluation ({EVAL_FILE} or {EVAL_PREFIX}*.json) under {sweep_dir}; run "
+            "`posenc sweep` (or `posenc train`, `posenc eval`) first"
         )
     if any(is_task_run(r) for r in runs):  # algorithmic tasks: accuracy per input length
-        return write_task_report(sweep_dir, runs, "accuracy" if metric == "perplexity" else metric)
+        paths = write_task_report(sweep_dir, runs, "accuracy" if metric == "perplexity" else metric)
+        _name_left_out(paths[0], sweep_dir, [r for r in runs if not is_task_run(r)])
+        return paths
     if metric == "accuracy" and not any(r.eval.get("objective") == "masked_lm" for r in runs):
         raise ValueError(
             f"--metric accuracy: no masked-LM run (train.objective=masked_lm) under {sweep_dir}; "
             "causal-LM runs have perplexity, bits_per_byte and loss"
+        )
+    have = sorted({m for run in runs for r in run.eval["results"] for m in METRICS if m in r})
+    if metric not in have:  # exact_match of a masked LM, bits per byte of a masked LM, ...
+        raise ValueError(
+            f"--metric {metric}: no run under {sweep_dir} has it (exact_match and "
+            "sequence_accuracy: algorithmic-task runs; accuracy: masked-LM runs; bits_per_byte: "
+            f"causal-LM runs); these runs have {', '.join(have)}"
         )
     tables = group_runs(runs)
     colors = line_colors(tables)
@@ -144,6 +171,7 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
         md += section
         plots += written
     md += footnote_lines(footnotes)
+    md += superseded_notes(runs, sweep_dir)
     failures = sweep_failures(sweep_dir)
     if failures:
         md += ["Points without results:", ""] + failures + [""]
@@ -153,6 +181,26 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     write_csv(paths[1], tables, metric)
     write_runs_csv(paths[2], runs, sweep_dir)
     return paths + [os.path.join(sweep_dir, p) for p in plots]
+
+
+class ReportWarning(UserWarning):
+    """Runs under a report's directory were left out of it (the message says which and why)."""
+
+
+def _name_left_out(report_md: str, sweep_dir: str, runs: Sequence[Run]) -> None:
+    """Says in a warning and at the end of ``report.md`` which text runs a task report left
+    out: a report covers task runs (accuracy per input length) or text runs, not both."""
+    if not runs:
+        return
+    names = ", ".join(os.path.relpath(r.dir, sweep_dir) for r in runs)
+    note = (
+        f"{len(runs)} text run{'s' * (len(runs) > 1)} left out ({names}): a report covers "
+        "algorithmic-task runs or text runs, not both; report the text runs from a folder of "
+        "their own"
+    )
+    with open(report_md, "a") as f:
+        f.write(f"\n{note}.\n")
+    warnings.warn(note, ReportWarning, stacklevel=3)
 
 
 def sweep_and_report(

@@ -26,6 +26,10 @@ import numpy as np
 from posenc.report.tables import format_table
 from posenc.workdir import CONFIG_FILE, METRICS_FILE, SWEEP_FILE, flatten, read_json, read_jsonl
 
+SPREAD = (
+    "Entries and lines: the mean over seeds, ± (shaded) one sample standard deviation; the "
+    "number of seeds is in the legend, and a line without shading is one run."
+)
 # Fields that do not make two points different configurations.
 _NOT_IDENTITY = ("seed", "train.progress", "data.data_dir", "distributed.", "eval.")
 
@@ -169,7 +173,7 @@ def plot_curves(path: str, curves: Sequence[Curve], title: str, ylabel: str = "t
             ax.fill_between(steps, mean - spread, mean + spread, color=line.get_color(), alpha=0.2)
     ax.set_xlabel("training step")
     ax.set_ylabel(ylabel)
-    ax.set_title(title, fontsize=10)
+    ax.set_title(f"{title}\nshaded: ± one sample standard deviation over seeds", fontsize=10)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     fig.savefig(path, dpi=120)
@@ -198,7 +202,7 @@ def convergence_report(
         plot_curves(plot, found, title)
         md += [f"## {title}", "", f"Runs: `{sweep_dir}`.", ""]
         md += loss_table(found, chosen) + [""]
-        md += [f"![{title}]({os.path.basename(plot)})", ""]
+        md += [f"![{title}]({os.path.basename(plot)})", "", f"*{SPREAD}*", ""]
         paths.append(plot)
     with open(paths[0], "w") as f:
         f.write("\n".join(md))

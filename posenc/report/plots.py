@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from posenc.report.evidence import ERROR_BARS
 from posenc.report.runs import Column, cell, table_lengths
 from posenc.report.tables import METRIC_TEXT
 
@@ -61,7 +62,7 @@ def plot_metric(path: str, columns: Sequence[Column], train_len: int, metric: st
             marker="o",
             markersize=4,
             capsize=3,
-            label=column.label,
+            label=f"{column.label} (n={len(column.runs)})",
             color=colors[column.label],
         )
     _mark_train_length(ax, train_len)
@@ -79,6 +80,8 @@ def plot_metric(path: str, columns: Sequence[Column], train_len: int, metric: st
     ax.grid(True, which="both", alpha=0.3)
     if ys:
         ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.text(0.01, 0.005, ERROR_BARS, fontsize=7, color="0.3", ha="left", va="bottom", wrap=True)
+    fig.get_layout_engine().set(rect=(0, 0.04, 1, 0.96))  # room for the caption
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
@@ -134,7 +137,7 @@ def plot_positions(path: str, columns: Sequence[Column], train_len: int, colors)
     _mark_train_length(ax, train_len)
     ax.set_xscale("log")
     ax.set_xlabel("position inside the window (1 = first token, log scale)")
-    ax.set_ylabel("loss (nats), mean over log-spaced position buckets")
+    ax.set_ylabel("loss (nats), mean over runs and log-spaced position buckets")
     missing = [c.label for c in columns if c.label not in curves]
     title = f"loss by position, windows of {length} tokens (trained at L = {train_len})"
     if missing:

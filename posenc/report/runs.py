@@ -1,9 +1,21 @@
-"""The evaluated runs of a sweep, grouped into the columns and cells of the papers' tables."""
+"""The evaluated runs of a sweep, grouped into the columns and cells of the papers' tables.
+
+Every evaluation of every run counts: a work directory's ``eval.json`` and each
+``eval-<changes>.json`` written by ``posenc eval`` under changed settings (RoPE scaled with
+YaRN, a sliding window, the test split, ...). An evaluation's identity is its run's config (less
+the seed and what cannot change the numbers) with the evaluation's recorded ``changes`` applied,
+so runs of several seeds evaluated under the same changes share one column, named by the
+changes (``rope (yarn x8)``), beside the column of their own evaluations (``rope``).
+
+Evaluations of one run with the same identity (``eval.json`` at 64 ... 1024 and
+``eval-lengths-...json`` at 4096, say, or a long length scored on another attention path) are
+merged, length by length, when they scored the same checkpoint step; a report of an older step
+is left out and named in the report's notes.
+"""
 
 from __future__ import annotations
 
 import dataclasses
-import glob
 import json
 import math
 import os
@@ -11,7 +23,15 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
-from posenc.workdir import CONFIG_FILE, EVAL_FILE, SWEEP_FILE, flatten, read_json, upgrade
+from posenc.workdir import (
+    CONFIG_FILE,
+    EVAL_FILE,
+    SWEEP_FILE,
+    RunDir,
+    flatten,
+    read_json,
+    upgrade,
+)
 
 # accuracy: masked-LM runs only (the share of masked tokens predicted).
 METRICS = ("perplexity", "bits_per_byte", "loss", "accuracy")
@@ -29,15 +49,33 @@ _IGNORED = (
     "data.data_dir",
     "distributed.",
 )
+# Evaluation changes that choose how attention is computed, not what: an evaluation on another
+# path (blocked attention for a long window, say) scores the same model, in the same column.
+_PATH_FIELDS = ("model.attention_impl", "model.attention_block_size")
 
 
 @dataclasses.dataclass
 class Run:
-    """One evaluated work directory."""
+    """One evaluation of one work directory (or several of its reports, merged).
+
+    Attributes:
+      dir: the work directory.
+      eval: the report (its ``results`` merged over ``files``).
+      identity: flattened config fields that define the column: the run's config, less the
+        seed and what cannot change the numbers, with ``changes`` applied.
+      files: the evaluation reports the results come from (``eval.json`` first).
+      changes: the evaluation's changed settings that define its column (``{}``: the run's own).
+      superseded: reports left out because they scored an older checkpoint step.
+      sources: the report each length's result comes from.
+    """
 
     dir: str
     eval: dict[str, Any]
-    identity: dict[str, Any]  # flattened config fields that define the column
+    identity: dict[str, Any]
+    files: tuple[str, ...] = (EVAL_FILE,)
+    changes: dict[str, Any] = dataclasses.field(default_factory=dict)
+    superseded: tuple[str, ...] = ()
+    sources: dict[int, str] = dataclasses.field(default_factory=dict)
 
     @property
     def encoding(self) -> str:
@@ -98,6 +136,10 @@ class Cell:
         return statistics.stdev(self.values)
 
 
+def _ignored(field: str) -> bool:
+    return any(field == p or (p.endswith(".") and field.startswith(p)) for p in _IGNORED)
+
+
 def _identity(run_dir: str, report: dict[str, Any]) -> dict[str, Any]:
     """Config fields defining a run apart from seed and training length."""
     fields = read_json(os.path.join(run_dir, CONFIG_FILE))
@@ -118,29 +160,71 @@ def _identity(run_dir: str, report: dict[str, Any]) -> dict[str, Any]:
     flat["eval.split"] = report["data"].get("split")
     flat["eval.positions"] = report.get("positions", "contiguous")
     flat["eval.mem_len"] = report.get("mem_len", 0)
+    flat.update(variant_changes(report))
+    return {k: v for k, v in flat.items() if not _ignored(k)}
+
+
+def variant_changes(report: dict[str, Any]) -> dict[str, Any]:
+    """The changes an evaluation report records that make it a column of its own: all but
+    the lengths, the batch size and the attention path."""
+    changes = report.get("changes") or {}
     return {
-        k: v
-        for k, v in flat.items()
-        if not any(k == p or (p.endswith(".") and k.startswith(p)) for p in _IGNORED)
+        k: tuple(v) if isinstance(v, list) else v
+        for k, v in changes.items()
+        if not _ignored(k) and k not in _PATH_FIELDS
     }
 
 
-def find_runs(sweep_dir: str) -> list[Run]:
-    """Evaluated runs under ``sweep_dir``, in sweep order (``sweep.json``) or name order."""
+def _run_dirs(sweep_dir: str) -> list[str]:
+    """The work directories under ``sweep_dir``: the points of ``sweep.json``, or the directory
+    itself if it is an evaluated run, or its evaluated subdirectories in name order."""
     sweep = read_json(os.path.join(sweep_dir, SWEEP_FILE))
     if sweep is not None:
-        dirs = [os.path.join(sweep_dir, p["dir"]) for p in sweep["points"]]
-    elif os.path.exists(os.path.join(sweep_dir, EVAL_FILE)):
-        dirs = [sweep_dir]
-    else:
-        dirs = sorted(
-            os.path.dirname(p) for p in glob.glob(os.path.join(sweep_dir, "*", EVAL_FILE))
-        )
+        return [os.path.join(sweep_dir, p["dir"]) for p in sweep["points"]]
+    if not os.path.isdir(sweep_dir):
+        return []
+    if next(RunDir(sweep_dir).eval_files(), None) is not None:
+        return [sweep_dir]
+    subdirs = sorted(os.path.join(sweep_dir, n) for n in os.listdir(sweep_dir))
+    return [d for d in subdirs if os.path.isdir(d) and next(RunDir(d).eval_files(), None)]
+
+
+def _merge(run_dir: str, reports: list[tuple[str, dict[str, Any]]], identity) -> Run:
+    """One run from its reports of one identity: those of the newest checkpoint step, their
+    results merged length by length (a later report's result replaces an earlier one's)."""
+    steps = [r.get("checkpoint_step") for _, r in reports]
+    newest = max((s for s in steps if s is not None), default=None)
+    # A report that does not record its step (written by an older posenc) is kept.
+    current = [s in (None, newest) for s in steps]
+    kept = [report for report, ok in zip(reports, current, strict=True) if ok]
+    superseded = tuple(n for (n, _), ok in zip(reports, current, strict=True) if not ok)
+    by_length: dict[int, dict[str, Any]] = {}
+    sources: dict[int, str] = {}
+    for name, report in sorted(kept, key=lambda item: item[1].get("time", 0)):
+        for result in report["results"]:
+            by_length[result["length"]] = result
+            sources[result["length"]] = name
+    primary = kept[0][1]  # eval.json when it is among them: eval_files() lists it first
+    merged = {**primary, "results": [by_length[n] for n in sorted(by_length)]}
+    files = tuple(name for name, _ in kept)
+    changes = variant_changes(primary)
+    return Run(run_dir, merged, identity, files, changes, superseded, sources)
+
+
+def find_runs(sweep_dir: str) -> list[Run]:
+    """Every evaluation of every run under ``sweep_dir`` (see the module docstring), in sweep
+    order (``sweep.json``) or name order; in a run, ``eval.json``'s first."""
     runs = []
-    for d in dirs:
-        report = read_json(os.path.join(d, EVAL_FILE))
-        if report is not None:
-            runs.append(Run(d, report, _identity(d, report)))
+    for d in _run_dirs(sweep_dir):
+        groups: dict[str, tuple[dict[str, Any], list[tuple[str, dict[str, Any]]]]] = {}
+        run = RunDir(d)
+        for name in run.eval_files():
+            report = run.read_eval(name)
+            if report is None or "results" not in report:
+                continue
+            identity = _identity(d, report)
+            groups.setdefault(_freeze(identity), (identity, []))[1].append((name, report))
+        runs += [_merge(d, reports, identity) for identity, reports in groups.values()]
     return runs
 
 
@@ -149,7 +233,7 @@ def _freeze(identity: dict[str, Any]) -> str:
 
 
 def group_runs(runs: Sequence[Run]) -> dict[int, list[Column]]:
-    """Columns per training length: runs equal but for the seed share a column."""
+    """Columns per training length: evaluations equal but for the seed share a column."""
     tables: dict[int, dict[str, list[Run]]] = {}
     for run in runs:
         tables.setdefault(run.train_len, {}).setdefault(_freeze(run.identity), []).append(run)
@@ -164,7 +248,7 @@ def group_runs(runs: Sequence[Run]) -> dict[int, list[Column]]:
                     f"runs {[r.dir for r in group]} have the same configuration and seed; "
                     "report them from separate directories"
                 )
-            same_name = [g[0].identity for g in groups if g[0].encoding == group[0].encoding]
+            same_name = [g[0] for g in groups if g[0].encoding == group[0].encoding]
             label = _label(group[0], same_name)
             if any(not r.finished for r in group):
                 label += " †"
@@ -173,24 +257,51 @@ def group_runs(runs: Sequence[Run]) -> dict[int, list[Column]]:
     return out
 
 
-def _label(run: Run, same_name: list[dict[str, Any]]) -> str:
-    """The encoder name, plus the fields that differ between its columns (if several)."""
-    if len(same_name) < 2:
-        return run.encoding
-    keys = sorted({k for ident in same_name for k in ident})
-    differ = [k for k in keys if len({repr(ident.get(k)) for ident in same_name}) > 1]
-    if "train.positions" in differ and run.identity.get("eval.positions") == run.identity.get(
-        "train.positions"
-    ):
-        differ.remove("eval.positions")  # evaluated as trained: one word says both
-    text = ", ".join(f"{_short(k)}={run.identity.get(k)}" for k in differ)
-    return f"{run.encoding} ({text})"
+def _label(run: Run, same_name: list[Run]) -> str:
+    """The encoder name, plus the trained fields that differ between its columns (if several),
+    plus what the evaluation changed (``rope (yarn x8)``)."""
+    parts = []
+    if len({_freeze(r.identity) for r in same_name}) > 1:
+        evaluated = {k for r in same_name for k in r.changes}  # named by the changes instead
+        identities = [r.identity for r in same_name]
+        keys = sorted({k for ident in identities for k in ident} - evaluated)
+        differ = [k for k in keys if len({repr(ident.get(k)) for ident in identities}) > 1]
+        if "train.positions" in differ and run.identity.get("eval.positions") == run.identity.get(
+            "train.positions"
+        ):
+            differ.remove("eval.positions")  # evaluated as trained: one word says both
+        if differ:
+            parts.append(", ".join(f"{_short(k)}={run.identity.get(k)}" for k in differ))
+    if run.changes:
+        parts.append(describe_changes(run.encoding, run.changes, run.train_len))
+    return f"{run.encoding} ({'; '.join(parts)})" if parts else run.encoding
+
+
+def describe_changes(encoding: str, changes: dict[str, Any], train_len: int) -> str:
+    """What an evaluation changed, as a column names it: the encoder's hyperparameters as the
+    encoder describes them (:meth:`posenc.encodings.Encoding.describe_eval`, e.g. ``yarn x8``),
+    then the other fields as ``field=value``."""
+    prefix = "encoding.hparams."
+    hparams = {k.removeprefix(prefix): v for k, v in changes.items() if k.startswith(prefix)}
+    parts = []
+    if hparams:
+        from posenc import encodings
+
+        try:
+            describe = encodings.get_class(encoding).describe_eval
+        except (KeyError, ValueError):  # an encoder this installation does not register
+            describe = encodings.Encoding.describe_eval
+        parts.append(describe(hparams, train_len))
+    parts += [f"{_short(k)}={v}" for k, v in sorted(changes.items()) if not k.startswith(prefix)]
+    return ", ".join(parts)
 
 
 def _short(field: str) -> str:
     """A config field as a column label says it: ``encoding.hparams.base`` -> ``base``,
-    ``train.positions`` -> ``positions``."""
-    return field.removeprefix("encoding.hparams.").removeprefix("train.")
+    ``train.positions`` -> ``positions``, ``eval.mode`` -> ``mode``."""
+    for prefix in ("encoding.hparams.", "train.", "eval."):
+        field = field.removeprefix(prefix)
+    return field
 
 
 def cell(column: Column, length: int, metric: str) -> Cell | None:

@@ -4,12 +4,14 @@ notes, and the CSV files."""
 from __future__ import annotations
 
 import csv
+import json
 import os
 from collections.abc import Sequence
 from typing import Any
 
+from posenc.report import evidence
 from posenc.report.runs import Column, Run, cell, table_lengths
-from posenc.workdir import SWEEP_FILE, read_json
+from posenc.workdir import EVAL_FILE, SWEEP_FILE, read_json
 
 DASH = "—"
 _DIGITS = {
@@ -41,8 +43,9 @@ def _superscript(i: int) -> str:
 def markdown_table(
     columns: Sequence[Column], metric: str, footnotes: dict[str, dict[str, Any]], name: str = ""
 ) -> list[str]:
-    """Rows of one markdown table. Errors get one footnote per column, collected in
-    ``footnotes`` (``name`` + label -> number, lengths, first message)."""
+    """Rows of one markdown table: the runs per column (``n``), then one row per length.
+    Errors get one footnote per column, collected in ``footnotes`` (``name`` + label -> number,
+    lengths, first message)."""
     rows = []
     for length in table_lengths(columns):
         cells = []
@@ -58,11 +61,13 @@ def markdown_table(
                 note["lengths"].append(length)
                 cells.append(DASH + _superscript(note["number"]))
             elif entry.spread is not None:
-                cells.append(f"{_fmt(entry.mean, metric)} ± {_fmt(entry.spread, metric)}")
+                text = f"{_fmt(entry.mean, metric)} ± {_fmt(entry.spread, metric)}"
+                cells.append(text + evidence.entry_runs(column, length, metric))
             else:
-                cells.append(_fmt(entry.mean, metric))
+                cells.append(_fmt(entry.mean, metric) + evidence.entry_runs(column, length, metric))
         rows.append([str(length), *cells])
-    return format_table(["L_valid", *(c.label for c in columns)], rows)
+    header = ["L_valid", *(c.label for c in columns)]
+    return format_table(header, [evidence.runs_row(columns), *rows])
 
 
 def format_table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
@@ -126,9 +131,15 @@ def describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
     seeds = sorted({e["seed"] for e in evals})
     per_entry = sorted({len(c.runs) for c in columns})
     text += f"; seeds {', '.join(map(str, seeds))}"
-    if max(per_entry) > 1:
-        text += " (entries are mean ± sample standard deviation over seeds)"
     lines.append(text + ".")
+    if max(per_entry) > 1:
+        lines.append(
+            "- Entries: row n counts the runs (seeds) of each column; an entry is their mean ± "
+            "sample standard deviation, or the one run's value where n = 1 (no spread: weaker "
+            "evidence); (n=k) marks an entry with fewer runs than its column."
+        )
+    else:
+        lines.append("- Entries: one run each (n = 1): no spread over seeds is measured.")
     masked = [e for e in evals if e.get("objective") == "masked_lm"]
     if masked:
         some = "" if len(masked) == len(evals) else " (where the column says so)"
@@ -149,7 +160,8 @@ def describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
     if mode == "sliding":
         text += f" (stride {_common([e['stride'] for e in evals])})"
     if tokens:
-        text += f", {min(tokens):,}-{max(tokens):,} tokens scored per length"
+        scored = f"{min(tokens):,}" + (f"-{max(tokens):,}" if max(tokens) > min(tokens) else "")
+        text += f", {scored} tokens scored per length"
     text += f" of the {split} split" if split else ""
     randomized = sorted(
         {e.get("max_position") for e in evals if e.get("positions") == "randomized"}
@@ -159,6 +171,9 @@ def describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
         every = "" if len(randomized) == len(evals) else " (where the column says so)"
         text += f"; positions randomized{every}: a sorted random subset of {ranges} per batch"
     lines.append(text + ".")
+    capped = evidence.max_tokens_note(runs)
+    if capped:
+        lines.append(f"- Unscored: {capped}.")
     devices = sorted({e.get("device", "?") for e in evals})
     lines.append(f"- Device (evaluation): {', '.join(devices)}.")
     return lines
@@ -172,6 +187,8 @@ def sweep_failures(sweep_dir: str) -> list[str]:
     for p in sweep["points"]:
         if p["status"] not in ("done", "skipped"):
             error = (p.get("error") or "").splitlines()[0][:300] if p.get("error") else ""
+            if p["status"] == "unselected":
+                error = "not run: left out by posenc sweep --only"
             out.append(f"- `{p['dir']}`: {p['status']}" + (f" ({error})" if error else ""))
     return out
 
@@ -204,15 +221,18 @@ def write_runs_csv(path: str, runs: Sequence[Run], sweep_dir: str) -> None:
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(
-            ["dir", "encoding", "train_seq_len", "seed", "checkpoint_step", "train_steps"]
-            + ["length", *fields, "error"]
+            ["dir", "file", "encoding", "changes", "train_seq_len", "seed", "checkpoint_step"]
+            + ["train_steps", "length", *fields, "error"]
         )
         for run in runs:
             step = run.eval.get("checkpoint_step")
+            changes = json.dumps(run.changes, sort_keys=True) if run.changes else ""
             for r in run.eval["results"]:
+                source = run.sources.get(r["length"], run.files[0])
                 writer.writerow(
-                    [os.path.relpath(run.dir, sweep_dir), run.encoding, run.train_len, run.seed]
-                    + ["" if step is None else step, run.eval["train_steps"], r["length"]]
+                    [os.path.relpath(run.dir, sweep_dir), source, run.encoding, changes]
+                    + [run.train_len, run.seed, "" if step is None else step]
+                    + [run.eval["train_steps"], r["length"]]
                     + [repr(r[k]) if k in r else "" for k in fields]
                     + [r.get("error", "")]
                 )
@@ -225,10 +245,31 @@ def unfinished_notes(columns: Sequence[Column], sweep_dir: str) -> list[str]:
         for run in column.unfinished:
             step = run.eval.get("checkpoint_step")
             lines.append(
-                f"† {column.label.removesuffix(' †')}: `{os.path.relpath(run.dir, sweep_dir)}` "
+                f"† {column.label.removesuffix(' †')}: `{_where(run, sweep_dir)}` "
                 f"was scored at step {step} of {run.eval['train_steps']} (training unfinished)."
             )
     return lines
+
+
+def _where(run: Run, sweep_dir: str) -> str:
+    """The run's directory relative to the report, and its evaluation files but eval.json."""
+    where = os.path.relpath(run.dir, sweep_dir)
+    others = [f for f in run.files if f != EVAL_FILE]
+    return where + (f" ({', '.join(others)})" if others else "")
+
+
+def superseded_notes(runs: Sequence[Run], sweep_dir: str) -> list[str]:
+    """One line per evaluation report left out for scoring an older checkpoint step than the
+    run's other reports under the same settings."""
+    lines = []
+    for run in runs:
+        for name in run.superseded:
+            lines.append(
+                f"- `{os.path.join(os.path.relpath(run.dir, sweep_dir), name)}` scored an older "
+                f"checkpoint than step {run.eval.get('checkpoint_step')} of "
+                f"{', '.join(run.files)}; left out (evaluate again to include those lengths)."
+            )
+    return ["Evaluations left out:", "", *lines, ""] if lines else []
 
 
 def footnote_lines(footnotes: dict[str, dict[str, Any]]) -> list[str]:

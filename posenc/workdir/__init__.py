@@ -11,7 +11,12 @@ Training, evaluation, sweeps and reports all go through this package; none of th
 another's files. Importing it is cheap (no JAX, no orbax until a checkpoint is opened).
 """
 
-from posenc.workdir.checkpoints import CheckpointError, Checkpoints, CheckpointWarning
+from posenc.workdir.checkpoints import (
+    CheckpointError,
+    Checkpoints,
+    CheckpointSaveError,
+    CheckpointWarning,
+)
 from posenc.workdir.files import (
     CHECKPOINT_DIR,
     CONFIG_FILE,
@@ -23,6 +28,7 @@ from posenc.workdir.files import (
     LOCK_FILE,
     LOG_FILE,
     METRICS_FILE,
+    OWNED_NAMES,
     POINT_FILE,
     STATUS_FILE,
     SWEEP_FILE,
@@ -58,12 +64,14 @@ __all__ = [
     "LOCK_FILE",
     "LOG_FILE",
     "METRICS_FILE",
+    "OWNED_NAMES",
     "POINT_FILE",
     "RESUMABLE",
     "STATUS_FILE",
     "SWEEP_FILE",
     "TENSORBOARD_DIR",
     "CheckpointError",
+    "CheckpointSaveError",
     "CheckpointWarning",
     "Checkpoints",
     "RunDir",

@@ -15,12 +15,19 @@ is deleted) so that it can save that step again. When no step is intact a
 :class:`CheckpointError` says so. A step without a record (interrupted between orbax's commit
 and the record, or written by an older posenc) is restored unverified, still falling back if
 orbax fails.
+
+A save that fails (a full disk) raises one line, :class:`CheckpointSaveError`, saying why and
+which step is the last good one; the steps saved before it are untouched, and the unfinished
+step is removed when training opens the directory again.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
+import logging
 import os
+import re
 import shutil
 import time
 import warnings
@@ -34,6 +41,10 @@ _CHUNK = 1 << 20
 
 class CheckpointError(WorkdirError):
     """No checkpoint of a run can be restored."""
+
+
+class CheckpointSaveError(WorkdirError):
+    """Saving a step failed (a full disk, say); the steps saved before it are intact."""
 
 
 class CheckpointWarning(UserWarning):
@@ -117,8 +128,12 @@ class Checkpoints:
             max_to_keep=keep,
             create=writer,
             enable_async_checkpointing=False,
+            # A step whose save was cut off (a full disk, kill -9) is removed when training
+            # opens the directory again, giving its space back.
+            cleanup_tmp_directories=writer,
         )
         self._manager = ocp.CheckpointManager(self.directory, options=options)
+        _keep_orbax_thread_errors_off_the_console()
 
     def steps(self) -> list[int]:
         """The saved steps, oldest first."""
@@ -128,19 +143,28 @@ class Checkpoints:
         return os.path.join(self.directory, str(step))
 
     def save(self, step: int, params: Any, train_state: Any) -> None:
-        """Saves a step (blocking) and records its checksums."""
+        """Saves a step (blocking) and records its checksums.
+
+        Raises:
+          CheckpointSaveError: the save failed (one line: why, and which step is the last good
+            one; orbax's log of its threads' failures is kept off the console).
+        """
         import orbax.checkpoint as ocp
 
-        self._manager.save(
-            step,
-            args=ocp.args.Composite(
-                params=ocp.args.StandardSave(params),
-                train_state=ocp.args.StandardSave(train_state),
-            ),
-        )
-        self._manager.wait_until_finished()
-        if self.primary:
-            record_checksums(self.step_dir(step))
+        saved = self.steps()
+        try:
+            self._manager.save(
+                step,
+                args=ocp.args.Composite(
+                    params=ocp.args.StandardSave(params),
+                    train_state=ocp.args.StandardSave(train_state),
+                ),
+            )
+            self._manager.wait_until_finished()
+            if self.primary:
+                record_checksums(self.step_dir(step))
+        except Exception as e:  # noqa: BLE001 - whatever failed, the older steps are intact
+            raise CheckpointSaveError(_save_failed(self.directory, step, saved, e)) from e
 
     def restore_latest(
         self,
@@ -224,6 +248,53 @@ class Checkpoints:
 
     def close(self) -> None:
         self._manager.close()
+
+
+def _orbax_thread_error(record: logging.LogRecord) -> bool:
+    """Whether a log record is orbax reporting that one of its writer threads raised: with
+    synchronous saves that exception reaches :meth:`Checkpoints.save`, which raises it as one
+    line, so the record (hundreds of lines of asyncio tracebacks) would only repeat it."""
+    return "orbax" in record.pathname and "raised an exception" in record.getMessage()
+
+
+def _keep_orbax_thread_errors_off_the_console() -> None:
+    logger = logging.getLogger("absl")  # orbax logs through absl's logger
+    if _ORBAX_FILTER not in logger.filters:
+        logger.addFilter(_ORBAX_FILTER)
+
+
+_ORBAX_FILTER = logging.Filter()
+_ORBAX_FILTER.filter = lambda record: not _orbax_thread_error(record)
+
+
+def _save_failed(directory: str, step: int, saved: list[int], error: BaseException) -> str:
+    """The one line of a failed save: why, what is intact, and what to do."""
+    code = _os_error_code(error)
+    why = os.strerror(code) if code else f"{type(error).__name__}: {_first_line(error)}"
+    fix = "free some space" if code in (errno.ENOSPC, errno.EDQUOT) else "fix that"
+    if saved:
+        then = (
+            f"the last good checkpoint, step {saved[-1]}, is intact: {fix} and run the same "
+            "command again to resume from it"
+        )
+    else:
+        then = f"no earlier step was saved: {fix} and run the same command again to start over"
+    return f"saving checkpoint step {step} in {directory} failed: {why}; {then}"
+
+
+def _os_error_code(error: BaseException) -> int | None:
+    """The operating system's error number behind a failure, if any: an ``OSError`` among the
+    exception and its causes, or TensorStore's ``[os_error_code='28']`` in a message."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if isinstance(error, OSError) and error.errno:
+            return error.errno
+        match = re.search(r"os_error_code='(\d+)'", str(error))
+        if match:
+            return int(match.group(1))
+        error = error.__cause__ or error.__context__
+    return None
 
 
 def _is_legacy(step_dir: str) -> bool:

@@ -39,6 +39,22 @@ SWEEP_FILE = "sweep.json"  # the points, their directories and statuses
 POINT_FILE = "point.json"  # a point's overrides and resolved config
 STATUS_FILE = "status.json"  # a point's status: running, done, failed, interrupted
 LOG_FILE = "log.txt"  # a point's output when it runs in a child process
+# Every name above: what posenc keeps in a run or sweep directory, never written over by a file
+# a user names (an evaluation's --output).
+OWNED_NAMES = (
+    CONFIG_FILE,
+    DATA_FILE,
+    INIT_FILE,
+    CHECKPOINT_DIR,
+    CORRUPT_DIR,
+    METRICS_FILE,
+    TENSORBOARD_DIR,
+    LOCK_FILE,
+    SWEEP_FILE,
+    POINT_FILE,
+    STATUS_FILE,
+    LOG_FILE,
+)
 
 
 class WorkdirError(ValueError):
@@ -243,16 +259,24 @@ def parse_value(text: str) -> Any:
         return text
 
 
-def settings_name(settings: Mapping[str, Any]) -> str:
+def settings_name(
+    settings: Mapping[str, Any], max_len: int = _MAX_NAME, hash_of: Mapping[str, Any] | None = None
+) -> str:
     """A readable, file-system-safe name for a set of dotted settings, stable and unique.
 
     Keys are sorted, so the name does not depend on the order the settings were written in::
 
         {"seed": 0, "encoding.name": "alibi"} -> "encoding.name-alibi__seed-0"
 
-    Characters outside ``[A-Za-z0-9._+-]`` become ``_``; where that (or shortening a very long
-    name, or a string that reads back as another literal: "0" vs 0) could make two settings
-    collide, a hash of the exact settings is appended.
+    Characters outside ``[A-Za-z0-9._+-]`` become ``_``; where that (or shortening a name longer
+    than ``max_len``, or a string that reads back as another literal: "0" vs 0) could make two
+    settings collide, a hash of the exact settings is appended.
+
+    Args:
+      settings: dotted field -> value.
+      max_len: longest readable part (the hash comes on top).
+      hash_of: settings that ``settings`` abbreviates (their keys shortened): the hash is then
+        always appended, and is of these.
     """
     if not settings:
         return "base"
@@ -268,8 +292,8 @@ def settings_name(settings: Mapping[str, Any]) -> str:
     name = "__".join(parts)
     if name.startswith((".", "-")):
         name, lossy = "_" + name, True
-    if len(name) > _MAX_NAME:
-        name, lossy = name[:_MAX_NAME], True
-    if lossy:
-        name += "__h" + settings_hash(settings)[:10]
+    if len(name) > max_len:
+        name, lossy = name[:max_len], True
+    if lossy or hash_of is not None:
+        name += "__h" + settings_hash(settings if hash_of is None else hash_of)[:10]
     return name

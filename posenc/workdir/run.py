@@ -12,6 +12,9 @@ Layout (names in :mod:`posenc.workdir.files`)::
       eval-<settings>.json  evaluations under changed settings (posenc eval --lengths ...)
       posenc.lock           held by the process using the directory
 
+A report's name is always a plain ``.json`` name inside the directory and never one of the
+names posenc owns (:data:`~posenc.workdir.files.OWNED_NAMES`): :meth:`RunDir.eval_output`.
+
 Rules, each enforced here with a one-line :class:`~posenc.workdir.files.WorkdirError`:
 
 - a run resumes only with the config it was trained with, apart from fields that cannot change
@@ -20,13 +23,17 @@ Rules, each enforced here with a one-line :class:`~posenc.workdir.files.WorkdirE
 - a run resumes only on the data it started on: the split streams' hashes in ``data.json`` must
   match the source's (an edited ``textdir:`` folder is new data);
 - one process at a time (:mod:`posenc.workdir.lock`);
-- checkpoints are verified before they are restored (:mod:`posenc.workdir.checkpoints`).
+- checkpoints are verified before they are restored (:mod:`posenc.workdir.checkpoints`);
+- a refusal while a new run is being set up leaves the directory as it was
+  (:meth:`RunDir.starting`), so the corrected command is not refused as another run.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-from collections.abc import Iterator, Mapping
+import shutil
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import ml_collections
@@ -41,6 +48,7 @@ from posenc.workdir.files import (
     EVAL_PREFIX,
     INIT_FILE,
     METRICS_FILE,
+    OWNED_NAMES,
     WorkdirError,
     config_from_dict,
     diff_fields,
@@ -87,15 +95,34 @@ def data_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]
     return changes
 
 
+# Longest readable part of an evaluation file's name (a hash of the settings follows).
+_EVAL_NAME_LEN = 60
+
+
 def eval_file_name(changes: Mapping[str, Any]) -> str:
-    """``eval.json`` for the run's own settings, else ``eval-<readable settings>.json``, e.g.
-    ``eval-lengths-64_256__h<hash>.json`` (the ``eval.`` of the changed fields left out)."""
+    """``eval.json`` for the run's own settings, else ``eval-<short settings>.json``.
+
+    The name is short and deterministic (the same changes always name the same file, so an
+    evaluation repeated under them replaces its report): ``eval.`` and ``encoding.hparams.`` are
+    left out of the field names, the readable part is cut at 60 characters, and a hash of the
+    exact changes follows wherever the short form could be ambiguous::
+
+        {"eval.mode": "sliding", "eval.stride": 32}  -> eval-mode-sliding__stride-32.json
+        {"encoding.hparams.scaling": "yarn", "encoding.hparams.factor": 8,
+         "encoding.hparams.original_max_len": 128}
+            -> eval-factor-8__original_max_len-128__scaling-yarn__h<10 hex>.json
+
+    Readers never parse the name: every report records its ``changes``.
+    """
     if not changes:
         return EVAL_FILE
-    short = {k.removeprefix("eval."): v for k, v in changes.items()}
-    if len(short) < len(changes):  # "eval.x" and a top-level "x" would share a name
-        short = dict(changes)
-    return f"{EVAL_PREFIX}{settings_name(short)}.json"
+    hparams = "encoding.hparams."
+    short = {k.removeprefix("eval.").removeprefix(hparams): v for k, v in changes.items()}
+    if len(short) < len(changes):  # "eval.x" and a top-level or hparam "x" would share a name
+        return f"{EVAL_PREFIX}{settings_name(dict(changes), _EVAL_NAME_LEN)}.json"
+    # An encoder's hyperparameter may share its name with an eval field: hash the exact fields.
+    exact = dict(changes) if any(k.startswith(hparams) for k in changes) else None
+    return f"{EVAL_PREFIX}{settings_name(short, _EVAL_NAME_LEN, hash_of=exact)}.json"
 
 
 class RunDir:
@@ -123,6 +150,48 @@ class RunDir:
 
     def create(self) -> None:
         os.makedirs(self.path, exist_ok=True)
+
+    @contextlib.contextmanager
+    def starting(self, *, enabled: bool = True) -> Iterator[Callable[[], None]]:
+        """Creates the directory for a run that starts (or resumes) in a ``with`` block, which
+        calls the function it is given once the run is set up (config and data recorded,
+        parameters restored or initialised).
+
+        If the block raises before that call and the directory held no run when the block began
+        (no ``config.json``, no checkpoints), everything posenc wrote in it is removed again (and
+        the directory itself if the block created it): a refused ``--init-from``, a busy or
+        missing source, a model that does not fit leave nothing that would make the corrected
+        command "a different config". A run that already existed is never touched.
+
+        Args:
+          enabled: False only creates the directory (processes other than 0 of a
+            multi-process run, which write nothing here).
+        """
+        existed = os.path.isdir(self.path)
+        before = set(os.listdir(self.path)) if existed else set()
+        fresh = not os.path.exists(self.file(CONFIG_FILE)) and not self.has_checkpoints()
+        self.create()
+        done = []
+        try:
+            yield lambda: done.append(True)
+        except BaseException:
+            if enabled and fresh and not done:
+                self._remove_new(before, existed)
+            raise
+
+    def _remove_new(self, before: set[str], existed: bool) -> None:
+        """Removes the entries posenc owns that are not in ``before`` (folders only when they
+        hold no checkpoint step), and the directory if it did not exist and is now empty."""
+        for name in set(os.listdir(self.path)) - before:
+            path = self.file(name)
+            if name not in OWNED_NAMES:
+                continue
+            if not os.path.isdir(path):
+                os.remove(path)
+            elif not any(entry.isdigit() for entry in os.listdir(path)):
+                shutil.rmtree(path)
+        if not existed and not os.listdir(self.path):
+            os.rmdir(self.path)
 
     def lock(self, *, enabled: bool = True):
         """Holds the directory's lock for a ``with`` block (:func:`posenc.workdir.lock.hold`)."""
@@ -153,6 +222,11 @@ class RunDir:
 
     def record_config(self, config: ml_collections.ConfigDict) -> None:
         """Writes ``config.json``, refusing a config that would change what the run computes."""
+        self.check_config(config)
+        write_json(self.file(CONFIG_FILE), config.to_dict(), sort_keys=True)
+
+    def check_config(self, config: ml_collections.ConfigDict) -> None:
+        """Refuses (writing nothing) a config that would change what the run computes."""
         previous = read_json(self.file(CONFIG_FILE))
         if previous is None:
             self._require_record(CONFIG_FILE, "config")
@@ -167,10 +241,14 @@ class RunDir:
                     f"{self.path} holds a run with a different config (fields {changed}); "
                     "resume it with the same config or use another work directory"
                 )
-        write_json(self.file(CONFIG_FILE), config.to_dict(), sort_keys=True)
 
     def record_data(self, info: Mapping[str, Any]) -> None:
         """Writes ``data.json``, refusing data that differs from what the run started on."""
+        self.check_data(info)
+        write_json(self.file(DATA_FILE), dict(info))
+
+    def check_data(self, info: Mapping[str, Any]) -> None:
+        """Refuses (writing nothing) data that differs from what the run started on."""
         previous = read_json(self.file(DATA_FILE))
         if previous is None:
             self._require_record(DATA_FILE, "data")
@@ -182,7 +260,6 @@ class RunDir:
                     f"({'; '.join(changes)}); its checkpoints were trained on the old data. "
                     "Restore the data, or train on the new data in another work directory"
                 )
-        write_json(self.file(DATA_FILE), dict(info))
 
     def record_init(self, record: Mapping[str, Any]) -> None:
         """Writes ``init.json``: the run (and step) this one's parameters started from."""
@@ -216,6 +293,38 @@ class RunDir:
         return step, params
 
     # -- evaluation results ----------------------------------------------------------------
+
+    def eval_output(self, name: str | None, changes: Mapping[str, Any]) -> str:
+        """The file an evaluation report is written to: ``name``, or by default
+        :func:`eval_file_name` of the changed settings.
+
+        Raises:
+          WorkdirError: ``name`` is not a plain ``.json`` file name (a path, a hidden name),
+            is one of the files the run owns (config, data, metrics, checkpoints, lock, ...), is
+            a folder, or is ``eval.json`` for changed settings (the run's own evaluation).
+        """
+        default = eval_file_name(changes)
+        if name is None:
+            return default
+        problem = None
+        if not name or name != os.path.basename(name) or name in (".", "..") or "\\" in name:
+            problem = "give a file name inside the work directory, not a path"
+        elif name in OWNED_NAMES:
+            problem = f"{name} is the run's own; posenc keeps the run's records under that name"
+        elif name.startswith("."):
+            problem = "a report's name may not start with '.' (temporary files do)"
+        elif not name.endswith(".json"):
+            problem = "a report's name must end in .json"
+        elif os.path.isdir(self.file(name)):
+            problem = f"{self.file(name)} is a folder"
+        elif name == EVAL_FILE and changes:
+            problem = (
+                f"{EVAL_FILE} is the run's own evaluation; results under changed settings "
+                f"({', '.join(changes)}) are written beside it"
+            )
+        if problem is None:
+            return name
+        raise WorkdirError(f"--output {name!r}: {problem} (default name {default})")
 
     def write_eval(self, report: Mapping[str, Any], name: str = EVAL_FILE) -> str:
         """Writes an evaluation report; returns its path."""

@@ -101,6 +101,7 @@ def test_non_overlapping_windows_and_dropped_tail():
     np.testing.assert_array_equal(w.inputs[1], np.arange(8, 16))
     np.testing.assert_array_equal(w.targets[1], np.arange(9, 17))
     assert w.scored_tokens == 24 and w.dropped_tokens == 1  # Position 25 has no window.
+    assert w.capped_tokens == 0
     assert (w.mask == 1).all()
 
 
@@ -124,6 +125,9 @@ def test_max_windows_caps_and_counts_the_rest_as_dropped():
     w = eval_windows(_stream(101), 10, max_windows=3)
     assert w.inputs.shape == (3, 10)
     assert (w.scored_tokens, w.dropped_tokens) == (30, 70)
+    assert w.capped_tokens == 70  # 100 predictable tokens fill 10 windows: 7 were capped
+    w = eval_windows(_stream(104), 10, stride=4, max_windows=3)  # windows at 0, 4, ..., 92
+    assert (w.scored_tokens, w.capped_tokens, w.dropped_tokens) == (18, 84, 103 - 18)
 
 
 @pytest.mark.parametrize("stride", [None, 4])
@@ -167,3 +171,13 @@ def test_eval_errors_name_config_fields():
         eval_windows(_stream(100), 10, stride=11)
     with pytest.raises(ValueError, match="stride 0"):
         eval_windows(_stream(100), 10, stride=0)
+
+
+def test_memory_segments_count_what_max_tokens_leaves_out():
+    from posenc.data import memory_segments
+
+    # 100 predictable tokens in 2 rows of 50: 5 windows of 10 each, 2 kept by the cap.
+    m = memory_segments(_stream(101), 10, rows=2, max_tokens=40)
+    assert (m.segments, m.scored_tokens, m.capped_tokens, m.dropped_tokens) == (2, 40, 60, 60)
+    m = memory_segments(_stream(104), 10, rows=2)  # 103 = 2 x 51 + 1: each row a tail of 1
+    assert (m.scored_tokens, m.capped_tokens, m.dropped_tokens) == (100, 0, 3)

@@ -52,7 +52,7 @@ def _rope_before_scaling(x, positions, *, base=10000.0, layout="half", fraction=
 # Every mode reduces to plain RoPE at s = 1 (dynamic: at any length up to original_max_len).
 IDENTITIES = [
     {},
-    {"scaling": None, "factor": 8, "original_max_len": 4},  # unused values change nothing
+    {"scaling": None, "factor": 1.0, "beta_fast": 32},  # the defaults, written out
     {"scaling": "linear", "factor": 1},
     {"scaling": "ntk", "factor": 1.0},
     {"scaling": "yarn", "factor": 1, "original_max_len": 64},
@@ -233,6 +233,11 @@ def test_attention_paths_match_the_naive_formula(mode, times):
         ({"beta_fast": 1, "beta_slow": 32}, "encoding.beta_fast must be greater than"),
         ({"beta_slow": 0}, "encoding.beta_slow must be a number > 0"),
         ({"attention_factor": -1.0}, "encoding.attention_factor"),
+        # A scaling parameter without a scaling method would be ignored, yet recorded.
+        ({"factor": 4}, r"encoding.factor=4 has no effect without encoding.scaling"),
+        ({"scaling": None, "original_max_len": 64}, "encoding.original_max_len=64 has no"),
+        ({"beta_fast": 16}, "encoding.beta_fast=16 has no effect"),
+        ({"attention_factor": 1.2}, "encoding.attention_factor=1.2 has no effect"),
     ],
 )
 def test_bad_scaling_is_one_line_naming_the_field(hparams, match):

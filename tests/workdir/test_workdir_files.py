@@ -104,6 +104,24 @@ def test_eval_file_names():
     )
 
 
+def test_eval_file_names_are_short_and_distinct():
+    yarn = {
+        "encoding.hparams.scaling": "yarn",
+        "encoding.hparams.factor": 8,
+        "encoding.hparams.original_max_len": 128,
+        "eval.lengths": (128, 256, 512, 1024),
+    }
+    name = workdir.eval_file_name(yarn)
+    assert name.startswith("eval-factor-8__") and len(name) <= 90
+    assert name == workdir.eval_file_name(dict(reversed(yarn.items())))  # deterministic
+    assert name != workdir.eval_file_name({**yarn, "encoding.hparams.factor": 4})
+    # An encoder hyperparameter named like an eval field never shares its file.
+    assert workdir.eval_file_name({"eval.mode": "sliding"}) == "eval-mode-sliding.json"
+    assert workdir.eval_file_name({"encoding.hparams.mode": "sliding"}) != "eval-mode-sliding.json"
+    both = workdir.eval_file_name({"eval.mode": "a", "encoding.hparams.mode": "a"})
+    assert both.startswith("eval-encoding.hparams.mode-a__eval.mode-a")
+
+
 def test_data_changes_name_the_split_and_the_hash():
     before = {"content_sha256": "a" * 64, "splits": {"train": {"tokens": 10, "stream_sha256": "b"}}}
     same = json.loads(json.dumps(before))
