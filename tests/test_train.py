@@ -237,7 +237,7 @@ def test_learning_rate_schedule_and_weight_decay_mask(data_dir):
     updates, _ = update(zeros, state, params)
     lr = float(schedule(1))
     updates, values = helpers.param_leaves(updates), helpers.param_leaves(params)
-    decayed = {k for k in values if re.search(r"\['(kernel|embedding)'\]", k)}
+    decayed = {k for k in values if re.search(r"\['(kernel|embedding|q|k|v|o)'\]", k)}
     assert any("table" in k for k in values) and len(decayed) >= 5
     for key, update in updates.items():
         if key in decayed:
