@@ -75,6 +75,10 @@ def _positive_int(text: str, what: str = "a step") -> int:
     return value
 
 
+def _count(text: str) -> int:
+    return _positive_int(text, "an integer")
+
+
 def _length(text: str) -> int:
     return _positive_int(text, "a length in tokens")
 
@@ -98,8 +102,13 @@ def _cmd_train(args, overrides) -> int:
 
 
 def _lengths_text(config) -> str:
+    """What an evaluation scores: the lengths, or a translation run's decoding."""
     from posenc.config import eval_lengths
+    from posenc.translation import is_translation
 
+    if is_translation(config):
+        e = config.eval
+        return f"the {e.split} split (beam {e.beam_size}, alpha {e.alpha}; BLEU, chrF)"
     return ", ".join(str(x) for x in eval_lengths(config))
 
 
@@ -123,7 +132,10 @@ def _cmd_eval(args, overrides) -> int:
             extra.append(f"eval.{field}={value!r}")
     config = apply_overrides(config, extra)
     what = "input lengths" if config.data.source.startswith("synthetic:") else config.eval.mode
-    print(f"evaluating {args.workdir} at {_lengths_text(config)} ({what})")
+    if config.model.get("assembly") == "encoder_decoder":
+        print(f"evaluating {args.workdir} on {_lengths_text(config)}")
+    else:
+        print(f"evaluating {args.workdir} at {_lengths_text(config)} ({what})")
     report = evaluate_workdir(args.workdir, overrides=config, output=args.output)
     if not report["finished"]:
         print(
@@ -131,6 +143,33 @@ def _cmd_eval(args, overrides) -> int:
             f"{report['train_steps']} (training has not finished)"
         )
     print(f"wrote {os.path.join(args.workdir, report['file'])}")
+    if "hypotheses" in report:
+        overall = report["results"]["overall"]
+        print(
+            f"BLEU {overall['bleu']:.2f} (intl {overall['bleu_intl']:.2f}), chrF "
+            f"{overall['chrf']:.2f} over {overall['sentences']} sentences; outputs in "
+            f"{os.path.join(args.workdir, report['hypotheses'])}"
+        )
+    return 0
+
+
+def _cmd_translate(args, overrides) -> int:
+    from posenc.translation import translate_workdir
+
+    if args.input and args.input != "-":
+        with open(args.input, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    else:
+        lines = sys.stdin.read().splitlines()
+    outputs = translate_workdir(
+        args.workdir, lines, beam_size=args.beam, alpha=args.alpha, max_len_offset=args.offset
+    )
+    text = "".join(line + "\n" for line in outputs)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
     return 0
 
 
@@ -254,6 +293,24 @@ def build_parser() -> argparse.ArgumentParser:
         "own settings, eval-<changed settings>.json otherwise)",
     )
     p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser(
+        "translate",
+        help="translate sentences with a trained translation run (beam search)",
+        description="Translate one sentence per line of --input (default: standard input) with "
+        "the newest intact checkpoint of a translation run (model.assembly=encoder_decoder), "
+        "writing one detokenised line per input line, in order, to --output (default: standard "
+        "output). Defaults: the run's eval.beam_size, eval.alpha and eval.max_len_offset.",
+    )
+    p.add_argument("--workdir", required=True, help="a trained translation run directory")
+    p.add_argument("--input", default=None, help="a text file, one source sentence per line")
+    p.add_argument("--output", default=None, help="file to write (default: standard output)")
+    p.add_argument("--beam", type=_count, default=None, help="beam size (1: greedy)")
+    p.add_argument("--alpha", type=float, default=None, help="GNMT length penalty exponent")
+    p.add_argument(
+        "--offset", type=_count, default=None, help="outputs stop at source length + this"
+    )
+    p.set_defaults(func=_cmd_translate)
 
     p = sub.add_parser("data", help="prepare or inspect data sources")
     data_sub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")
@@ -387,6 +444,7 @@ _FULL = (errno.ENOSPC, errno.EDQUOT)
 _WRITES = {
     "train": "its config, checkpoints, metrics and lock file in the work directory",
     "eval": "its lock file and its report in the work directory",
+    "translate": "its lock file in the work directory",
     "sweep": "its records, and each point's run, in the sweep directory",
     "report": "its tables and plots in the directory it reports on",
     "data": "the prepared data in the data directory",

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import os
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -57,7 +58,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from posenc import data as data_lib
-from posenc import fits, tasks
+from posenc import fits, tasks, translation
 from posenc.config import (
     check_eval_lengths,
     eval_lengths,
@@ -69,11 +70,13 @@ from posenc.config import (
     open_source,
     validate,
 )
+from posenc.data.pair_batching import encode_pairs
 from posenc.distributed import abstract_on, make_mesh
 from posenc.losses import token_loss
 from posenc.metrics import perplexity
 from posenc.models import build
 from posenc.models import memory as memory_lib
+from posenc.models.encdec import EncoderDecoder
 from posenc.models.lm import Transformer
 from posenc.workdir import EVAL_FILE, RunDir
 
@@ -405,6 +408,8 @@ def evaluate_workdir(
     changes = evaluation_changes(trained, config)
     validate(config)
     name = run.eval_output(output, changes)
+    if translation.is_translation(config):
+        return _evaluate_translation_run(run, config, changes, name, model, step)
     e = config.eval
     source = open_source(config)
     lengths = eval_lengths(config)
@@ -457,6 +462,48 @@ def evaluate_workdir(
     return report
 
 
+def _evaluate_translation_run(
+    run: RunDir,
+    config: ml_collections.ConfigDict,
+    changes: dict[str, Any],
+    name: str,
+    model: EncoderDecoder | None,
+    step: int | None,
+) -> dict[str, Any]:
+    """:func:`evaluate_workdir` for a translation run: the split's teacher-forced loss, its
+    beam-search outputs (written beside the report, one line per source line) and their BLEU
+    and chrF overall and per source-length bucket
+    (:func:`posenc.translation.evaluate_translation`)."""
+    source = translation.open_parallel(config)
+    vocab = translation.run_vocab(run, config)
+    is_main = jax.process_index() == 0
+    with run.lock(enabled=is_main):
+        if model is None:
+            model, step = restore_model(run, config)
+        train_pairs = encode_pairs(source.pairs("train"), vocab)
+        results, hypotheses = translation.evaluate_translation(
+            model,
+            config,
+            source,
+            vocab,
+            split=config.eval.split,
+            train_max_src_len=translation.longest_training_source(config, train_pairs),
+        )
+        report = {
+            **_run_record(config, model, step),
+            "file": name,
+            "changes": changes,
+            "data": {"source": config.data.source, "split": config.eval.split, **source.info()},
+            "vocab": vocab.identity(),
+            "results": results,
+            "time": time.time(),
+        }
+        if is_main:
+            run.write_eval(report, name)
+            report["hypotheses"] = os.path.basename(run.write_hypotheses(hypotheses, name))
+    return report
+
+
 def _run_record(
     config: ml_collections.ConfigDict, model: Transformer, step: int | None
 ) -> dict[str, Any]:
@@ -465,9 +512,11 @@ def _run_record(
     return {
         "encoding": config.encoding.name,
         "encoding_hparams": config.encoding.hparams.to_dict(),
-        "objective": objective(config),  # what was scored: "causal_lm" or "masked_lm"
+        # What was scored: "causal_lm", "masked_lm" or "translation".
+        "objective": "translation" if translation.is_translation(config) else objective(config),
         "task": tasks.task_of(config),  # an algorithmic task (data.source synthetic:<task>)
         "train_seq_len": config.train.seq_len,
+        "max_src_len": config.data.get("max_src_len"),  # a translation run's train short
         "train_steps": config.train.steps,
         "checkpoint_step": step,
         "finished": step == config.train.steps if step is not None else None,

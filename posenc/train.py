@@ -158,10 +158,14 @@ class Trainer:
 
     def _describe(self, state, batch, *memory_tokens) -> tuple[str, str]:
         """What a training step computes and what to change if it does not fit."""
-        rows, length = batch["inputs"].shape
-        what = f"a training step on {rows} windows of {length} tokens"
         m = self.config.model
         attention = fits.attention_change(m.attention_impl, m.attention_block_size)
+        if self.translation:
+            (rows, s), t = batch["src"].shape, batch["tgt_in"].shape[1]
+            what = f"a training step on {rows} pairs of {s} source and {t} target tokens"
+            return what, f"lower train.tokens_per_batch or data.max_src_len, or {attention}"
+        rows, length = batch["inputs"].shape
+        what = f"a training step on {rows} windows of {length} tokens"
         return what, f"lower train.batch_size or train.seq_len, or {attention}"
 
     def compile_step(self, windows: Any) -> None:
@@ -439,7 +443,7 @@ def train(
         raise ValueError(f"--stop-at must be a step >= 1, got {stop_at!r}")
     validate(config, num_devices=mesh.devices.size, process_count=jax.process_count())
     t = config.train
-    windows, data_info = _training_data(config, mesh)
+    windows, data_info, vocab_model = _training_data(config, mesh)
     is_main = jax.process_index() == 0
     # Created only now, so that a bad config or a missing data set leaves nothing behind; a
     # refusal while the run is set up (a bad train.init_from) removes what it wrote.
@@ -453,6 +457,8 @@ def train(
         if is_main:
             run.record_config(config)
             run.record_data(data_info)
+            if vocab_model is not None:  # a translation run's SentencePiece model
+                run.record_vocab(vocab_model)
         checkpoints = run.checkpoints(keep=t.keep_checkpoints, primary=is_main)
         try:
             state, resumed_from = trainer.restore_or_init(checkpoints, run)
@@ -465,20 +471,22 @@ def train(
 
 
 def _training_data(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh):
-    """The run's training batches and the identity of its data (``data.json``): random windows
-    or segments of a text stream, a task's generated examples, or token-bucketed pairs."""
+    """The run's training batches, the identity of its data (``data.json``) and a translation
+    run's SentencePiece model (None otherwise): random windows or segments of a text stream, a
+    task's generated examples, or token-bucketed pairs."""
     if translation.is_translation(config):
         source, vocab = translation.open_data(config)
         pairs = encode_pairs(source.pairs("train"), vocab)
         return (
             translation.train_batches(config, pairs, mesh.devices.size),
             translation.data_record(source, vocab),
+            getattr(vocab, "model_bytes", lambda: None)(),
         )
     source = open_source(config)
     check_source(config, source)
     task = tasks.task_of(config)
     if not task:
-        return training_windows(config, source.split_stream("train")), source.info()
+        return training_windows(config, source.split_stream("train")), source.info(), None
     t = config.train
     batches = tasks.TaskBatches(
         task,
@@ -488,7 +496,7 @@ def _training_data(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh):
         process_index=jax.process_index(),
         process_count=jax.process_count(),
     )
-    return batches, source.info()
+    return batches, source.info(), None
 
 
 def _train_steps(

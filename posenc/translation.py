@@ -37,12 +37,13 @@ from flax import nnx
 from posenc import translation_metrics
 from posenc.data.pair_batching import EncodedPairs, PairBatches, encode_pairs, eval_pair_batches
 from posenc.data.parallel import ParallelSource, get_parallel_source
-from posenc.data.vocab import Vocab, make_vocab
+from posenc.data.vocab import ByteVocab, SentencePieceVocab, Vocab, make_vocab
 from posenc.decoding.beam import beam_search
 from posenc.decoding.greedy import greedy_search
 from posenc.losses import token_loss
 from posenc.models.build import assembly
 from posenc.models.encdec import EncoderDecoder
+from posenc.workdir import RunDir
 
 
 def is_translation(config: ml_collections.ConfigDict) -> bool:
@@ -64,6 +65,21 @@ def open_data(config: ml_collections.ConfigDict) -> tuple[ParallelSource, Vocab]
     vocab = make_run_vocab(config, source)
     check_vocab(config, vocab)
     return source, vocab
+
+
+def run_vocab(run: RunDir, config: ml_collections.ConfigDict) -> Vocab:
+    """The vocabulary a trained run was trained with: its recorded SentencePiece model
+    (``vocab.model``), or bytes; checked against ``data.json``'s record."""
+    model = run.read_vocab()
+    vocab = SentencePieceVocab(model) if model is not None else ByteVocab()
+    recorded = (run.read_data() or {}).get("vocab")
+    if recorded is not None and recorded != vocab.identity():
+        raise ValueError(
+            f"{run.path}: the vocabulary on disk ({vocab.identity().get('kind')}) is not the one "
+            f"the run was trained with ({recorded.get('kind')}); its vocab.model was changed"
+        )
+    check_vocab(config, vocab)
+    return vocab
 
 
 def data_record(source: ParallelSource, vocab: Vocab) -> dict[str, Any]:
@@ -326,3 +342,39 @@ def longest_training_source(config: ml_collections.ConfigDict, train: EncodedPai
 def read_lines(lines: Sequence[str], vocab: Vocab) -> EncodedPairs:
     """Sources to translate (one per line, no references) as :class:`EncodedPairs`."""
     return encode_pairs([(line.rstrip("\n"), "") for line in lines], vocab)
+
+
+def translate_workdir(
+    workdir: str,
+    lines: Sequence[str],
+    *,
+    beam_size: int | None = None,
+    alpha: float | None = None,
+    max_len_offset: int | None = None,
+) -> list[str]:
+    """Translations of ``lines`` (one source sentence each) by a trained translation run's
+    newest intact checkpoint; decoding settings default to the run's ``eval`` section."""
+    from posenc.evaluate import restore_model
+
+    run = RunDir(workdir)
+    config = run.read_config()
+    if not is_translation(config):
+        raise ValueError(
+            f"{workdir} is not a translation run (model.assembly={assembly(config)!r}); "
+            "posenc translate needs model.assembly='encoder_decoder'"
+        )
+    e = config.eval
+    if alpha is not None and not alpha >= 0:
+        raise ValueError(f"--alpha must be >= 0, got {alpha!r}")
+    vocab = run_vocab(run, config)
+    with run.lock():
+        model, _ = restore_model(run, config)
+    return translate_ids(
+        model,
+        read_lines(lines, vocab),
+        vocab,
+        beam_size=e.beam_size if beam_size is None else beam_size,
+        alpha=e.alpha if alpha is None else alpha,
+        max_len_offset=e.max_len_offset if max_len_offset is None else max_len_offset,
+        tokens_per_batch=e.tokens_per_batch,
+    )

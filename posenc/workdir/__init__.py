@@ -33,6 +33,7 @@ from posenc.workdir.files import (
     STATUS_FILE,
     SWEEP_FILE,
     TENSORBOARD_DIR,
+    VOCAB_FILE,
     WorkdirError,
     append_jsonl,
     atomic_write_bytes,
@@ -51,7 +52,14 @@ from posenc.workdir.files import (
     write_json,
 )
 from posenc.workdir.lock import WorkdirBusyError, describe_holder, hold
-from posenc.workdir.run import RESUMABLE, RunDir, data_changes, eval_file_name, matches
+from posenc.workdir.run import (
+    RESUMABLE,
+    RunDir,
+    data_changes,
+    eval_file_name,
+    hypotheses_name,
+    matches,
+)
 
 __all__ = [
     "CHECKPOINT_DIR",
@@ -70,6 +78,7 @@ __all__ = [
     "STATUS_FILE",
     "SWEEP_FILE",
     "TENSORBOARD_DIR",
+    "VOCAB_FILE",
     "CheckpointError",
     "CheckpointSaveError",
     "CheckpointWarning",
@@ -85,6 +94,7 @@ __all__ = [
     "describe_holder",
     "diff_fields",
     "eval_file_name",
+    "hypotheses_name",
     "flatten",
     "hold",
     "matches",

@@ -39,6 +39,9 @@ SWEEP_FILE = "sweep.json"  # the points, their directories and statuses
 POINT_FILE = "point.json"  # a point's overrides and resolved config
 STATUS_FILE = "status.json"  # a point's status: running, done, failed, interrupted
 LOG_FILE = "log.txt"  # a point's output when it runs in a child process
+VOCAB_FILE = "vocab.model"  # a translation run's SentencePiece model (bytes need none)
+# A translation evaluation's outputs beside its report: eval.json -> eval.hypotheses.txt.
+HYPOTHESES_SUFFIX = ".hypotheses.txt"
 # Every name above: what posenc keeps in a run or sweep directory, never written over by a file
 # a user names (an evaluation's --output).
 OWNED_NAMES = (
@@ -54,6 +57,7 @@ OWNED_NAMES = (
     POINT_FILE,
     STATUS_FILE,
     LOG_FILE,
+    VOCAB_FILE,
 )
 
 

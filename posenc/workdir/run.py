@@ -33,7 +33,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import ml_collections
@@ -46,10 +46,13 @@ from posenc.workdir.files import (
     DATA_FILE,
     EVAL_FILE,
     EVAL_PREFIX,
+    HYPOTHESES_SUFFIX,
     INIT_FILE,
     METRICS_FILE,
     OWNED_NAMES,
+    VOCAB_FILE,
     WorkdirError,
+    atomic_write_bytes,
     config_from_dict,
     diff_fields,
     read_json,
@@ -97,6 +100,12 @@ def data_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]
 
 # Longest readable part of an evaluation file's name (a hash of the settings follows).
 _EVAL_NAME_LEN = 60
+
+
+def hypotheses_name(report: str) -> str:
+    """The outputs file of a translation evaluation report: ``eval.json`` ->
+    ``eval.hypotheses.txt``."""
+    return report.removesuffix(".json") + HYPOTHESES_SUFFIX
 
 
 def eval_file_name(changes: Mapping[str, Any]) -> str:
@@ -247,6 +256,10 @@ class RunDir:
         self.check_data(info)
         write_json(self.file(DATA_FILE), dict(info))
 
+    def read_data(self) -> dict[str, Any] | None:
+        """``data.json``: the data the run started on, or None."""
+        return read_json(self.file(DATA_FILE))
+
     def check_data(self, info: Mapping[str, Any]) -> None:
         """Refuses (writing nothing) data that differs from what the run started on."""
         previous = read_json(self.file(DATA_FILE))
@@ -260,6 +273,26 @@ class RunDir:
                     f"({'; '.join(changes)}); its checkpoints were trained on the old data. "
                     "Restore the data, or train on the new data in another work directory"
                 )
+
+    def record_vocab(self, model: bytes) -> None:
+        """Writes the run's SentencePiece model (``vocab.model``), refusing another model than
+        the one the run started with."""
+        previous = self.read_vocab()
+        if previous is not None and previous != model:
+            raise WorkdirError(
+                f"{self.file(VOCAB_FILE)} holds another SentencePiece model than the data gives "
+                "now; the run's checkpoints were trained with the old one. Train in another "
+                "work directory"
+            )
+        atomic_write_bytes(self.file(VOCAB_FILE), model)
+
+    def read_vocab(self) -> bytes | None:
+        """The run's SentencePiece model, or None (a byte vocabulary, or no translation run)."""
+        path = self.file(VOCAB_FILE)
+        if not os.path.exists(path):
+            return None
+        with open(path, "rb") as f:
+            return f.read()
 
     def record_init(self, record: Mapping[str, Any]) -> None:
         """Writes ``init.json``: the run (and step) this one's parameters started from."""
@@ -330,6 +363,15 @@ class RunDir:
         """Writes an evaluation report; returns its path."""
         path = self.file(name)
         write_json(path, dict(report))
+        return path
+
+    def write_hypotheses(self, lines: Sequence[str], report: str = EVAL_FILE) -> str:
+        """Writes a translation evaluation's outputs beside its report ``report``
+        (``eval.json`` -> ``eval.hypotheses.txt``), one line per source line; returns the
+        path."""
+        path = self.file(hypotheses_name(report))
+        text = "".join(line.replace("\n", " ") + "\n" for line in lines)
+        atomic_write_bytes(path, text.encode("utf-8"))
         return path
 
     def read_eval(self, name: str = EVAL_FILE) -> dict[str, Any] | None:
