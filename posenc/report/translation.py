@@ -1,0 +1,180 @@
+"""Reports of translation runs (``model.assembly = "encoder_decoder"``), laid out like the
+founding papers' tables.
+
+:func:`write_translation_report` writes ``report.md`` with
+
+- **the BLEU table** (Vaswani et al.'s Table 3, Shaw et al.'s Tables 2-3): one row per
+  configuration (encoder, and the fields that tell configurations apart: Shaw's clipping
+  distance, keys or values only, ...), with sacreBLEU's BLEU (13a, and the ``intl`` tokenisation
+  comparable with the papers' tokenised BLEU), chrF, the output/reference length ratio and the
+  teacher-forced loss of the evaluated split; several seeds are ``mean ± sample standard
+  deviation`` with ``(n=k)``; the signatures say which BLEU is which;
+- **BLEU by source length** (train short, test long for sequence-to-sequence: Neishi &
+  Yoshinaga 2019, Rosendahl et al. 2019): per training source length, rows are source-length
+  buckets (within it, 1x-2x, 2x-4x, ...) and columns configurations; the length ratio per bucket
+  beside it (truncated outputs fall below 1, runaway ones above); and a plot
+  ``bleu_by_source_length_L<n>.png``.
+
+``report.csv`` holds the BLEU table with full precision; ``runs.csv`` every run's bucket rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import statistics
+from collections.abc import Sequence
+
+from posenc.report.runs import Column, Run, cell, group_runs, table_lengths
+from posenc.report.tables import describe, format_table, write_runs_csv
+
+TRANSLATION_METRICS = ("bleu", "bleu_intl", "chrf", "length_ratio")
+_METRIC_TEXT = {
+    "bleu": "BLEU (sacreBLEU, 13a)",
+    "bleu_intl": "BLEU (intl tokenisation)",
+    "chrf": "chrF",
+    "length_ratio": "length ratio (output / reference)",
+}
+
+
+def is_translation_run(run: Run) -> bool:
+    return run.eval.get("objective") == "translation"
+
+
+def _stat(values: Sequence[float]) -> str:
+    if not values:
+        return "—"
+    mean = math.fsum(values) / len(values)
+    if len(values) == 1:
+        return f"{mean:.2f}"
+    return f"{mean:.2f} ± {statistics.stdev(values):.2f}"
+
+
+def _overall(column: Column, key: str) -> list[float]:
+    """The column's runs' corpus-level ``key`` (``bleu``, ... or ``loss``), one per seed."""
+    out = []
+    for run in column.runs:
+        source = run.eval.get("teacher_forced", {}) if key == "loss" else run.eval.get("overall")
+        value = (source or {}).get(key)
+        if value is not None:
+            out.append(float(value))
+    return out
+
+
+def bleu_table(columns: Sequence[Column]) -> list[list[str]]:
+    """Rows of the BLEU table: header, ``n`` per configuration, then one row per
+    configuration."""
+    header = ["configuration", "n", *(_METRIC_TEXT[m] for m in TRANSLATION_METRICS), "loss"]
+    rows = [header]
+    for column in columns:
+        entries = [_stat(_overall(column, m)) for m in (*TRANSLATION_METRICS, "loss")]
+        rows.append([column.label, str(len(column.runs)), *entries])
+    return rows
+
+
+def bucket_table(columns: Sequence[Column], metric: str) -> list[list[str]]:
+    """Rows of a by-source-length table: header, ``n``, then one row per bucket."""
+    lengths = table_lengths(columns)
+    labels = {}
+    for column in columns:
+        for run in column.runs:
+            for r in run.eval["results"]:
+                labels[r["length"]] = f"{r['label']} (<= {r['length']})"
+    rows = [["source length", *(c.label for c in columns)]]
+    rows.append(["n", *(str(len(c.runs)) for c in columns)])
+    for length in lengths:
+        row = [labels[length]]
+        for column in columns:
+            entry = cell(column, length, metric)
+            row.append("—" if entry is None or entry.mean is None else _stat(entry.values))
+        rows.append(row)
+    return rows
+
+
+def _plot(path: str, columns: Sequence[Column], metric: str) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for column in columns:
+        xs, ys, errs = [], [], []
+        for length in table_lengths([column]):
+            entry = cell(column, length, metric)
+            if entry is None or entry.mean is None:
+                continue
+            multiple = next(
+                r["max_multiple"] for run in column.runs for r in run.eval["results"]
+                if r["length"] == length
+            )
+            xs.append(multiple)
+            ys.append(entry.mean)
+            errs.append(entry.spread or 0.0)
+        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=f"{column.label} (n={len(column.runs)})")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("source length bucket (upper bound, multiples of the training length)")
+    ax.set_ylabel(_METRIC_TEXT[metric])
+    ax.axvline(1, color="grey", linestyle=":", linewidth=1)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _decoding_text(d: dict) -> str:
+    return (
+        f"beam {d.get('beam_size')}, alpha {d.get('alpha')}, outputs up to the source length "
+        f"+ {d.get('max_len_offset')}"
+    )
+
+
+def write_translation_report(
+    sweep_dir: str, runs: Sequence[Run], metric: str = "bleu"
+) -> list[str]:
+    """Writes the translation report of ``runs`` under ``sweep_dir`` (module docstring);
+    ``metric`` is the one tabled and plotted by source length. Returns the paths written,
+    ``report.md`` first."""
+    if metric not in TRANSLATION_METRICS:
+        raise ValueError(
+            f"--metric {metric}: translation runs have {', '.join(TRANSLATION_METRICS)}"
+        )
+    tables = group_runs(runs)
+    all_columns = [c for cols in tables.values() for c in cols]
+    name = os.path.basename(os.path.abspath(sweep_dir))
+    md = [f"# {name}: translation", ""]
+    md += describe(runs, all_columns) + [""]
+    md += ["## BLEU", ""]
+    md += format_table(bleu_table(all_columns)) + [""]
+    decoding = {_decoding_text(r.eval.get("decoding") or {}) for r in runs}
+    md += [f"Decoding: {', '.join(sorted(decoding))}.", ""]
+    signatures = {s for r in runs for s in (r.eval.get("overall") or {}).get("signatures", {}).values()}
+    md += ["sacreBLEU signatures: " + "; ".join(f"`{s}`" for s in sorted(signatures)), ""]
+    plots = []
+    for train_len, columns in tables.items():
+        md += [f"## By source length, trained on sources of at most {train_len} tokens", ""]
+        md += [f"{_METRIC_TEXT[metric]}:", ""] + format_table(bucket_table(columns, metric)) + [""]
+        md += [f"{_METRIC_TEXT['length_ratio']}:", ""]
+        md += format_table(bucket_table(columns, "length_ratio")) + [""]
+        plot = f"{metric}_by_source_length_L{train_len}.png"
+        _plot(os.path.join(sweep_dir, plot), columns, metric)
+        plots.append(plot)
+        md += [f"![{metric} by source length]({plot})", ""]
+        md += ["*Error bars: sample standard deviation over seeds (none for n = 1).*", ""]
+    paths = [os.path.join(sweep_dir, n) for n in ("report.md", "report.csv", "runs.csv")]
+    with open(paths[0], "w") as f:
+        f.write("\n".join(md))
+    _write_csv(paths[1], all_columns)
+    write_runs_csv(paths[2], runs, sweep_dir)
+    return paths + [os.path.join(sweep_dir, p) for p in plots]
+
+
+def _write_csv(path: str, columns: Sequence[Column]) -> None:
+    keys = (*TRANSLATION_METRICS, "loss")
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["configuration", "n", *keys, *(f"{k} spread" for k in keys)])
+        for column in columns:
+            values = [_overall(column, k) for k in keys]
+            means = [math.fsum(v) / len(v) if v else "" for v in values]
+            spreads = [statistics.stdev(v) if len(v) > 1 else "" for v in values]
+            writer.writerow([column.label, len(column.runs), *means, *spreads])
+
