@@ -102,6 +102,16 @@ class Settings:
         return Dims(self.num_heads, self.model_dim // self.num_heads, self.model_dim)
 
 
+class NotApplicable(Exception):  # noqa: N818 (a verdict, not an error)
+    """Raised by a check that does not apply to the encoder (e.g. ``carry`` without a
+    ``contextual_logits`` hook) or cannot run on this machine (``cudnn`` without an NVIDIA GPU).
+
+    Neither a pass nor a failure: posenc's suite leaves the first kind out of its cases and
+    reports the second as a skip with this reason; :func:`posenc.testing.check_encoder` lists
+    both.
+    """
+
+
 def resolve(encoder: str | Encoding, bidirectional: bool = False) -> Encoding:
     """A registered name (with the battery's :data:`HPARAMS`, and with ``bidirectional`` its
     :data:`BIDIRECTIONAL_HPARAMS`) or an unbound encoder instance."""
