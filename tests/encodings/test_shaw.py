@@ -1,11 +1,13 @@
 """Shaw et al. (2018) relative position representations against the paper's explicit L x L x D
 formulas (Eqs. 3-4): a_ij = table[clip(j - i, -k, k) + k],
-e_ij = q_i . (k_j + a^K_ij) / sqrt(d), z_i = sum_j alpha_ij (v_j + a^V_ij)."""
+e_ij = q_i . (k_j + a^K_ij) / sqrt(d), z_i = sum_j alpha_ij (v_j + a^V_ij); on every path at a
+few tokens and at 16 times the training length."""
 
 from __future__ import annotations
 
 import functools
 
+import _long_window as lw
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -279,4 +281,39 @@ def test_attention_with_randomized_positions_equals_the_explicit_formula(impl, b
     )
     b_pos = (np.repeat(q_pos, 2, 0), np.repeat(k_pos, 2, 0)) if shared else (q_pos, k_pos)
     expected = _naive_attention(q, k, v, params["key_table"], params["value_table"], *b_pos, clip)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+
+
+# -- 16 times the training length ----------------------------------------------------------
+
+
+@functools.lru_cache
+def _long_case(values: bool):
+    """The default clip distance (16): the training window (8) never clips, the long one does."""
+    enc = _bound(values=values)
+    params = _params(enc, 14, scale=0.5)
+    q, k, v, q_pos, k_pos = lw.inputs(H, DH, seed=15)
+    expected = _naive_attention(
+        q, k, v, params["key_table"], params.get("value_table"), q_pos, k_pos, enc.max_distance
+    )
+    return enc, params, (q, k, v, q_pos, k_pos), expected
+
+
+# Every path that serves each variant: with values einsum and blocked (and auto, which tiles),
+# keys only also the fused xla path.
+@pytest.mark.parametrize(
+    "values,impl",
+    [(True, "einsum"), (True, "blocked"), (True, "auto"), (False, "xla"), (False, "auto")],
+)
+def test_attention_equals_explicit_formula_at_16x_the_training_length(values, impl):
+    enc, params, (q, k, v, q_pos, k_pos), expected = _long_case(values)
+    got = _attend(
+        *(jnp.asarray(a) for a in (q, k, v)),
+        encoding=enc,
+        params={n: jnp.asarray(x) for n, x in params.items()},
+        q_pos=jnp.asarray(q_pos),
+        k_pos=jnp.asarray(k_pos),
+        implementation=impl,
+        block_size=lw.PATHS[impl],
+    )
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)

@@ -5,12 +5,14 @@ every (query, key) pair:
 
 with R the sinusoids of Vaswani et al. (R[2m] = sin(d / base^(2m/D)), R[2m+1] = cos(...)) at the
 distance d = i - j, clamped to [-clamp_len, clamp_len] when set (XLNet's clamp for keys after the
-query, which a bidirectional model sees; a causal one sees only d >= 0, the original clamp)."""
+query, which a bidirectional model sees; a causal one sees only d >= 0, the original clamp). On
+every path at a few tokens and at 16 times the training length."""
 
 from __future__ import annotations
 
 import functools
 
+import _long_window as lw
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -235,4 +237,32 @@ def test_attention_with_randomized_positions_equals_four_term_formula(impl, bloc
     )
     b_pos = (np.repeat(q_pos, 2, 0), np.repeat(k_pos, 2, 0)) if shared else (q_pos, k_pos)
     expected = _naive_attention(params, q, k, v, *b_pos, None)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+
+
+# -- 16 times the training length ----------------------------------------------------------
+
+
+@functools.lru_cache
+def _long_case(clamp_len: int | None):
+    """Sinusoids at distances up to 130 unclamped, or clamped at the training length (8)."""
+    enc, params, *_ = _setup(12, 1, 1, [0], clamp_len)
+    q, k, v, q_pos, k_pos = lw.inputs(H, DH, seed=13)
+    expected = _naive_attention(params, q, k, v, q_pos, k_pos, clamp_len)
+    return enc, params, (q, k, v, q_pos, k_pos), expected
+
+
+@pytest.mark.parametrize("impl", ["einsum", "blocked", "xla", "auto"])
+@pytest.mark.parametrize("clamp_len", [None, lw.TRAIN_LENGTH])
+def test_attention_equals_four_term_formula_at_16x_the_training_length(clamp_len, impl):
+    enc, params, (q, k, v, q_pos, k_pos), expected = _long_case(clamp_len)
+    got = _attend(
+        *(jnp.asarray(a) for a in (q, k, v)),
+        encoding=enc,
+        params=_j(params),
+        q_pos=jnp.asarray(q_pos),
+        k_pos=jnp.asarray(k_pos),
+        implementation=impl,
+        block_size=lw.PATHS[impl],
+    )
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
