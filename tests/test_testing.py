@@ -9,13 +9,16 @@ import dataclasses
 import pathlib
 import sys
 import types
+import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
 from posenc import encodings, testing
 from posenc.encodings import Encoding
+from posenc.testing import _harness
 
 
 @pytest.mark.parametrize("name,check", testing.cases())
@@ -310,3 +313,25 @@ def test_augment_check_catches_undeclared_rounded_and_keyless_augmentation():
         testing.check_augment(RoundsItsPositions())
     with pytest.raises(AssertionError, match=r"augment.*not a function of its key"):
         testing.check_augment(IgnoresItsKey())
+
+
+# -- a result that is not finite at -O0 is never replaced silently ----------------------------
+
+
+def _results(*values):
+    """A ``compute(jit)`` that returns ``values`` in turn (first at -O0, then recompiled)."""
+    it = iter(values)
+    return lambda jit: next(it)
+
+
+def test_a_result_not_finite_at_O0_is_recompiled_with_a_warning():
+    with pytest.warns(RuntimeWarning, match=r"the thing is not finite .* LLVM -O0 but is at"):
+        assert _harness.finite_or_recompiled(_results((np.nan, 1.0), (2.0, 1.0)), "the thing") == (
+            2.0,
+            1.0,
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # finite at -O0: kept, nothing recompiled, no warning
+        assert _harness.finite_or_recompiled(_results(3.0), "the thing") == 3.0
+        # Not finite at either level: returned as it is, for the check to fail on.
+        assert np.isinf(_harness.finite_or_recompiled(_results(np.nan, np.inf), "the thing"))

@@ -21,6 +21,7 @@ from posenc.testing._harness import (
     NotApplicable,
     Settings,
     build,
+    finite_or_recompiled,
     forward,
     jit,
     label,
@@ -415,11 +416,10 @@ def _input_jacobian(
         return nnx.merge(graphdef, params, rest)(window)[0].sum(-1)  # [T]
 
     args = (params["embed"]["embedding"][...], params, rest)
-    jac = np.asarray(jit(jax.jacrev(per_position))(*args))  # [T, V, D]
-    if not np.isfinite(jac).all():
-        # At LLVM -O0, XLA:CPU can return NaN gradients through the blocked path's lax.cond
-        # (seen with content-free biases); the default optimisation level is exact.
-        jac = np.asarray(jax.jit(jax.jacrev(per_position))(*args))
+    jac = finite_or_recompiled(
+        lambda jit: np.asarray(jit(jax.jacrev(per_position))(*args)),  # [T, V, D]
+        f"the input Jacobian of {label(encoder)} on the {implementation!r} path",
+    )
     return jac[:, ids]  # [t_out, s_in, D]
 
 
