@@ -29,6 +29,21 @@ def _bound(**hparams):
     return encodings.get("shaw", **hparams).bind(Dims(num_heads=H, head_dim=DH, model_dim=D))
 
 
+def _run(enc, params, q, k, v, q_pos, k_pos, impl, block=512, causal=True) -> np.ndarray:
+    """``attend`` on path ``impl`` with numpy inputs and parameters."""
+    out = _attend(
+        *(jnp.asarray(a) for a in (q, k, v)),
+        encoding=enc,
+        params={n: jnp.asarray(x) for n, x in params.items()},
+        q_pos=jnp.asarray(q_pos),
+        k_pos=jnp.asarray(k_pos),
+        causal=causal,
+        implementation=impl,
+        block_size=block,
+    )
+    return np.asarray(out)
+
+
 def _naive_a(table: np.ndarray, q_pos: np.ndarray, k_pos: np.ndarray, k: int) -> np.ndarray:
     """The explicit [B, T, S, Dh] tensor a_ij = table[clip(j - i, -k, k) + k]."""
     b, t, s = q_pos.shape[0], q_pos.shape[1], k_pos.shape[1]
@@ -163,15 +178,7 @@ def test_attention_equals_explicit_formula(values, impl, block, t, s, offsets):
     params = _params(enc, 5, scale=0.5)
     q, k, v = _inputs(6, len(offsets), t, s)
     q_pos, k_pos = _positions(len(offsets), t, s, offsets)
-    got = _attend(
-        *(jnp.asarray(a) for a in (q, k, v)),
-        encoding=enc,
-        params={n: jnp.asarray(x) for n, x in params.items()},
-        q_pos=jnp.asarray(q_pos),
-        k_pos=jnp.asarray(k_pos),
-        implementation=impl,
-        block_size=block,
-    )
+    got = _run(enc, params, q, k, v, q_pos, k_pos, impl, block)
     expected = _naive_attention(
         q, k, v, params["key_table"], params.get("value_table"), q_pos, k_pos, clip
     )
@@ -188,16 +195,7 @@ def test_bidirectional_attention_equals_explicit_formula(impl, block):
         np.array([[4, 5, 6, 7, 8], [63, 64, 65, 66, 67]]),
         _positions(2, 11, 11, [2, 60])[1],
     )
-    got = _attend(
-        *(jnp.asarray(a) for a in (q, k, v)),
-        encoding=enc,
-        params={n: jnp.asarray(x) for n, x in params.items()},
-        q_pos=jnp.asarray(q_pos),
-        k_pos=jnp.asarray(k_pos),
-        causal=False,
-        implementation=impl,
-        block_size=block,
-    )
+    got = _run(enc, params, q, k, v, q_pos, k_pos, impl, block, causal=False)
     expected = _naive_attention(
         q, k, v, params["key_table"], params["value_table"], q_pos, k_pos, 3, causal=False
     )
@@ -209,14 +207,7 @@ def test_keys_only_shaw_runs_on_the_fused_xla_path():
     params = _params(enc, 8, scale=0.5)
     q, k, v = _inputs(9, 2, 6, 6)
     q_pos, k_pos = _positions(2, 6, 6, [4, 9])
-    got = _attend(
-        *(jnp.asarray(a) for a in (q, k, v)),
-        encoding=enc,
-        params={n: jnp.asarray(x) for n, x in params.items()},
-        q_pos=jnp.asarray(q_pos),
-        k_pos=jnp.asarray(k_pos),
-        implementation="xla",
-    )
+    got = _run(enc, params, q, k, v, q_pos, k_pos, "xla")
     expected = _naive_attention(q, k, v, params["key_table"], None, q_pos, k_pos, 2)
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
 
@@ -270,15 +261,7 @@ def test_attention_with_randomized_positions_equals_the_explicit_formula(impl, b
     params = _params(enc, 11, scale=0.5)
     q, k, v = _inputs(12, 2, 8, 8)
     q_pos, k_pos = _random_positions(13, 1 if shared else 2, 8, 8, max_position=30)
-    got = _attend(
-        *(jnp.asarray(a) for a in (q, k, v)),
-        encoding=enc,
-        params={n: jnp.asarray(x) for n, x in params.items()},
-        q_pos=jnp.asarray(q_pos),
-        k_pos=jnp.asarray(k_pos),
-        implementation=impl,
-        block_size=block,
-    )
+    got = _run(enc, params, q, k, v, q_pos, k_pos, impl, block)
     b_pos = (np.repeat(q_pos, 2, 0), np.repeat(k_pos, 2, 0)) if shared else (q_pos, k_pos)
     expected = _naive_attention(q, k, v, params["key_table"], params["value_table"], *b_pos, clip)
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
@@ -307,13 +290,5 @@ def _long_case(values: bool):
 )
 def test_attention_equals_explicit_formula_at_16x_the_training_length(values, impl):
     enc, params, (q, k, v, q_pos, k_pos), expected = _long_case(values)
-    got = _attend(
-        *(jnp.asarray(a) for a in (q, k, v)),
-        encoding=enc,
-        params={n: jnp.asarray(x) for n, x in params.items()},
-        q_pos=jnp.asarray(q_pos),
-        k_pos=jnp.asarray(k_pos),
-        implementation=impl,
-        block_size=lw.PATHS[impl],
-    )
+    got = _run(enc, params, q, k, v, q_pos, k_pos, impl, lw.PATHS[impl])
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
