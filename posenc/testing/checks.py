@@ -75,7 +75,7 @@ def _not_on_cudnn(enc: Encoding, settings: Settings) -> str | None:
     t, s = settings.length, settings.length + settings.extra_keys
     has_bias = bool({"bias", "content_logits", "log_decay"} & set(bound.hooks))
     if not attention.cudnn_supports(width, jnp.bfloat16, t, s, has_bias):
-        return f"cuDNN takes no head width {width} with {t} queries and {s} keys"
+        return f"cuDNN takes no such shapes (head width {width}, {t} queries, {s} keys)"
     return None
 
 
