@@ -1,12 +1,13 @@
 """Linear attention (posenc.linear_attention, the ``linear`` and ``linear_performer`` paths).
 
 Both paths against an explicit O(T^2) float64 numpy transcription of RoFormer eq. (19) with NoPE
-and RoPE, written here from the papers (elu + 1, Katharopoulos et al. 2020; FAVOR+,
-Choromanski et al. 2021, with the path's random projection passed in; RoPE, Su et al. 2021),
-not from posenc's code. Also: FAVOR+ approximates softmax attention with many features; large
-inputs stay finite; no output depends on a later key, to the bit; the projection; refusals;
-``auto``; evaluation. Every registered encoder is checked on both paths by the contract battery
-(``posenc.testing.check_linear``); memory by tests/test_memory.py.
+and RoPE (at a few tokens, and RoPE at 16 times a training length of 8), written here from the
+papers (elu + 1, Katharopoulos et al. 2020; FAVOR+, Choromanski et al. 2021, with the path's
+random projection passed in; RoPE, Su et al. 2021), not from posenc's code. Also: FAVOR+
+approximates softmax attention with many features; large inputs stay finite; no output depends
+on a later key, to the bit; the projection; refusals; ``auto``; evaluation. Every registered
+encoder is checked on both paths by the contract battery (``posenc.testing.check_linear``);
+memory by tests/test_memory.py.
 """
 
 from __future__ import annotations
@@ -138,6 +139,19 @@ def test_paths_equal_eq19(impl, name, causal):
         expected = _eq19(q, k, v, q_pos, k_pos, impl, causal, name == "rope", w)
         assert got.shape == q.shape
         np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("impl", PATHS)
+def test_rope_paths_equal_eq19_at_16x_the_training_length(impl):
+    """RoPE's rotations over 128 queries (16 times a training length of 8) of 131 keys, causal in
+    chunks of 5 (dividing neither), each row at its own offset."""
+    t, s = 128, 131
+    q, k, v = _inputs(11, 2, t, s)
+    q_pos, k_pos = _positions(t, s)
+    got = _run("rope", impl, q, k, v, q_pos, k_pos, True, block_size=5)
+    w = _projection() if impl == "linear_performer" else None
+    expected = _eq19(q, k, v, q_pos, k_pos, impl, True, True, w)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-5)
 
 
 def test_bf16_inputs_give_bf16_outputs_close_to_float32():

@@ -108,9 +108,12 @@ def test_a_tiny_model_learns_three_tasks_and_the_report_shows_longer_lengths(tmp
             task,
             by_length,
         )
-        # Greedy generation agrees with teacher forcing where every token is right.
-        if by_length[4]["accuracy"] == 1.0:
-            assert by_length[4]["exact_match"] == 1.0
+        # Greedy generation agrees with teacher forcing: an example with every target token
+        # right under teacher forcing is generated exactly (at most one example per wrong token
+        # is not), and an example generated exactly has every token right.
+        for r in (by_length[4], by_length[8]):
+            all_right_at_least = 1 - (1 - r["accuracy"]) * r["tokens"] / r["examples"]
+            assert all_right_at_least - 1e-9 <= r["exact_match"] <= r["sequence_accuracy"], r
         assert report["task"] == task and report["data"]["source"] == f"synthetic:{task}"
     paths = write_report(str(sweep))
     text = open(paths[0]).read()

@@ -1,6 +1,7 @@
-"""The encoder contract battery (posenc.testing): every registered encoder x every check, an
-encoder registered inside a test is picked up with no other edit, and each check fails an
-encoder that breaks its promise."""
+"""The encoder contract battery (posenc.testing): every registered encoder x every check that
+applies to it (a check that cannot run here, cudnn without an NVIDIA GPU, is a skip with its
+reason), an encoder registered inside a test is picked up with no other edit, and each check
+fails an encoder that breaks its promise."""
 
 from __future__ import annotations
 
@@ -8,18 +9,43 @@ import dataclasses
 import pathlib
 import sys
 import types
+import warnings
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 
-from posenc import encodings, testing
+from posenc import encodings, linear_attention, testing
 from posenc.encodings import Encoding
+from posenc.testing import _harness, checks
 
 
 @pytest.mark.parametrize("name,check", testing.cases())
 def test_contract(name, check):
-    testing.CHECKS[check](name)
+    try:
+        testing.CHECKS[check](name)
+    except testing.NotApplicable as why:  # the same reason for every encoder: -ra groups them
+        pytest.skip(str(why))
+
+
+def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
+    cases = testing.cases()
+    assert [name for name, check in cases if check == "carry"] == ["cope"]
+    assert [name for name, check in cases if check == "augment"] == ["cape"]
+    on_cudnn = {name for name, check in cases if check == "cudnn"}
+    assert on_cudnn == set(encodings.names()) - {"cope", "shaw"}  # contextual logits, values
+    every_other = set(testing.CHECKS) - {"carry", "augment", "cudnn"}
+    for check in every_other:
+        assert sum(c == check for _, c in cases) == len(encodings.names()), check
+    with pytest.raises(testing.NotApplicable, match=r"carry does not apply.*'rope'.*no contex"):
+        testing.check_carry("rope")
+    with pytest.raises(testing.NotApplicable, match=r"augment does not apply.*'rope'"):
+        testing.check_augment("rope")
+    with pytest.raises(testing.NotApplicable, match=r"cudnn does not apply.*'shaw'.*value term"):
+        testing.check_cudnn("shaw")
+    not_run = testing.check_encoder("nope", checks=("declarations", "carry", "augment"))
+    assert sorted(not_run) == ["augment", "carry"]
 
 
 # -- a new encoder is tested the day it is registered ---------------------------------------
@@ -57,9 +83,8 @@ def test_an_encoder_registered_in_one_decorator_is_picked_up_by_the_battery():
                 return turn(q, q_pos), turn(k, k_pos)
 
         picked = [check for name, check in testing.cases() if name == LearnedRotary.name]
-        assert picked == list(testing.CHECKS)
-        for check in picked:
-            testing.CHECKS[check](LearnedRotary.name)
+        assert set(picked) == set(testing.CHECKS) - {"carry", "augment"}  # rotate only
+        testing.check_encoder(LearnedRotary.name, checks=tuple(picked))
     assert LearnedRotary.name not in encodings.names()  # the registry is restored
 
 
@@ -244,7 +269,7 @@ def test_check_encoder_lists_every_failed_check():
     message = str(info.value)
     assert message.startswith("1 of 2 contract checks failed")
     assert "- param_shapes:" in message and "- declarations" not in message
-    testing.check_encoder("nope", checks=("declarations", "param_shapes"))  # passes quietly
+    assert testing.check_encoder("nope", checks=("declarations", "param_shapes")) == {}
 
 
 def test_checks_refuse_a_bound_encoder():
@@ -288,3 +313,155 @@ def test_augment_check_catches_undeclared_rounded_and_keyless_augmentation():
         testing.check_augment(RoundsItsPositions())
     with pytest.raises(AssertionError, match=r"augment.*not a function of its key"):
         testing.check_augment(IgnoresItsKey())
+
+
+# -- teeth for bf16, trains, extrapolates, cudnn and linear -----------------------------------
+
+
+def _distance_bias(q, k, i, j):
+    """``-(i - j)`` as content logits ``[B, H, T, S]`` from query and key positions ``i, j``."""
+    bias = -(i[:, None, :, None] - j[:, None, None, :])
+    return jnp.broadcast_to(bias, (q.shape[0], q.shape[2], q.shape[1], k.shape[1]))
+
+
+@dataclasses.dataclass(frozen=True)
+class BiasInComputeDtype(Encoding):
+    """A distance bias -(i - j) taken as the difference of two large absolute terms in q's dtype:
+    exact in float32; in bfloat16 each term rounds to a multiple of 4 or 8."""
+
+    name = "bias-in-compute-dtype"
+    paper = "a test"
+    relative = True
+
+    def content_logits(self, params, q, k, q_pos, k_pos):
+        i, j = ((pos + 1000).astype(q.dtype) for pos in (q_pos, k_pos))
+        return _distance_bias(q, k, i, j).astype(jnp.float32)
+
+
+@dataclasses.dataclass(frozen=True)
+class BiasInFloat32(BiasInComputeDtype):
+    """The same bias from the same terms in float32, whatever the compute dtype."""
+
+    name = "bias-in-float32"
+
+    def content_logits(self, params, q, k, q_pos, k_pos):
+        i, j = ((pos + 1000).astype(jnp.float32) for pos in (q_pos, k_pos))
+        return _distance_bias(q, k, i, j)
+
+
+def test_a_bias_computed_in_bfloat16_fails_the_bf16_check():
+    with pytest.raises(AssertionError, match=r"'bias-in-compute-dtype'.*bf16.*far from float32"):
+        testing.check_bf16(BiasInComputeDtype())
+    testing.check_bf16(BiasInFloat32())  # the same bias kept in float32 passes
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnedPowerBias(Encoding):
+    """-|i - j|^p with a learned exponent p per head, written exp(p log |i - j|): finite, but
+    d/dp = |d|^p log |d| is 0 x (-inf) = NaN at distance 0, so the first Adam step makes the
+    parameters NaN."""
+
+    name = "learned-power-bias"
+    paper = "a test"
+    relative = True
+
+    def param_shapes(self, dims):
+        return {"p": (dims.num_heads,)}
+
+    def init(self, rng, dims):
+        return {"p": jnp.ones((dims.num_heads,), jnp.float32)}
+
+    def bias(self, params, q_pos, k_pos):
+        distance = jnp.abs(q_pos[:, None, :, None] - k_pos[:, None, None, :]).astype(jnp.float32)
+        return -jnp.exp(params["p"][None, :, None, None] * jnp.log(distance))
+
+
+def test_gradients_that_are_nan_or_no_update_at_all_fail_the_training_check():
+    with pytest.raises(AssertionError, match=r"'learned-power-bias'.*trains.*non-finite"):
+        testing.check_trains(LearnedPowerBias())
+    # An encoder cannot stop the other parameters' gradients (the embedding, MLP and output
+    # layers still learn), so the other half is shown with every update stopped.
+    frozen = testing.Settings(learning_rate=0.0)
+    with pytest.raises(AssertionError, match=r"'nope'.*8 Adam steps did not lower the loss"):
+        testing.check_trains("nope", frozen)
+
+
+@dataclasses.dataclass(frozen=True)
+class NaNPastItsLength(Encoding):
+    """sqrt(max_len - 1 - p) as an embedding: NaN at positions past the training length, with no
+    check_length to refuse them."""
+
+    name = "nan-past-its-length"
+    paper = "a test"
+    relative = False
+    param_scope = "shared"
+    max_len: int = 12
+
+    def embed(self, params, positions):
+        d = self.bound_dims.model_dim
+        value = jnp.sqrt((self.max_len - 1 - positions).astype(jnp.float32))  # [B|1, T]
+        return jnp.broadcast_to(value[..., None], (*value.shape, d))
+
+
+def test_nan_past_the_training_length_fails_the_extrapolation_check():
+    with pytest.raises(AssertionError, match=r"extrapolates: built for 12 tokens, non-finite .*48"):
+        testing.check_extrapolates(NaNPastItsLength())
+    testing.check_extrapolates(NaNPastItsLength(max_len=48))  # finite up to 48 tokens
+
+
+@dataclasses.dataclass(frozen=True)
+class BiasTooLargeForCudnn(Encoding):
+    """A relative bias of 300 - |i - j| / 2: cuDNN takes the bias in bfloat16, whose spacing at
+    300 is 2, so the distance term is rounded away; the reference adds it in float32."""
+
+    name = "bias-too-large-for-cudnn"
+    paper = "a test"
+    relative = True
+
+    def bias(self, params, q_pos, k_pos):
+        distance = jnp.abs(q_pos[:, None, :, None] - k_pos[:, None, None, :]).astype(jnp.float32)
+        bias = 300.0 - distance / 2  # [B|1, 1, T, S]
+        return jnp.broadcast_to(bias, (bias.shape[0], self.bound_dims.num_heads, *bias.shape[2:]))
+
+
+def test_a_bias_cudnn_rounds_away_fails_the_cudnn_check():
+    if not checks._nvidia_gpu():
+        pytest.skip("cudnn needs an NVIDIA GPU (cuDNN's fused attention kernel)")
+    with pytest.raises(AssertionError, match=r"'bias-too-large-for-cudnn'.*path 'cudnn' differs"):
+        testing.check_cudnn(BiasTooLargeForCudnn())
+
+
+def test_a_linear_path_with_the_wrong_normaliser_fails_eq19(monkeypatch):
+    """Normalising by the rotated features, sum_j (R_i phi(q_i)) . (R_j phi(k_j)), instead of
+    eq. (19)'s unrotated ones: still causal, no longer eq. (19)."""
+    for name in ("_causal", "_bidirectional"):
+        path = getattr(linear_attention, name)
+        wrong = lambda fq, fk, rq, rk, *rest, path=path: path(rq, rk, rq, rk, *rest)  # noqa: E731
+        monkeypatch.setattr(linear_attention, name, wrong)
+    # A RoPE no other test uses: the battery's compiled programs are cached per encoder, so this
+    # one is compiled here with the wrong path (and stays cached under a key no one else asks).
+    rope = encodings.get("rope", base=777.0)
+    with pytest.raises(AssertionError, match=r"fails linear: attention path 'linear' differs fr"):
+        testing.check_linear(rope)
+
+
+# -- a result that is not finite at -O0 is never replaced silently ----------------------------
+
+
+def _results(*values):
+    """A ``compute(jit)`` that returns ``values`` in turn (first at -O0, then recompiled)."""
+    it = iter(values)
+    return lambda jit: next(it)
+
+
+def test_a_result_not_finite_at_O0_is_recompiled_with_a_warning():
+    with pytest.warns(RuntimeWarning, match=r"the thing is not finite .* LLVM -O0 but is at"):
+        assert _harness.finite_or_recompiled(_results((np.nan, 1.0), (2.0, 1.0)), "the thing") == (
+            2.0,
+            1.0,
+        )
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # finite at -O0: kept, nothing recompiled, no warning
+        assert _harness.finite_or_recompiled(_results(3.0), "the thing") == 3.0
+        # Not finite at either level: returned as it is, for the check to fail on.
+        assert np.isinf(_harness.finite_or_recompiled(_results(np.nan, np.inf), "the thing"))

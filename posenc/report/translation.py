@@ -103,13 +103,17 @@ def _plot(path: str, columns: Sequence[Column], metric: str) -> None:
             if entry is None or entry.mean is None:
                 continue
             multiple = next(
-                r["max_multiple"] for run in column.runs for r in run.eval["results"]
+                r["max_multiple"]
+                for run in column.runs
+                for r in run.eval["results"]
                 if r["length"] == length
             )
             xs.append(multiple)
             ys.append(entry.mean)
             errs.append(entry.spread or 0.0)
-        ax.errorbar(xs, ys, yerr=errs, marker="o", capsize=3, label=f"{column.label} (n={len(column.runs)})")
+        ax.errorbar(
+            xs, ys, yerr=errs, marker="o", capsize=3, label=f"{column.label} (n={len(column.runs)})"
+        )
     ax.set_xscale("log", base=2)
     ax.set_xlabel("source length bucket (upper bound, multiples of the training length)")
     ax.set_ylabel(_METRIC_TEXT[metric])
@@ -146,7 +150,9 @@ def write_translation_report(
     md += format_table(bleu_table(all_columns)) + [""]
     decoding = {_decoding_text(r.eval.get("decoding") or {}) for r in runs}
     md += [f"Decoding: {', '.join(sorted(decoding))}.", ""]
-    signatures = {s for r in runs for s in (r.eval.get("overall") or {}).get("signatures", {}).values()}
+    signatures = {
+        s for r in runs for s in (r.eval.get("overall") or {}).get("signatures", {}).values()
+    }
     md += ["sacreBLEU signatures: " + "; ".join(f"`{s}`" for s in sorted(signatures)), ""]
     plots = []
     for train_len, columns in tables.items():
@@ -177,4 +183,3 @@ def _write_csv(path: str, columns: Sequence[Column]) -> None:
             means = [math.fsum(v) / len(v) if v else "" for v in values]
             spreads = [statistics.stdev(v) if len(v) > 1 else "" for v in values]
             writer.writerow([column.label, len(column.runs), *means, *spreads])
-

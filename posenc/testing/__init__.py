@@ -8,9 +8,9 @@ your own encoder, registered or not::
     testing.check_encoder(MyEncoding(width=3))     # all checks; one AssertionError lists failures
     testing.check_encoder("kerple")                # a registered name
 
-or parametrise your own pytest over them::
+or parametrise your own pytest over those that apply to it::
 
-    @pytest.mark.parametrize("check", testing.CHECKS)
+    @pytest.mark.parametrize("check", testing.applicable(MyEncoding()))
     def test_contract(check):
         testing.CHECKS[check](MyEncoding())
 
@@ -18,7 +18,8 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 
 ==================  ===========================================================================
 ``declarations``    the class declarations (``name``, ``paper``, ``relative``, ...) well formed
-``paths_agree``     every softmax path that takes the encoder equals the ``einsum`` reference
+``paths_agree``     every float32 softmax path that takes the encoder equals the ``einsum`` one
+``cudnn``           cuDNN's fused kernel equals the ``einsum`` reference in bfloat16 (NVIDIA GPUs)
 ``carry``           ``contextual_logits`` on key tiles, last to first with the carry, equal one call
 ``causal``          no output depends on a later input (Jacobian through the model)
 ``bidirectional``   ``causal=False``: paths equal the reference, later inputs matter; or refused
@@ -32,6 +33,11 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
                     logits); ``continuous_positions`` encoders read fractional positions
 ==================  ===========================================================================
 
+A check that does not apply to an encoder (``carry`` without ``contextual_logits``, ``augment``
+without continuous positions, ``cudnn`` for an encoder the path refuses) or cannot run here
+(``cudnn`` without an NVIDIA GPU) raises :class:`NotApplicable` rather than passing:
+:func:`applicable` and :func:`cases` leave the first kind out, and the second is a skip.
+
 Sizes are tiny (one layer, width 32, two heads, float32, 12 tokens) and configurable through
 :class:`Settings`; :data:`HPARAMS` holds the battery's hyperparameters for the founding encoders
 that need non-default ones at these sizes (a new encoder needs none).
@@ -44,19 +50,27 @@ from collections.abc import Callable, Iterator
 
 from posenc.encodings import registry
 from posenc.encodings.base import Encoding
-from posenc.testing._harness import BIDIRECTIONAL_HPARAMS, HPARAMS, Settings, resolve
+from posenc.testing._harness import (
+    BIDIRECTIONAL_HPARAMS,
+    HPARAMS,
+    NotApplicable,
+    Settings,
+    resolve,
+)
 from posenc.testing.checks import (
     check_augment,
     check_bf16,
     check_bidirectional,
     check_carry,
     check_causal,
+    check_cudnn,
     check_declarations,
     check_extrapolates,
     check_param_shapes,
     check_paths_agree,
     check_shift,
     check_trains,
+    inapplicable,
 )
 from posenc.testing.linear import check_linear
 
@@ -65,6 +79,7 @@ Check = Callable[..., None]
 CHECKS: dict[str, Check] = {
     "declarations": check_declarations,
     "paths_agree": check_paths_agree,
+    "cudnn": check_cudnn,
     "carry": check_carry,
     "causal": check_causal,
     "bidirectional": check_bidirectional,
@@ -78,17 +93,23 @@ CHECKS: dict[str, Check] = {
 }
 
 
+def applicable(encoder: str | Encoding, settings: Settings | None = None) -> list[str]:
+    """The names of the checks in :data:`CHECKS` that apply to ``encoder`` (:func:`inapplicable`
+    gives none; ``cudnn`` may still find no GPU to run on)."""
+    return [check for check in CHECKS if inapplicable(check, encoder, settings) is None]
+
+
 def cases() -> list[tuple[str, str]]:
-    """``(encoder name, check name)`` for every registered encoder and every check: what the
-    test suite parametrises over."""
-    return [(name, check) for name in registry.names() for check in CHECKS]
+    """``(encoder name, check name)`` for every registered encoder and every check that applies
+    to it: what the test suite parametrises over."""
+    return [(name, check) for name in registry.names() for check in applicable(name)]
 
 
 def check_encoder(
     encoder: str | Encoding,
     settings: Settings | None = None,
     checks: tuple[str, ...] | None = None,
-) -> None:
+) -> dict[str, str]:
     """Runs the checks (all by default) on one encoder and raises one ``AssertionError`` listing
     every check that failed.
 
@@ -96,11 +117,17 @@ def check_encoder(
       encoder: a registered name or an unbound encoder instance.
       settings: sizes and tolerances; :class:`Settings` defaults.
       checks: names from :data:`CHECKS`.
+
+    Returns:
+      ``{check: reason}`` for the checks that did not run (:class:`NotApplicable`): they passed
+      nothing.
     """
-    failures = []
+    failures, not_run = [], {}
     for name in checks or tuple(CHECKS):
         try:
             CHECKS[name](encoder, settings)
+        except NotApplicable as why:
+            not_run[name] = str(why)
         except AssertionError as err:
             failures.append(f"- {name}: {err}")
     if failures:
@@ -108,6 +135,7 @@ def check_encoder(
             f"{len(failures)} of {len(checks or CHECKS)} contract checks failed:\n"
             + "\n".join(failures)
         )
+    return not_run
 
 
 @contextlib.contextmanager
@@ -126,13 +154,16 @@ __all__ = [
     "BIDIRECTIONAL_HPARAMS",
     "CHECKS",
     "HPARAMS",
+    "NotApplicable",
     "Settings",
+    "applicable",
     "cases",
     "check_augment",
     "check_bf16",
     "check_bidirectional",
     "check_carry",
     "check_causal",
+    "check_cudnn",
     "check_declarations",
     "check_encoder",
     "check_extrapolates",
@@ -141,6 +172,7 @@ __all__ = [
     "check_paths_agree",
     "check_shift",
     "check_trains",
+    "inapplicable",
     "resolve",
     "temporary_registry",
 ]

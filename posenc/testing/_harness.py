@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -103,6 +104,16 @@ class Settings:
         return Dims(self.num_heads, self.model_dim // self.num_heads, self.model_dim)
 
 
+class NotApplicable(Exception):  # noqa: N818 (a verdict, not an error)
+    """Raised by a check that does not apply to the encoder (e.g. ``carry`` without a
+    ``contextual_logits`` hook) or cannot run on this machine (``cudnn`` without an NVIDIA GPU).
+
+    Neither a pass nor a failure: posenc's suite leaves the first kind out of its cases and
+    reports the second as a skip with this reason; :func:`posenc.testing.check_encoder` lists
+    both.
+    """
+
+
 def resolve(encoder: str | Encoding, bidirectional: bool = False) -> Encoding:
     """A registered name (with the battery's :data:`HPARAMS`, and with ``bidirectional`` its
     :data:`BIDIRECTIONAL_HPARAMS`) or an unbound encoder instance."""
@@ -142,6 +153,39 @@ def memo(fn: Callable) -> Callable:
 # computes the same program (XLA's graph passes still run).
 def jit(fn: Callable, **kwargs) -> Callable:
     return jax.jit(fn, compiler_options={"xla_backend_optimization_level": 0}, **kwargs)
+
+
+def finite_or_recompiled(compute: Callable[[Callable], Any], what: str) -> Any:
+    """``compute(jit)`` (LLVM -O0); where that is not finite, ``compute(jax.jit)`` (the default
+    optimisation level) with a ``RuntimeWarning`` saying so, never silently.
+
+    At -O0 XLA:CPU returns NaN gradients through the ``blocked`` path's ``lax.cond`` for some
+    encoders (DeBERTa, CoPE; depending on the tile size) where the default level is finite and
+    equals the ``einsum`` path's gradients (the causal check compares them). A result that is
+    not finite at either level is returned as it is, for the check to fail on.
+
+    Args:
+      compute: builds and runs the program with the ``jit`` it is given; returns a pytree of
+        arrays or numbers.
+      what: names the program in the warning.
+    """
+    result = compute(jit)
+    if _finite(result):
+        return result
+    retried = compute(jax.jit)
+    if _finite(retried):
+        warnings.warn(
+            f"posenc.testing: {what} is not finite when compiled at LLVM -O0 but is at XLA's "
+            "default optimisation level; using the latter (XLA:CPU at -O0 miscompiles some "
+            "gradients through lax.cond)",
+            RuntimeWarning,
+            stacklevel=2,
+        )
+    return retried
+
+
+def _finite(tree: Any) -> bool:
+    return all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(tree))
 
 
 def model_config(settings: Settings, **overrides: Any) -> ModelConfig:
@@ -214,9 +258,4 @@ def train_losses(encoder: Encoding, settings: Settings) -> tuple[float, ...]:
             losses.append(float(loss))
         return tuple(losses)
 
-    losses = run(jit)
-    if not np.isfinite(losses).all():
-        # At LLVM -O0, XLA:CPU can return NaN gradients through the blocked path's lax.cond
-        # (seen with CoPE's interpolation; see checks._input_jacobian); the default level is exact.
-        losses = run(jax.jit)
-    return losses
+    return finite_or_recompiled(run, f"training {label(encoder)}")

@@ -18,8 +18,10 @@ from posenc import attention, linear_attention
 from posenc.encodings.base import Encoding
 from posenc.layers.params import EncoderParam
 from posenc.testing._harness import (
+    NotApplicable,
     Settings,
     build,
+    finite_or_recompiled,
     forward,
     jit,
     label,
@@ -49,6 +51,60 @@ def _fail(encoder: Encoding, check: str, message: str) -> AssertionError:
 
 def _max_error(got: np.ndarray, expected: np.ndarray) -> str:
     return f"max |difference| {np.nanmax(np.abs(got - expected)):.3g}"
+
+
+def _without_contextual_logits(enc: Encoding, settings: Settings) -> str | None:
+    if "contextual_logits" not in enc.hooks:
+        return "no contextual_logits hook, so nothing is carried across key tiles"
+    return None
+
+
+def _without_continuous_positions(enc: Encoding, settings: Settings) -> str | None:
+    if not enc.continuous_positions and "augment_positions" not in enc.hooks:
+        return "declares neither continuous_positions nor an augment_positions hook"
+    return None
+
+
+def _not_on_cudnn(enc: Encoding, settings: Settings) -> str | None:
+    bound = enc.bind(settings.dims)
+    try:
+        attention.check_implementation(bound, "cudnn")
+    except ValueError as err:
+        return f"the path refuses it ({err})"
+    width = bound.qk_head_dim(settings.dims.head_dim)
+    t, s = settings.length, settings.length + settings.extra_keys
+    has_bias = bool({"bias", "content_logits", "log_decay"} & set(bound.hooks))
+    if not attention.cudnn_supports(width, jnp.bfloat16, t, s, has_bias):
+        return f"cuDNN takes no such shapes (head width {width}, {t} queries, {s} keys)"
+    return None
+
+
+# Why a check cannot apply to an encoder on any machine (None: it applies); checks not listed
+# apply to every encoder.
+_INAPPLICABLE = {
+    "carry": _without_contextual_logits,
+    "augment": _without_continuous_positions,
+    "cudnn": _not_on_cudnn,
+}
+
+
+def inapplicable(
+    check: str, encoder: str | Encoding, settings: Settings | None = None
+) -> str | None:
+    """Why ``check`` does not apply to ``encoder`` (whatever the machine), or None if it does.
+
+    A check that does not apply would assert nothing, so it must not count as a pass: posenc's
+    suite leaves these cases out (:func:`posenc.testing.cases`), and the check itself, called
+    anyway, raises :class:`NotApplicable` with this reason.
+    """
+    reason = _INAPPLICABLE.get(check)
+    return reason(resolve(encoder), settings or Settings()) if reason else None
+
+
+def _require(check: str, enc: Encoding, settings: Settings) -> None:
+    reason = _INAPPLICABLE[check](enc, settings)
+    if reason:
+        raise NotApplicable(f"{check} does not apply to {label(enc)}: {reason}")
 
 
 def check_declarations(encoder: str | Encoding, settings: Settings | None = None) -> None:
@@ -152,21 +208,70 @@ def _position_sets(settings: Settings, s: int, t: int) -> list[tuple[str, jax.Ar
 
 
 def check_paths_agree(encoder: str | Encoding, settings: Settings | None = None) -> None:
-    """Every attention path that accepts the encoder here equals the ``einsum`` reference (the
-    linear attention paths, another model, have their own check: ``testing.check_linear``).
+    """Every float32 attention path that accepts the encoder equals the ``einsum`` reference
+    (``cudnn``, bfloat16 only and on NVIDIA GPUs only, has its own check, ``check_cudnn``; the
+    linear attention paths, another model, theirs: ``testing.check_linear``).
 
     Causal attention of ``T`` queries (the last ``T`` of ``S = T + extra_keys`` keys), each batch
     row at its own offset and, again, at randomized positions (sorted, with gaps), random layer
-    inputs (for hooks that read them), ``blocked`` tiling with a padded last tile; ``cudnn``
-    only on an NVIDIA GPU, in bfloat16 (its only dtypes) against the reference in bfloat16. Also
+    inputs (for hooks that read them), ``blocked`` tiling with a padded last tile. Also
     ``rotate`` returns ``q`` and ``k`` of the width ``qk_head_dim`` declares.
     """
     settings = settings or Settings()
     _agreement(resolve(encoder), settings, "paths_agree", causal=True)
 
 
-def _agreement(enc: Encoding, settings: Settings, check: str, causal: bool) -> None:
-    """``check_paths_agree``'s comparison, with or without the causal mask."""
+def check_cudnn(encoder: str | Encoding, settings: Settings | None = None) -> None:
+    """cuDNN's fused kernel equals the ``einsum`` reference, both in bfloat16 (the kernel's only
+    dtypes; within ``2e-2``), on the inputs of ``check_paths_agree``: causal and, for an encoder
+    that serves bidirectional attention, without the mask.
+
+    Raises :class:`NotApplicable` where the path refuses the encoder (a value term, contextual
+    logits) or cuDNN takes no such shapes, and on a machine without an NVIDIA GPU.
+    """
+    settings = settings or Settings()
+    enc = resolve(encoder)
+    _require("cudnn", enc, settings)
+    if not _nvidia_gpu():
+        raise NotApplicable("cudnn needs an NVIDIA GPU (cuDNN's fused attention kernel)")
+    _agreement(enc, settings, "cudnn", causal=True, implementations=("cudnn",))
+    both_ways = resolve(encoder, bidirectional=True)
+    if not _causal_only(both_ways):
+        _agreement(both_ways, settings, "cudnn", causal=False, implementations=("cudnn",))
+
+
+def _causal_only(enc: Encoding) -> bool:
+    """Whether the encoder refuses bidirectional attention (``causal_only`` or its
+    ``check_causal``)."""
+    try:
+        enc.check_causal(False)
+    except ValueError:
+        return True
+    return enc.causal_only
+
+
+# The float32 paths ``paths_agree`` compares with the reference (``auto`` last, so that a
+# failure names the path itself); cudnn and the linear paths have checks of their own.
+_FLOAT32_PATHS = tuple(
+    sorted(
+        (
+            impl
+            for impl in attention.IMPLEMENTATIONS
+            if impl not in ("einsum", "cudnn", *linear_attention.PATHS)
+        ),
+        key=lambda impl: impl == "auto",
+    )
+)
+
+
+def _agreement(
+    enc: Encoding,
+    settings: Settings,
+    check: str,
+    causal: bool,
+    implementations: tuple[str, ...] = _FLOAT32_PATHS,
+) -> None:
+    """The paths' comparison with the reference, with or without the causal mask."""
     dims = settings.dims
     bound = enc.bind(dims)
     params = bound.init(jax.random.key(settings.seed), dims)
@@ -199,31 +304,24 @@ def _agreement(enc: Encoding, settings: Settings, check: str, causal: bool) -> N
             return np.asarray(out, np.float32)
 
         where = positions if causal else f"causal=False, {positions}"
-        _compare_paths(enc, bound, settings, run, where, t, s, check)
+        _compare_paths(enc, bound, settings, run, where, t, s, check, implementations)
 
 
 def _compare_paths(
-    enc, bound, settings: Settings, run, positions: str, t: int, s: int, check="paths_agree"
+    enc, bound, settings: Settings, run, positions: str, t: int, s: int, check, implementations
 ) -> None:
-    """Runs every path that takes ``bound`` (``run(impl, dtype)``) against the einsum one."""
+    """Runs each of ``implementations`` that takes ``bound`` (``run(impl, dtype)``) against the
+    einsum one: in float32, ``cudnn`` in bfloat16 against the reference in bfloat16."""
     reference = run("einsum")
     if not np.isfinite(reference).all():
         raise _fail(enc, check, f"the einsum reference gives non-finite outputs ({positions})")
-    # The explicit paths first, so that a failure names the path itself rather than "auto".
-    for impl in sorted(attention.IMPLEMENTATIONS, key=lambda impl: impl == "auto"):
-        if impl == "einsum" or impl in linear_attention.PATHS:
-            continue  # linear attention is another model, checked by `linear` (testing/linear.py)
+    for impl in implementations:
         try:
             attention.check_implementation(bound, impl)
         except ValueError:
             continue  # this path does not take the encoder (e.g. a value term on a fused kernel)
         dtype, expected, tol = jnp.float32, reference, settings.tolerance
         if impl == "cudnn":
-            has_bias = bool({"bias", "content_logits", "log_decay"} & set(bound.hooks))
-            width = bound.qk_head_dim(settings.dims.head_dim)
-            supported = attention.cudnn_supports(width, jnp.bfloat16, t, s, has_bias)
-            if not (_nvidia_gpu() and supported):
-                continue
             dtype, expected, tol = jnp.bfloat16, run("einsum", jnp.bfloat16), 2e-2
         got = run(impl, dtype)
         if not np.allclose(got, expected, rtol=tol, atol=tol):
@@ -237,7 +335,7 @@ def _compare_paths(
 
 
 def check_carry(encoder: str | Encoding, settings: Settings | None = None) -> None:
-    """``contextual_logits`` keeps its carry promise (encoders without the hook pass).
+    """``contextual_logits`` keeps its carry promise (:class:`NotApplicable` without the hook).
 
     On random queries, keys and causally masked logits (``T`` queries, the last of ``S = T +
     extra_keys`` keys), calling the hook on key tiles of ``block_size`` from the last to the first,
@@ -247,9 +345,8 @@ def check_carry(encoder: str | Encoding, settings: Settings | None = None) -> No
     settings = settings or Settings()
     enc = resolve(encoder)
     dims = settings.dims
+    _require("carry", enc, settings)
     bound = enc.bind(dims)
-    if "contextual_logits" not in bound.hooks:
-        return
     params = bound.init(jax.random.key(settings.seed), dims)
     b, t, s = len(settings.offsets), settings.length, settings.length + settings.extra_keys
     rng = np.random.default_rng(settings.seed + 1)
@@ -319,11 +416,10 @@ def _input_jacobian(
         return nnx.merge(graphdef, params, rest)(window)[0].sum(-1)  # [T]
 
     args = (params["embed"]["embedding"][...], params, rest)
-    jac = np.asarray(jit(jax.jacrev(per_position))(*args))  # [T, V, D]
-    if not np.isfinite(jac).all():
-        # At LLVM -O0, XLA:CPU can return NaN gradients through the blocked path's lax.cond
-        # (seen with content-free biases); the default optimisation level is exact.
-        jac = np.asarray(jax.jit(jax.jacrev(per_position))(*args))
+    jac = finite_or_recompiled(
+        lambda jit: np.asarray(jit(jax.jacrev(per_position))(*args)),  # [T, V, D]
+        f"the input Jacobian of {label(encoder)} on the {implementation!r} path",
+    )
     return jac[:, ids]  # [t_out, s_in, D]
 
 
@@ -370,12 +466,7 @@ def check_bidirectional(encoder: str | Encoding, settings: Settings | None = Non
     """
     settings = settings or Settings()
     enc = resolve(encoder, bidirectional=True)
-    try:
-        enc.check_causal(False)
-        refused = enc.causal_only
-    except ValueError:
-        refused = True
-    if refused:
+    if _causal_only(enc):
         try:
             build(enc, settings, causal=False)
         except ValueError as err:
@@ -590,9 +681,9 @@ def check_extrapolates(encoder: str | Encoding, settings: Settings | None = None
 
 
 def check_augment(encoder: str | Encoding, settings: Settings | None = None) -> None:
-    """Continuous and augmented positions do what the declarations say (encoders that declare
-    neither ``continuous_positions`` nor ``augment_positions`` pass: the model never hands them
-    float positions or a key of their own).
+    """Continuous and augmented positions do what the declarations say (:class:`NotApplicable`
+    for an encoder that declares neither ``continuous_positions`` nor ``augment_positions``: the
+    model never hands it float positions or a key of its own).
 
     With ``augment_positions`` (and dropout 0): the hook returns float32 ``[B, T]`` positions,
     the same for the same key and, without a key (evaluation), twice the same; through the
@@ -602,8 +693,7 @@ def check_augment(encoder: str | Encoding, settings: Settings | None = None) -> 
     """
     settings = settings or Settings()
     enc = resolve(encoder)
-    if not enc.continuous_positions and "augment_positions" not in enc.hooks:
-        return
+    _require("augment", enc, settings)
     plain, state = forward(enc, settings, True)
     window = tokens(settings, settings.length, seed=3)
     pos = jnp.broadcast_to(jnp.arange(settings.length), window.shape)

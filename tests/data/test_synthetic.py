@@ -386,8 +386,10 @@ def test_errors():
         synthetic.train_batch("solve_equation", 2, 2, seed=0, step=0)
     with pytest.raises(ValueError, match="length_per"):
         synthetic.train_batch("copy", 2, 2, seed=0, step=0, length_per="step")
-    for err in ("unknown", "allowed"):
-        try:
-            synthetic.check_length("modular_arithmetic" if err == "allowed" else "x", 2)
-        except ValueError as e:
-            assert "\n" not in str(e)
+    for task, message in (
+        ("x", r"unknown synthetic task 'x'; allowed: even_pairs, .*, pcfg"),
+        ("modular_arithmetic", r"'modular_arithmetic' has no examples of length 2; allowed: odd"),
+    ):
+        with pytest.raises(ValueError, match=message) as err:
+            synthetic.check_length(task, 2)
+        assert "\n" not in str(err.value)

@@ -31,7 +31,6 @@ def empty_data_dir(tmp_path, monkeypatch):
 
 
 def test_unprepared_data_raises_with_prepare_command(empty_data_dir):
-    pytest.importorskip("tensorflow_datasets")
     with pytest.raises(DataNotFoundError) as err:
         synthetic.example("scan", 10, 0, 0)
     message = str(err.value)

@@ -96,6 +96,43 @@ def rotate(x, positions, theta_rows, layout="half", d=None, magnitude=None, scal
     return out * scale
 
 
+# float32's unit roundoff, and bfloat16's (8 significant bits).
+F32_EPS, BF16_EPS = 2.0**-24, 2.0**-8
+
+
+def float32_bound(x, positions, theta_rows, layout="half", d=None, scale=1.0, ulps=8.0):
+    """An analytic bound on ``|float32 rotation - rotate(...)|`` per channel, ``[B, T, H, Dh]``.
+
+    Pair ``i`` at position ``m`` turns by ``a = m theta_i``. In float32, theta_i (a power, and a
+    scaling mode's few more operations), the product ``m theta_i`` and the argument reduction
+    of ``sin`` and ``cos`` each cost a few roundings relative to ``a``, the 2x2 product and the
+    ``scale`` a few relative to the output: together at most ``ulps * eps * (1 + |a|)`` times the
+    pair's norm ``|(x_a, x_b)| * scale`` (``ulps = 8`` leaves about three times what XLA's CPU
+    float32 loses). Channels past ``d`` are not rotated: bound 0, they must be exact.
+    """
+    x = np.asarray(x, np.float64)
+    b, t, _, dh = x.shape
+    d = dh if d is None else d
+    theta_rows = np.broadcast_to(np.asarray(theta_rows, np.float64), (b, d // 2))
+    positions = np.broadcast_to(np.asarray(positions, np.float64), (b, t))
+    bound = np.zeros_like(x)
+    for i in range(d // 2):
+        angle = np.abs(positions * theta_rows[:, i : i + 1])[..., None]  # [B, T, 1]
+        a_idx, b_idx = pair_channels(i, d, layout)
+        norm = np.hypot(x[..., a_idx], x[..., b_idx]) * scale  # [B, T, H]
+        bound[..., a_idx] = bound[..., b_idx] = ulps * F32_EPS * (1.0 + angle) * norm
+    return bound
+
+
+def assert_within(got, want, bound, what: str = "") -> None:
+    """Every entry of ``got`` within ``bound`` of ``want`` (entries with bound 0: exactly)."""
+    err = np.abs(np.asarray(got, np.float64) - want)
+    worst = np.unravel_index(np.argmax(err - bound), err.shape)
+    assert (err <= bound).all(), (
+        f"{what}: |error| {err[worst]:.3g} > bound {bound[worst]:.3g} at {tuple(map(int, worst))}"
+    )
+
+
 def xpos_zeta(d: int, gamma: float = 0.4) -> np.ndarray:
     """Sun et al. 2022: zeta_i = (2i/d + gamma) / (1 + gamma)."""
     return np.array([(2.0 * i / d + gamma) / (1.0 + gamma) for i in range(d // 2)])

@@ -1,7 +1,10 @@
-"""ALiBi (Press, Smith, Lewis 2022): the paper's head slopes and the bias -m_h * (i - j)."""
+"""ALiBi (Press, Smith, Lewis 2022): the paper's head slopes and the bias -m_h * (i - j), and
+attention with it on every path at the training length and at 16 times it (where the paper's
+claim is made)."""
 
 from __future__ import annotations
 
+import _bias_attention as ba
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -58,9 +61,30 @@ def test_bias_is_minus_slope_times_distance(heads):
         for h in range(heads):
             for i in range(3):
                 for j in range(9):
-                    # The paper's -m (i - j) on visible keys (j <= i); keys after the query,
-                    # masked in a causal model, get -m (j - i) for bidirectional use.
-                    expected = -slopes[h] * abs(q_pos[b, i] - k_pos[b, j])
-                    if k_pos[b, j] <= q_pos[b, i]:
-                        assert expected == -slopes[h] * (q_pos[b, i] - k_pos[b, j])
+                    qi, kj = q_pos[b, i], k_pos[b, j]
+                    if kj <= qi:  # the paper's -m (i - j) on the keys a causal query sees
+                        expected = -slopes[h] * (qi - kj)
+                    else:  # keys after the query (bidirectional use): -m (j - i)
+                        expected = -slopes[h] * (kj - qi)
                     np.testing.assert_allclose(got[b, h, i, j], expected, rtol=1e-6)
+
+
+# Three heads, not a power of two: the 2-head slopes 2^-4, 2^-8, then every other slope of the
+# 4-head sequence 2^(-2h) (h = 1, 3, ...), keeping the first 3 - 2 = 1 of them: 2^-2.
+THREE_HEAD_SLOPES = np.array([2.0**-4, 2.0**-8, 2.0**-2])
+
+
+def _paper_bias(q_pos, k_pos):
+    distance = np.abs(q_pos[:, None, :, None] - k_pos[:, None, None, :])  # [B, 1, T, S]
+    return -THREE_HEAD_SLOPES[None, :, None, None] * distance
+
+
+@pytest.mark.parametrize("length,causal", ba.WINDOWS)
+@pytest.mark.parametrize("path,block", ba.PATHS)
+def test_every_path_equals_naive_attention_with_the_paper_bias(length, causal, path, block):
+    enc = encodings.get("alibi").bind(Dims(num_heads=ba.H, head_dim=ba.DH, model_dim=ba.H * ba.DH))
+    q, k, v, q_pos, k_pos = ba.inputs(length, seed=length)
+    block = ba.block_for(path, block, length)
+    got = ba.run(enc, {}, path, block, q, k, v, q_pos, k_pos, causal)
+    expected = ba.naive(q, k, v, q_pos, k_pos, _paper_bias, causal)
+    np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)

@@ -1,12 +1,14 @@
 """DeBERTa's disentangled attention against an explicit float64 transcription of He et al. 2021,
 eq. (2)-(4): A_ij = Q^c_i K^c_j + Q^c_i K^r_delta(i,j) + K^c_j Q^r_delta(j,i), softmax(A /
-sqrt(3d)), delta(i, j) = clip(i - j + k, 0, 2k - 1); and DeBERTa-v2's log buckets."""
+sqrt(3d)), delta(i, j) = clip(i - j + k, 0, 2k - 1); and DeBERTa-v2's log buckets. On every path
+(the fused ``xla`` one too) at a few tokens and at 16 times the training length."""
 
 from __future__ import annotations
 
 import functools
 import math
 
+import _long_window as lw
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -87,7 +89,7 @@ def test_log_buckets_match_deberta_v2_formula_at_every_distance():
 
 @pytest.mark.parametrize("buckets", [None, 4])
 @pytest.mark.parametrize("causal", [True, False])
-@pytest.mark.parametrize("implementation", ["einsum", "blocked"])
+@pytest.mark.parametrize("implementation", ["einsum", "blocked", "xla"])
 def test_attention_matches_the_papers_equations(buckets, causal, implementation):
     enc = encodings.get("deberta", max_distance=6, buckets=buckets)
     enc = enc.bind(Dims(num_heads=H, head_dim=DH, model_dim=D))
@@ -104,6 +106,32 @@ def test_attention_matches_the_papers_equations(buckets, causal, implementation)
         implementation=implementation, block_size=4,
     )  # fmt: skip
     expected = _naive(q, k, v, params, q_pos, k_pos, 6, buckets, causal)
+    np.testing.assert_allclose(np.asarray(got, np.float64), expected, rtol=2e-5, atol=2e-5)
+
+
+@functools.lru_cache
+def _long_case(max_distance: int, buckets: int | None):
+    enc = encodings.get("deberta", max_distance=max_distance, buckets=buckets)
+    enc = enc.bind(Dims(num_heads=H, head_dim=DH, model_dim=D))
+    params = enc.init(jax.random.key(2), enc.bound_dims)
+    params = {n: 10.0 * x if n == "p" else x for n, x in params.items()}  # visible terms
+    q, k, v, q_pos, k_pos = lw.inputs(H, DH, seed=3)
+    expected = _naive(q, k, v, params, q_pos, k_pos, max_distance, buckets, causal=True)
+    return enc, params, (q, k, v, q_pos, k_pos), expected
+
+
+# v1 clipping at 16 (beyond the training length, inside the long window); v2's log buckets
+# from 4 to 64, then clipping: both regimes within the 131 keys.
+@pytest.mark.parametrize("implementation", ["einsum", "blocked", "xla", "auto"])
+@pytest.mark.parametrize("max_distance,buckets", [(16, None), (64, 8)])
+def test_attention_matches_the_papers_equations_at_16x_the_training_length(
+    max_distance, buckets, implementation
+):
+    enc, params, (q, k, v, q_pos, k_pos), expected = _long_case(max_distance, buckets)
+    got = _attend(
+        q, k, v, encoding=enc, params=params, q_pos=q_pos, k_pos=k_pos,
+        implementation=implementation, block_size=lw.PATHS[implementation],
+    )  # fmt: skip
     np.testing.assert_allclose(np.asarray(got, np.float64), expected, rtol=2e-5, atol=2e-5)
 
 

@@ -1,7 +1,8 @@
 """RoPE scaling at evaluation (position interpolation, NTK, dynamic NTK, YaRN) against float64
 transcriptions of the papers' formulas (``_rope_reference.py``), on every attention path at 1x
-and 16x the training length; ``scaling=None`` is plain RoPE bit for bit. ``posenc eval`` with the
-scaling hyperparameters: tests/test_rope_scaling_eval.py."""
+and 16x the training length (plain RoPE too); ``scaling=None`` and every mode at ``s = 1`` are
+plain RoPE bit for bit, which is the paper's rotation within float32's analytic bound.
+``posenc eval`` with the scaling hyperparameters: tests/test_rope_scaling_eval.py."""
 
 from __future__ import annotations
 
@@ -25,28 +26,7 @@ def _x(seed, shape):
     return np.random.default_rng(seed).standard_normal(shape).astype(np.float32)
 
 
-# -- scaling=None is today's RoPE -------------------------------------------------------------
-
-
-def _rope_before_scaling(x, positions, *, base=10000.0, layout="half", fraction=1.0):
-    """posenc's apply_rope as it was before the scaling modes (commit 81ac4e8), kept verbatim so
-    that the default stays bit-identical to it."""
-    d = 2 * int(fraction * x.shape[-1] // 2)
-    positions = jnp.atleast_2d(positions)
-    inv_freq = base ** (-jnp.arange(0, d, 2, dtype=jnp.float32) / d)
-    angles = positions.astype(jnp.float32)[..., None] * inv_freq
-    cos = jnp.cos(angles)[:, :, None, :]
-    sin = jnp.sin(angles)[:, :, None, :]
-    rot, rest = x[..., :d].astype(jnp.float32), x[..., d:]
-    if layout == "interleaved":
-        pairs = rot.reshape(*rot.shape[:-1], d // 2, 2)
-        a, b = pairs[..., 0], pairs[..., 1]
-        out = jnp.stack([a * cos - b * sin, a * sin + b * cos], axis=-1)
-        out = out.reshape(rot.shape)
-    else:
-        a, b = rot[..., : d // 2], rot[..., d // 2 :]
-        out = jnp.concatenate([a * cos - b * sin, a * sin + b * cos], axis=-1)
-    return jnp.concatenate([out.astype(x.dtype), rest], axis=-1)
+# -- scaling=None is plain RoPE ----------------------------------------------------------------
 
 
 # Every mode reduces to plain RoPE at s = 1 (dynamic: at any length up to original_max_len).
@@ -63,17 +43,29 @@ IDENTITIES = [
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 @pytest.mark.parametrize("layout,fraction", [("half", 1.0), ("interleaved", 1.0), ("half", 0.5)])
 @pytest.mark.parametrize("hparams", IDENTITIES, ids=lambda h: h.get("scaling", "default") or "None")
-def test_unscaled_is_bit_identical_to_plain_rope(hparams, layout, fraction, dtype):
+def test_unscaled_is_the_papers_rotation_and_plain_rope_bit_for_bit(
+    hparams, layout, fraction, dtype
+):
     x = jnp.asarray(_x(0, (2, 64, 3, 16)), dtype)
-    pos = jnp.asarray(np.random.default_rng(1).integers(0, 70000, (2, 64)))
+    pos = np.random.default_rng(1).integers(0, 70000, (2, 64))
     if hparams.get("scaling") == "dynamic":
-        pos = jnp.arange(64)  # a window no longer than original_max_len
+        pos = np.stack([np.arange(64)] * 2)  # a window no longer than original_max_len
     kw = dict(layout=layout, fraction=fraction)
+    d = 2 * int(fraction * 16 // 2)  # rotated channels
+    x64 = np.asarray(x, np.float64)  # bfloat16 inputs are exact in float64
+    want = x64.copy()
+    want[..., :d] = ref.rotate(x64[..., :d], pos, ref.thetas(d, 1e4), layout)
+    bound = np.zeros_like(x64)
+    bound[..., :d] = ref.float32_bound(x64[..., :d], pos, ref.thetas(d, 1e4), layout)
+    if dtype == jnp.bfloat16:  # the output is rounded to bfloat16 once more
+        bound[..., :d] += ref.BF16_EPS * np.abs(want[..., :d])
     for wrap in (lambda f: f, jax.jit):
-        want = wrap(lambda x, p: _rope_before_scaling(x, p, **kw))(x, pos)
-        got = wrap(lambda x, p: apply_rope(x, p, **kw, **hparams))(x, pos)
-        assert got.dtype == want.dtype == dtype
-        np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(want, np.float32))
+        plain = wrap(lambda x, p: apply_rope(x, p, **kw))(x, jnp.asarray(pos))
+        got = wrap(lambda x, p: apply_rope(x, p, **kw, **hparams))(x, jnp.asarray(pos))
+        assert got.dtype == plain.dtype == dtype
+        ref.assert_within(got, want, bound, f"{hparams} against the paper's rotation")
+        # A scaling mode that does not scale changes nothing, to the bit.
+        np.testing.assert_array_equal(np.asarray(got, np.float32), np.asarray(plain, np.float32))
 
 
 def test_the_encoder_default_is_unscaled():
@@ -120,14 +112,11 @@ def test_rotation_matches_the_papers_formula_up_to_16x(mode, layout):
     stretch = s if mode == "linear" else 1
     temperature = ref.yarn_sqrt_inv_t(s) if mode == "yarn" else 1.0
     want = ref.rotate(x, positions / stretch, rows, layout, scale=temperature)
-    # float32 RoPE itself is only so accurate at these positions (the angle m * theta_i carries
-    # the rounding of theta_i times m): each row may be off by twice what plain RoPE is.
-    plain = ref.rotate(x, positions, [ref.thetas(D, 1e4)] * 2, layout)
-    plain32 = np.asarray(apply_rope(jnp.asarray(x), jnp.asarray(positions), layout=layout))
-    for row in (0, 1):
-        atol = 2 * np.abs(plain32[row] - plain[row]).max() + 1e-5
-        np.testing.assert_allclose(np.asarray(got)[row], want[row], rtol=0, atol=atol)
+    # float32 is only so accurate at angles of up to 16 L radians: the analytic bound per pair.
+    bound = ref.float32_bound(x, positions / stretch, rows, layout, scale=temperature)
+    ref.assert_within(got, want, bound, f"{mode} up to 16 L")
     # ...and the mode really changed the rotation at 16 L (unscaled RoPE is far from it).
+    plain = ref.rotate(x, positions, [ref.thetas(D, 1e4)] * 2, layout)
     assert np.abs(want[1] - plain[1]).max() > 0.5
 
 
@@ -199,17 +188,19 @@ TRAIN_LEN = 256  # with 16 channels and base 1e4 YaRN ramps over pairs 0..4
 
 
 @pytest.mark.parametrize("times", [1, 16])
-@pytest.mark.parametrize("mode", MODES)
+@pytest.mark.parametrize("mode", [None, *MODES])
 def test_attention_paths_match_the_naive_formula(mode, times):
     """einsum, blocked (tiles of 32), xla and auto against float64 attention with the
     transcribed rotation: at 1x all queries of the training window, at 16x the last 64 queries
-    of a 4096-token window."""
-    hparams = dict(scaling=mode, factor=8, original_max_len=TRAIN_LEN)
+    of a 4096-token window; unscaled RoPE (``None``) as well."""
+    hparams = dict(scaling=mode, factor=8, original_max_len=TRAIN_LEN) if mode else {}
     num_keys = times * TRAIN_LEN
     q, k, v, q_pos, k_pos = ref.inputs(num_keys, min(num_keys, 64 if times > 1 else num_keys))
     want = ref.expected_attention("rope", hparams, q, k, v, q_pos, k_pos)
     for impl, got in ref.path_outputs("rope", hparams, q, k, v, q_pos, k_pos, 32).items():
         np.testing.assert_allclose(got, want, atol=2e-4, err_msg=f"{mode} on {impl!r}")
+    if mode is None:
+        return  # plain RoPE: `want` is the unscaled reference itself
     plain = ref.expected_attention("rope", {}, q, k, v, q_pos, k_pos)
     if mode == "dynamic" and times == 1:
         np.testing.assert_allclose(want, plain, atol=1e-12)  # nothing to extend

@@ -1,11 +1,13 @@
 """Shaw et al. (2018) relative position representations against the paper's explicit L x L x D
 formulas (Eqs. 3-4): a_ij = table[clip(j - i, -k, k) + k],
-e_ij = q_i . (k_j + a^K_ij) / sqrt(d), z_i = sum_j alpha_ij (v_j + a^V_ij)."""
+e_ij = q_i . (k_j + a^K_ij) / sqrt(d), z_i = sum_j alpha_ij (v_j + a^V_ij); on every path at a
+few tokens and at 16 times the training length."""
 
 from __future__ import annotations
 
 import functools
 
+import _long_window as lw
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -25,6 +27,21 @@ _attend = _jit(attend, static_argnames=("encoding", "causal", "implementation", 
 
 def _bound(**hparams):
     return encodings.get("shaw", **hparams).bind(Dims(num_heads=H, head_dim=DH, model_dim=D))
+
+
+def _run(enc, params, q, k, v, q_pos, k_pos, impl, block=512, causal=True) -> np.ndarray:
+    """``attend`` on path ``impl`` with numpy inputs and parameters."""
+    out = _attend(
+        *(jnp.asarray(a) for a in (q, k, v)),
+        encoding=enc,
+        params={n: jnp.asarray(x) for n, x in params.items()},
+        q_pos=jnp.asarray(q_pos),
+        k_pos=jnp.asarray(k_pos),
+        causal=causal,
+        implementation=impl,
+        block_size=block,
+    )
+    return np.asarray(out)
 
 
 def _naive_a(table: np.ndarray, q_pos: np.ndarray, k_pos: np.ndarray, k: int) -> np.ndarray:
@@ -161,15 +178,7 @@ def test_attention_equals_explicit_formula(values, impl, block, t, s, offsets):
     params = _params(enc, 5, scale=0.5)
     q, k, v = _inputs(6, len(offsets), t, s)
     q_pos, k_pos = _positions(len(offsets), t, s, offsets)
-    got = _attend(
-        *(jnp.asarray(a) for a in (q, k, v)),
-        encoding=enc,
-        params={n: jnp.asarray(x) for n, x in params.items()},
-        q_pos=jnp.asarray(q_pos),
-        k_pos=jnp.asarray(k_pos),
-        implementation=impl,
-        block_size=block,
-    )
+    got = _run(enc, params, q, k, v, q_pos, k_pos, impl, block)
     expected = _naive_attention(
         q, k, v, params["key_table"], params.get("value_table"), q_pos, k_pos, clip
     )
@@ -186,16 +195,7 @@ def test_bidirectional_attention_equals_explicit_formula(impl, block):
         np.array([[4, 5, 6, 7, 8], [63, 64, 65, 66, 67]]),
         _positions(2, 11, 11, [2, 60])[1],
     )
-    got = _attend(
-        *(jnp.asarray(a) for a in (q, k, v)),
-        encoding=enc,
-        params={n: jnp.asarray(x) for n, x in params.items()},
-        q_pos=jnp.asarray(q_pos),
-        k_pos=jnp.asarray(k_pos),
-        causal=False,
-        implementation=impl,
-        block_size=block,
-    )
+    got = _run(enc, params, q, k, v, q_pos, k_pos, impl, block, causal=False)
     expected = _naive_attention(
         q, k, v, params["key_table"], params["value_table"], q_pos, k_pos, 3, causal=False
     )
@@ -207,14 +207,7 @@ def test_keys_only_shaw_runs_on_the_fused_xla_path():
     params = _params(enc, 8, scale=0.5)
     q, k, v = _inputs(9, 2, 6, 6)
     q_pos, k_pos = _positions(2, 6, 6, [4, 9])
-    got = _attend(
-        *(jnp.asarray(a) for a in (q, k, v)),
-        encoding=enc,
-        params={n: jnp.asarray(x) for n, x in params.items()},
-        q_pos=jnp.asarray(q_pos),
-        k_pos=jnp.asarray(k_pos),
-        implementation="xla",
-    )
+    got = _run(enc, params, q, k, v, q_pos, k_pos, "xla")
     expected = _naive_attention(q, k, v, params["key_table"], None, q_pos, k_pos, 2)
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
 
@@ -268,15 +261,34 @@ def test_attention_with_randomized_positions_equals_the_explicit_formula(impl, b
     params = _params(enc, 11, scale=0.5)
     q, k, v = _inputs(12, 2, 8, 8)
     q_pos, k_pos = _random_positions(13, 1 if shared else 2, 8, 8, max_position=30)
-    got = _attend(
-        *(jnp.asarray(a) for a in (q, k, v)),
-        encoding=enc,
-        params={n: jnp.asarray(x) for n, x in params.items()},
-        q_pos=jnp.asarray(q_pos),
-        k_pos=jnp.asarray(k_pos),
-        implementation=impl,
-        block_size=block,
-    )
+    got = _run(enc, params, q, k, v, q_pos, k_pos, impl, block)
     b_pos = (np.repeat(q_pos, 2, 0), np.repeat(k_pos, 2, 0)) if shared else (q_pos, k_pos)
     expected = _naive_attention(q, k, v, params["key_table"], params["value_table"], *b_pos, clip)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+
+
+# -- 16 times the training length ----------------------------------------------------------
+
+
+@functools.lru_cache
+def _long_case(values: bool):
+    """The default clip distance (16): the training window (8) never clips, the long one does."""
+    enc = _bound(values=values)
+    params = _params(enc, 14, scale=0.5)
+    q, k, v, q_pos, k_pos = lw.inputs(H, DH, seed=15)
+    expected = _naive_attention(
+        q, k, v, params["key_table"], params.get("value_table"), q_pos, k_pos, enc.max_distance
+    )
+    return enc, params, (q, k, v, q_pos, k_pos), expected
+
+
+# Every path that serves each variant: with values einsum and blocked (and auto, which tiles),
+# keys only also the fused xla path.
+@pytest.mark.parametrize(
+    "values,impl",
+    [(True, "einsum"), (True, "blocked"), (True, "auto"), (False, "xla"), (False, "auto")],
+)
+def test_attention_equals_explicit_formula_at_16x_the_training_length(values, impl):
+    enc, params, (q, k, v, q_pos, k_pos), expected = _long_case(values)
+    got = _run(enc, params, q, k, v, q_pos, k_pos, impl, lw.PATHS[impl])
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)

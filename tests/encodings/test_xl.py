@@ -5,12 +5,14 @@ every (query, key) pair:
 
 with R the sinusoids of Vaswani et al. (R[2m] = sin(d / base^(2m/D)), R[2m+1] = cos(...)) at the
 distance d = i - j, clamped to [-clamp_len, clamp_len] when set (XLNet's clamp for keys after the
-query, which a bidirectional model sees; a causal one sees only d >= 0, the original clamp)."""
+query, which a bidirectional model sees; a causal one sees only d >= 0, the original clamp). On
+every path at a few tokens and at 16 times the training length."""
 
 from __future__ import annotations
 
 import functools
 
+import _long_window as lw
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -92,6 +94,21 @@ def _j(params):
     return {n: jnp.asarray(x) for n, x in params.items()}
 
 
+def _run(enc, params, q, k, v, q_pos, k_pos, impl, block, causal=True) -> np.ndarray:
+    """``attend`` on path ``impl`` with numpy inputs and parameters."""
+    out = _attend(
+        *(jnp.asarray(a) for a in (q, k, v)),
+        encoding=enc,
+        params=_j(params),
+        q_pos=jnp.asarray(q_pos),
+        k_pos=jnp.asarray(k_pos),
+        causal=causal,
+        implementation=impl,
+        block_size=block,
+    )
+    return np.asarray(out)
+
+
 def test_parameters_are_u_v_and_w_r():
     enc = _bound()
     params = enc.init(jax.random.key(0), enc.bound_dims)
@@ -144,17 +161,7 @@ def test_clamp_len_changes_only_distances_beyond_it():
 @pytest.mark.parametrize("t,s,offsets", [(7, 7, [0, 0]), (7, 7, [11, 2]), (4, 9, [3, 70])])
 def test_attention_equals_four_term_formula(clamp_len, impl, block, t, s, offsets):
     enc, params, q, k, v, q_pos, k_pos = _setup(3, t, s, offsets, clamp_len)
-    got = _attend(
-        jnp.asarray(q),
-        jnp.asarray(k),
-        jnp.asarray(v),
-        encoding=enc,
-        params=_j(params),
-        q_pos=jnp.asarray(q_pos),
-        k_pos=jnp.asarray(k_pos),
-        implementation=impl,
-        block_size=block,
-    )
+    got = _run(enc, params, q, k, v, q_pos, k_pos, impl, block)
     expected = _naive_attention(params, q, k, v, q_pos, k_pos, clamp_len)
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
 
@@ -168,16 +175,7 @@ def test_bidirectional_attention_equals_four_term_formula(clamp_len, impl, block
     # -clamp_len); 4 queries, the last of 9 keys, so both sides are long.
     enc, params, q, k, v, q_pos, k_pos = _setup(8, 4, 9, [3, 70], clamp_len)
     q_pos = k_pos[:, 2:6]  # queries in the middle of the keys
-    got = _attend(
-        *(jnp.asarray(a) for a in (q, k, v)),
-        encoding=enc,
-        params=_j(params),
-        q_pos=jnp.asarray(q_pos),
-        k_pos=jnp.asarray(k_pos),
-        causal=False,
-        implementation=impl,
-        block_size=block,
-    )
+    got = _run(enc, params, q, k, v, q_pos, k_pos, impl, block, causal=False)
     expected = _naive_attention(params, q, k, v, q_pos, k_pos, clamp_len, causal=False)
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
 
@@ -224,15 +222,27 @@ def test_non_contiguous_positions_equal_terms_b_c_d(sort, clamp_len, t, s, max_p
 def test_attention_with_randomized_positions_equals_four_term_formula(impl, block, shared):
     enc, params, q, k, v, _, _ = _setup(6, 8, 8, [0, 0], None)
     q_pos, k_pos = _random_positions(7, 1 if shared else 2, 8, 8, 64)
-    got = _attend(
-        *(jnp.asarray(a) for a in (q, k, v)),
-        encoding=enc,
-        params=_j(params),
-        q_pos=jnp.asarray(q_pos),
-        k_pos=jnp.asarray(k_pos),
-        implementation=impl,
-        block_size=block,
-    )
+    got = _run(enc, params, q, k, v, q_pos, k_pos, impl, block)
     b_pos = (np.repeat(q_pos, 2, 0), np.repeat(k_pos, 2, 0)) if shared else (q_pos, k_pos)
     expected = _naive_attention(params, q, k, v, *b_pos, None)
+    np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+
+
+# -- 16 times the training length ----------------------------------------------------------
+
+
+@functools.lru_cache
+def _long_case(clamp_len: int | None):
+    """Sinusoids at distances up to 130 unclamped, or clamped at the training length (8)."""
+    enc, params, *_ = _setup(12, 1, 1, [0], clamp_len)
+    q, k, v, q_pos, k_pos = lw.inputs(H, DH, seed=13)
+    expected = _naive_attention(params, q, k, v, q_pos, k_pos, clamp_len)
+    return enc, params, (q, k, v, q_pos, k_pos), expected
+
+
+@pytest.mark.parametrize("impl", ["einsum", "blocked", "xla", "auto"])
+@pytest.mark.parametrize("clamp_len", [None, lw.TRAIN_LENGTH])
+def test_attention_equals_four_term_formula_at_16x_the_training_length(clamp_len, impl):
+    enc, params, (q, k, v, q_pos, k_pos), expected = _long_case(clamp_len)
+    got = _run(enc, params, q, k, v, q_pos, k_pos, impl, lw.PATHS[impl])
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
