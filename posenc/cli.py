@@ -144,7 +144,7 @@ def _cmd_eval(args, overrides) -> int:
         )
     print(f"wrote {os.path.join(args.workdir, report['file'])}")
     if "hypotheses" in report:
-        overall = report["results"]["overall"]
+        overall = report["overall"]
         print(
             f"BLEU {overall['bleu']:.2f} (intl {overall['bleu_intl']:.2f}), chrF "
             f"{overall['chrf']:.2f} over {overall['sentences']} sentences; outputs in "

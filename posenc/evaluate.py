@@ -481,7 +481,7 @@ def _evaluate_translation_run(
         if model is None:
             model, step = restore_model(run, config)
         train_pairs = encode_pairs(source.pairs("train"), vocab)
-        results, hypotheses = translation.evaluate_translation(
+        fields, hypotheses = translation.evaluate_translation(
             model,
             config,
             source,
@@ -491,11 +491,13 @@ def _evaluate_translation_run(
         )
         report = {
             **_run_record(config, model, step),
+            # Tables group translation runs by their training source length.
+            "train_seq_len": fields["train_max_src_len"],
             "file": name,
             "changes": changes,
             "data": {"source": config.data.source, "split": config.eval.split, **source.info()},
             "vocab": vocab.identity(),
-            "results": results,
+            **fields,
             "time": time.time(),
         }
         if is_main:

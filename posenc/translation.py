@@ -288,10 +288,15 @@ def evaluate_translation(
       vocab: the run's vocabulary.
       split: "validation" or "test".
       train_max_src_len: the longest training source in tokens (bucket 1's bound); None: the
-        longest of the training pairs kept.
+        longest source of the split.
 
     Returns:
-      The result record (``eval.json``'s) and the hypotheses in the split's order.
+      The report's fields and the hypotheses in the split's order. Fields: ``results`` (one
+      entry per source-length bucket: ``length`` its upper bound in tokens, ``lo``, ``label``
+      ("<=1x", "1x-2x", ...), ``sentences``, ``bleu``, ``bleu_intl``, ``chrf``,
+      ``length_ratio``, ...), ``overall`` (the same over the split, with sacreBLEU's
+      signatures), ``teacher_forced`` (loss, perplexity, accuracy, tokens), ``decoding``,
+      ``split``, ``sentences``, ``train_max_src_len``, ``seconds``.
     """
     e = config.eval
     pairs = source.pairs(split)
@@ -302,11 +307,7 @@ def evaluate_translation(
         raise ValueError(f"eval.split={split!r} of data.source={config.data.source!r} is empty")
     encoded = encode_pairs(pairs, vocab)
     start = time.perf_counter()
-    result = {
-        "split": split,
-        "sentences": len(pairs),
-        **teacher_forced(model, encoded, e.tokens_per_batch),
-    }
+    scored = teacher_forced(model, encoded, e.tokens_per_batch)
     hypotheses = translate_ids(
         model,
         encoded,
@@ -321,14 +322,21 @@ def evaluate_translation(
     table = translation_metrics.length_bucket_table(
         encoded.src_lengths, hypotheses, references, bound, source.tgt_lang
     )
-    result.update(
-        decoding={"beam_size": e.beam_size, "alpha": e.alpha, "max_len_offset": e.max_len_offset},
-        overall=table["overall"],
-        buckets=table["buckets"],
-        train_max_src_len=bound,
-        seconds=time.perf_counter() - start,
-    )
-    return result, hypotheses
+    fields = {
+        "split": split,
+        "sentences": len(pairs),
+        "train_max_src_len": bound,
+        "decoding": {
+            "beam_size": e.beam_size,
+            "alpha": e.alpha,
+            "max_len_offset": e.max_len_offset,
+        },
+        "teacher_forced": scored,
+        "overall": table["overall"],
+        "results": [{**row, "length": row["hi"]} for row in table["buckets"]],
+        "seconds": time.perf_counter() - start,
+    }
+    return fields, hypotheses
 
 
 def longest_training_source(config: ml_collections.ConfigDict, train: EncodedPairs) -> int:

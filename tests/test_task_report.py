@@ -152,9 +152,9 @@ def test_text_runs_beside_task_runs_are_named_as_left_out(sweep):
             "results": [{"length": 8, "tokens": 8, "loss": 1.0, "perplexity": 2.7}],
         },
     )
-    with pytest.warns(UserWarning, match=r"1 text run left out \(text_rope_0\)") as caught:
+    with pytest.warns(UserWarning, match=r"1 other run left out \(text_rope_0\)") as caught:
         paths = write_report(sweep)
     assert "posenc.report" in type(caught[0].message).__module__
     text = open(paths[0]).read()
-    assert "1 text run left out (text_rope_0)" in text
+    assert "1 other run left out (text_rope_0)" in text
     assert "report the text runs from a folder of their own" in text

@@ -26,8 +26,9 @@ evidence flags of :mod:`posenc.report.evidence` follow it: runs still learning a
 step (``‡``, by a stated rule), lengths scored on few windows, tokens ``eval.max_tokens`` left
 unscored; the plots caption their error bars.
 
-A folder holding both algorithmic-task runs and text runs is reported as task runs; the text runs
-left out are named in a warning and at the end of ``report.md``.
+A folder holding both algorithmic-task runs and text runs is reported as task runs, and one
+holding translation runs as translation runs (:mod:`posenc.report.translation`); the runs left
+out are named in a warning and at the end of ``report.md``.
 
 Columns are named by encoder; two configurations of one encoder in the same table (a sweep over
 RoPE's base, say) get the config fields that tell them apart appended to the name, and an
@@ -57,6 +58,11 @@ from posenc.report.tables import (
     write_runs_csv,
 )
 from posenc.report.tasks import TASK_METRICS, is_task_run, write_task_report
+from posenc.report.translation import (
+    TRANSLATION_METRICS,
+    is_translation_run,
+    write_translation_report,
+)
 from posenc.workdir import EVAL_FILE, EVAL_PREFIX
 
 __all__ = [
@@ -133,14 +139,23 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
-    if metric not in METRICS + TASK_METRICS:
-        raise ValueError(f"--metric must be one of {list(METRICS + TASK_METRICS)}, got {metric!r}")
+    known = METRICS + TASK_METRICS + TRANSLATION_METRICS
+    if metric not in known:
+        raise ValueError(f"--metric must be one of {list(known)}, got {metric!r}")
     runs = find_runs(sweep_dir)
     if not runs:
         raise FileNotFoundError(
             f"no evaluation ({EVAL_FILE} or {EVAL_PREFIX}*.json) under {sweep_dir}; run "
             "`posenc sweep` (or `posenc train`, `posenc eval`) first"
         )
+    if any(is_translation_run(r) for r in runs):  # BLEU tables, BLEU by source length
+        chosen = [r for r in runs if is_translation_run(r)]
+        paths = write_translation_report(
+            sweep_dir, chosen, "bleu" if metric == "perplexity" else metric
+        )
+        others = [r for r in runs if not is_translation_run(r)]
+        _name_left_out(paths[0], sweep_dir, others, "translation")
+        return paths
     if any(is_task_run(r) for r in runs):  # algorithmic tasks: accuracy per input length
         paths = write_task_report(sweep_dir, runs, "accuracy" if metric == "perplexity" else metric)
         _name_left_out(paths[0], sweep_dir, [r for r in runs if not is_task_run(r)])
@@ -187,16 +202,19 @@ class ReportWarning(UserWarning):
     """Runs under a report's directory were left out of it (the message says which and why)."""
 
 
-def _name_left_out(report_md: str, sweep_dir: str, runs: Sequence[Run]) -> None:
-    """Says in a warning and at the end of ``report.md`` which text runs a task report left
-    out: a report covers task runs (accuracy per input length) or text runs, not both."""
+def _name_left_out(
+    report_md: str, sweep_dir: str, runs: Sequence[Run], kind: str = "algorithmic-task"
+) -> None:
+    """Says in a warning and at the end of ``report.md`` which runs a task or translation
+    report left out: a report covers one kind of run (task runs: accuracy per input length;
+    translation runs: BLEU; text runs: perplexity per window length)."""
     if not runs:
         return
     names = ", ".join(os.path.relpath(r.dir, sweep_dir) for r in runs)
     note = (
-        f"{len(runs)} text run{'s' * (len(runs) > 1)} left out ({names}): a report covers "
-        "algorithmic-task runs or text runs, not both; report the text runs from a folder of "
-        "their own"
+        f"{len(runs)} other run{'s' * (len(runs) > 1)} left out ({names}): this report covers "
+        f"{kind} runs, which a report does not mix with others; report the rest from a folder "
+        "of their own"
     )
     with open(report_md, "a") as f:
         f.write(f"\n{note}.\n")

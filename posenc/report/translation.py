@@ -124,6 +124,42 @@ def _plot(path: str, columns: Sequence[Column], metric: str) -> None:
     plt.close(fig)
 
 
+def _describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
+    """What was measured, as :func:`posenc.report.tables.describe` says it, with a translation
+    run's training and evaluation instead of windows."""
+    lines = [
+        line
+        for line in describe(runs, columns)
+        if not line.startswith(("- Training:", "- Evaluation:"))
+    ]
+    first = runs[0].eval
+    model = first.get("model", {})
+    enc_layers = model.get("num_encoder_layers") or model.get("num_layers")
+    lines.insert(
+        1,
+        f"- Encoder-decoder: {enc_layers} encoder and {model.get('num_layers')} decoder "
+        f"layers; vocabulary {first.get('vocab', {}).get('kind')} "
+        f"({first.get('vocab', {}).get('vocab_size')} ids).",
+    )
+    bounds = sorted({r.train_len for r in runs})
+    steps = sorted({r.eval.get("train_steps") for r in runs})
+    seeds = sorted({r.seed for r in runs})
+    lines.append(
+        f"- Training: sources of at most {', '.join(map(str, bounds))} tokens, "
+        f"{', '.join(map(str, steps))} steps; seeds {', '.join(map(str, seeds))}."
+    )
+    sentences = sorted({r.eval.get("sentences") for r in runs})
+    lines.append(
+        f"- Evaluation: {', '.join(map(str, sentences))} sentences of the "
+        f"{first.get('split')} split, beam search (below); BLEU per source-length bucket."
+    )
+    return lines
+
+
+def _split(rows: list[list[str]]) -> tuple[list[str], list[list[str]]]:
+    return rows[0], rows[1:]
+
+
 def _decoding_text(d: dict) -> str:
     return (
         f"beam {d.get('beam_size')}, alpha {d.get('alpha')}, outputs up to the source length "
@@ -145,9 +181,9 @@ def write_translation_report(
     all_columns = [c for cols in tables.values() for c in cols]
     name = os.path.basename(os.path.abspath(sweep_dir))
     md = [f"# {name}: translation", ""]
-    md += describe(runs, all_columns) + [""]
+    md += _describe(runs, all_columns) + [""]
     md += ["## BLEU", ""]
-    md += format_table(bleu_table(all_columns)) + [""]
+    md += format_table(*_split(bleu_table(all_columns))) + [""]
     decoding = {_decoding_text(r.eval.get("decoding") or {}) for r in runs}
     md += [f"Decoding: {', '.join(sorted(decoding))}.", ""]
     signatures = {
@@ -157,9 +193,13 @@ def write_translation_report(
     plots = []
     for train_len, columns in tables.items():
         md += [f"## By source length, trained on sources of at most {train_len} tokens", ""]
-        md += [f"{_METRIC_TEXT[metric]}:", ""] + format_table(bucket_table(columns, metric)) + [""]
+        md += (
+            [f"{_METRIC_TEXT[metric]}:", ""]
+            + format_table(*_split(bucket_table(columns, metric)))
+            + [""]
+        )
         md += [f"{_METRIC_TEXT['length_ratio']}:", ""]
-        md += format_table(bucket_table(columns, "length_ratio")) + [""]
+        md += format_table(*_split(bucket_table(columns, "length_ratio"))) + [""]
         plot = f"{metric}_by_source_length_L{train_len}.png"
         _plot(os.path.join(sweep_dir, plot), columns, metric)
         plots.append(plot)
