@@ -57,6 +57,12 @@ the frequencies changed as Hugging Face's ``rope_scaling`` names them (``s = fac
   multiplied, as the paper's logits ``q.k / (t sqrt(D))`` say (with ``fraction < 1`` Hugging Face
   multiplies only the rotated channels).
 
+- ``"llama3"`` — Llama 3.1's frequency bands (fast pairs kept, slow ones divided by ``s``, a
+  smooth blend between; ``low_freq_factor``, ``high_freq_factor``) and ``"longrope"`` —
+  LongRoPE's searched per-pair factors (``short_factor`` up to ``L``, ``long_factor`` beyond,
+  chosen by the keys' span as dynamic NTK's length; an attention factor
+  ``sqrt(1 + ln s / ln L)``): :mod:`posenc.encodings.rope_bands`.
+
 ``scaling=None`` (the default) is plain RoPE, computed exactly as before these options existed;
 it refuses the other scaling hyperparameters away from their defaults (``factor`` without
 ``scaling`` would be ignored, yet recorded in the run and its reports' names). A hyperparameter
@@ -76,9 +82,15 @@ import numpy as np
 
 from posenc.encodings.base import Dims, Encoding, Params, check_choice, check_positive
 from posenc.encodings.registry import register
+from posenc.encodings.rope_bands import (
+    check_factors,
+    llama3_frequencies,
+    longrope_attention_factor,
+    longrope_frequencies,
+)
 
 LAYOUTS = ("half", "interleaved")
-SCALINGS = (None, "linear", "ntk", "dynamic", "yarn")
+SCALINGS = (None, "linear", "ntk", "dynamic", "yarn", "llama3", "longrope")
 # The hyperparameters of scaling, all safe to change at evaluation.
 SCALING_HPARAMS = (
     "scaling",
@@ -87,14 +99,28 @@ SCALING_HPARAMS = (
     "beta_fast",
     "beta_slow",
     "attention_factor",
+    "low_freq_factor",
+    "high_freq_factor",
+    "short_factor",
+    "long_factor",
 )
 # The scaling hyperparameters' defaults: the only values plain RoPE (scaling=None) accepts.
 _UNSCALED = dict(
-    factor=1.0, original_max_len=None, beta_fast=32.0, beta_slow=1.0, attention_factor=None
+    factor=1.0,
+    original_max_len=None,
+    beta_fast=32.0,
+    beta_slow=1.0,
+    attention_factor=None,
+    low_freq_factor=1.0,
+    high_freq_factor=4.0,
+    short_factor=None,
+    long_factor=None,
 )
 # Modes that need the training length, and modes whose base exponent d / (d - 2) needs d > 2.
-_NEED_ORIGINAL = ("dynamic", "yarn")
+_NEED_ORIGINAL = ("dynamic", "yarn", "llama3", "longrope")
 _NTK = ("ntk", "dynamic")
+# Modes whose frequencies depend on the window's length (the keys' span).
+_WINDOWED = ("dynamic", "longrope")
 
 
 def rotary_dims(head_dim: int, fraction: float = 1.0) -> int:
@@ -113,6 +139,10 @@ def check_scaling(
     beta_fast: float,
     beta_slow: float,
     attention_factor: float | None,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+    short_factor: tuple[float, ...] | None = None,
+    long_factor: tuple[float, ...] | None = None,
 ) -> None:
     """Raises a one-line ``ValueError`` naming the first bad scaling hyperparameter."""
     check_choice("encoding.scaling", scaling, SCALINGS)
@@ -141,8 +171,27 @@ def check_scaling(
         )
     if attention_factor is not None:
         check_positive("encoding.attention_factor", attention_factor)
+    check_positive("encoding.low_freq_factor", low_freq_factor)
+    check_positive("encoding.high_freq_factor", high_freq_factor)
+    if not high_freq_factor > low_freq_factor:
+        raise ValueError(
+            "encoding.high_freq_factor must be greater than encoding.low_freq_factor (Llama 3.1 "
+            f"uses 4 and 1), got {high_freq_factor!r} and {low_freq_factor!r}"
+        )
+    if scaling == "longrope":
+        check_factors(short_factor, long_factor)
+    given = (
+        factor,
+        original_max_len,
+        beta_fast,
+        beta_slow,
+        attention_factor,
+        low_freq_factor,
+        high_freq_factor,
+        short_factor,
+        long_factor,
+    )
     if scaling is None:  # plain RoPE would ignore them, and the run would record them
-        given = (factor, original_max_len, beta_fast, beta_slow, attention_factor)
         for name, value in zip(SCALING_HPARAMS[1:], given, strict=True):
             if value != _UNSCALED[name]:
                 raise ValueError(
@@ -153,7 +202,11 @@ def check_scaling(
 
 
 def check_rope(
-    head_dim: int, fraction: float, scaling: str | None = None, layout: str = "half"
+    head_dim: int,
+    fraction: float,
+    scaling: str | None = None,
+    layout: str = "half",
+    short_factor: tuple[float, ...] | None = None,
 ) -> int:
     """The number of rotated channels ``d``; raises a ``ValueError`` if it is unusable."""
     check_choice("encoding.layout", layout, LAYOUTS)
@@ -167,6 +220,11 @@ def check_rope(
         raise ValueError(
             f"encoding.scaling={scaling!r} scales the base by s^(d / (d - 2)), which needs at "
             f"least 4 rotated channels per head; this head rotates {d}"
+        )
+    if scaling == "longrope" and len(short_factor) != d // 2:
+        raise ValueError(
+            f"encoding.short_factor and encoding.long_factor need one factor per rotated pair: "
+            f"{d // 2} for this head ({d} rotated channels), got {len(short_factor)}"
         )
     return d
 
@@ -205,6 +263,10 @@ def rope_frequencies(
     beta_fast: float = 32.0,
     beta_slow: float = 1.0,
     seq_len: jax.Array | int | None = None,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+    short_factor: tuple[float, ...] | None = None,
+    long_factor: tuple[float, ...] | None = None,
 ) -> jax.Array:
     """The float32 rotation frequencies ``theta_i`` of ``d`` rotated channels, after scaling.
 
@@ -212,11 +274,15 @@ def rope_frequencies(
       d: rotated channels (even).
       base: ``theta_i = base^(-2i/d)`` before scaling.
       scaling, factor, original_max_len, beta_fast, beta_slow: see the module docstring.
-      seq_len: ``"dynamic"`` only: the current sequence length, an int or ``[B|1]``.
+      seq_len: ``"dynamic"`` and ``"longrope"`` only: the current sequence length, an int or
+        ``[B|1]``.
+      low_freq_factor, high_freq_factor: ``"llama3"``'s band edges
+        (:mod:`posenc.encodings.rope_bands`).
+      short_factor, long_factor: ``"longrope"``'s per-pair rescale factors, ``d/2`` each.
 
     Returns:
-      ``[d/2]``, or ``[B|1, 1, d/2]`` for ``"dynamic"`` (one set per batch row), so that
-      ``positions[..., None] * theta`` is ``[B|1, T, d/2]`` either way.
+      ``[d/2]``, or ``[B|1, 1, d/2]`` for ``"dynamic"`` and ``"longrope"`` (one set per batch
+      row), so that ``positions[..., None] * theta`` is ``[B|1, T, d/2]`` either way.
     """
     exponents = -jnp.arange(0, d, 2, dtype=jnp.float32) / d  # -2i/d
     if scaling == "ntk":
@@ -227,9 +293,15 @@ def rope_frequencies(
     if scaling == "yarn":
         gamma = _yarn_gamma(d, base, original_max_len, beta_fast, beta_slow)
         return theta * jnp.asarray(gamma + (1.0 - gamma) / factor, jnp.float32)
+    if scaling == "llama3":
+        return llama3_frequencies(
+            theta, factor, original_max_len, low_freq_factor, high_freq_factor
+        )
+    if scaling in _WINDOWED and seq_len is None:
+        raise ValueError(f"encoding.scaling={scaling!r} needs the current sequence length")
+    if scaling == "longrope":
+        return longrope_frequencies(theta, short_factor, long_factor, original_max_len, seq_len)
     if scaling == "dynamic":
-        if seq_len is None:
-            raise ValueError("encoding.scaling='dynamic' needs the current sequence length")
         length = jnp.reshape(jnp.asarray(seq_len, jnp.float32), (-1, 1, 1))  # [B|1, 1, 1]
         stretch = factor * length / original_max_len - (factor - 1)
         scaled = (base * stretch ** (d / (d - 2))) ** exponents  # [B|1, 1, d/2]
@@ -238,14 +310,19 @@ def rope_frequencies(
 
 
 def attention_scale(
-    scaling: str | None, factor: float, attention_factor: float | None = None
+    scaling: str | None,
+    factor: float,
+    attention_factor: float | None = None,
+    original_max_len: int | None = None,
 ) -> float | None:
-    """YaRN's ``sqrt(1/t) = 0.1 ln(s) + 1`` (or ``attention_factor``), which multiplies queries
-    and keys; None for the other modes."""
-    if scaling != "yarn":
+    """What multiplies queries and keys: YaRN's ``sqrt(1/t) = 0.1 ln(s) + 1``, LongRoPE's
+    ``sqrt(1 + ln s / ln L)``, or ``attention_factor`` for either; None for the other modes."""
+    if scaling not in ("yarn", "longrope"):
         return None
     if attention_factor is not None:
         return float(attention_factor)
+    if scaling == "longrope":
+        return longrope_attention_factor(factor, original_max_len)
     return 0.1 * math.log(factor) + 1.0
 
 
@@ -306,6 +383,10 @@ def apply_rope(
     beta_slow: float = 1.0,
     attention_factor: float | None = None,
     seq_len: jax.Array | int | None = None,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+    short_factor: tuple[float, ...] | None = None,
+    long_factor: tuple[float, ...] | None = None,
 ) -> jax.Array:
     """Rotates the channels of ``x`` by position-dependent angles.
 
@@ -318,13 +399,18 @@ def apply_rope(
       base: ``theta_i = base^(-2i/d)``; 10000 in the paper, 500000 (LLaMA 3) or 1e6 in newer LLMs.
       layout: ``"half"`` or ``"interleaved"`` (see the module docstring).
       fraction: fraction of each head's channels to rotate.
-      scaling: None, ``"linear"``, ``"ntk"``, ``"dynamic"`` or ``"yarn"`` (module docstring).
+      scaling: None, ``"linear"``, ``"ntk"``, ``"dynamic"``, ``"yarn"``, ``"llama3"`` or
+        ``"longrope"`` (module docstring).
       factor: the extension ``s >= 1``.
-      original_max_len: the training length ``L`` (``"dynamic"``, ``"yarn"``).
+      original_max_len: the training length ``L`` (all but ``"linear"`` and ``"ntk"``).
       beta_fast, beta_slow: YaRN's ramp boundaries, in rotations over ``L``.
-      attention_factor: YaRN's ``sqrt(1/t)``; None: ``0.1 ln(s) + 1``.
-      seq_len: ``"dynamic"``: the current sequence length (an int or ``[B|1]``); None: the span
-        of ``positions`` per row. Pass the keys' span when rotating queries and keys separately.
+      attention_factor: YaRN's ``sqrt(1/t)`` (None: ``0.1 ln(s) + 1``) or LongRoPE's (None:
+        ``sqrt(1 + ln s / ln L)``).
+      seq_len: ``"dynamic"``, ``"longrope"``: the current sequence length (an int or ``[B|1]``);
+        None: the span of ``positions`` per row. Pass the keys' span when rotating queries and
+        keys separately.
+      low_freq_factor, high_freq_factor: ``"llama3"``'s band edges (1 and 4).
+      short_factor, long_factor: ``"longrope"``'s per-pair factors (``d/2`` each).
 
     Returns:
       ``[B, T, H, Dh]``, same dtype as ``x``.
@@ -342,6 +428,10 @@ def apply_rope(
         beta_slow=beta_slow,
         attention_factor=attention_factor,
         seq_len=seq_len,
+        low_freq_factor=low_freq_factor,
+        high_freq_factor=high_freq_factor,
+        short_factor=short_factor,
+        long_factor=long_factor,
     )
     angles = positions.astype(jnp.float32)[..., None] * theta  # [B|1, T, d/2]
     return rotate_pairs(x, angles, layout=layout, scale=scale)
@@ -361,14 +451,26 @@ def rotation_setup(
     beta_slow: float,
     attention_factor: float | None,
     seq_len: jax.Array | int | None,
+    low_freq_factor: float = 1.0,
+    high_freq_factor: float = 4.0,
+    short_factor: tuple[float, ...] | None = None,
+    long_factor: tuple[float, ...] | None = None,
 ) -> tuple[jax.Array, jax.Array, float]:
     """What RoPE and xPos share before rotating: the hyperparameters checked, ``positions`` as
     ``[B|1, T]``, the (scaled) frequencies ``theta`` ``[B|1 or 1, d/2]`` and the attention
     scale of the scaling mode."""
-    check_scaling(scaling, factor, original_max_len, beta_fast, beta_slow, attention_factor)
-    d = check_rope(x.shape[-1], fraction, scaling, layout)
+    bands = dict(
+        low_freq_factor=low_freq_factor,
+        high_freq_factor=high_freq_factor,
+        short_factor=short_factor,
+        long_factor=long_factor,
+    )
+    check_scaling(
+        scaling, factor, original_max_len, beta_fast, beta_slow, attention_factor, **bands
+    )
+    d = check_rope(x.shape[-1], fraction, scaling, layout, short_factor)
     positions = jnp.atleast_2d(positions)  # [B|1, T]
-    if scaling == "dynamic" and seq_len is None:
+    if scaling in _WINDOWED and seq_len is None:
         seq_len = span(positions)
     theta = rope_frequencies(
         d,
@@ -379,8 +481,9 @@ def rotation_setup(
         beta_fast=beta_fast,
         beta_slow=beta_slow,
         seq_len=seq_len,
+        **bands,
     )
-    return positions, theta, attention_scale(scaling, factor, attention_factor)
+    return positions, theta, attention_scale(scaling, factor, attention_factor, original_max_len)
 
 
 @register
@@ -392,11 +495,15 @@ class RoPE(Encoding):
       base: ``theta_i = base^(-2i/d)``.
       layout: ``"half"`` (GPT-NeoX/LLaMA) or ``"interleaved"`` (the paper).
       fraction: fraction of each head's channels that are rotated, in ``(0, 1]``.
-      scaling: None, ``"linear"``, ``"ntk"``, ``"dynamic"`` or ``"yarn"`` (module docstring).
+      scaling: None, ``"linear"``, ``"ntk"``, ``"dynamic"``, ``"yarn"``, ``"llama3"`` or
+        ``"longrope"`` (module docstring).
       factor: the extension ``s >= 1`` of the scaling.
-      original_max_len: the training length ``L`` (needed by ``"dynamic"`` and ``"yarn"``).
+      original_max_len: the training length ``L`` (needed by all but linear and ntk).
       beta_fast, beta_slow: YaRN's ramp boundaries (32 and 1, rotations over ``L``).
-      attention_factor: YaRN's ``sqrt(1/t)``; None: ``0.1 ln(s) + 1``.
+      attention_factor: YaRN's ``sqrt(1/t)`` (None: ``0.1 ln(s) + 1``) or LongRoPE's (None:
+        ``sqrt(1 + ln s / ln L)``).
+      low_freq_factor, high_freq_factor: Llama 3.1's band edges (1 and 4).
+      short_factor, long_factor: LongRoPE's per-pair rescale factors.
     """
 
     name = "rope"
@@ -413,12 +520,19 @@ class RoPE(Encoding):
     beta_fast: float = 32.0
     beta_slow: float = 1.0
     attention_factor: float | None = None
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    short_factor: tuple[float, ...] | None = None
+    long_factor: tuple[float, ...] | None = None
 
     def __post_init__(self):
         check_positive("encoding.base", self.base)
         check_choice("encoding.layout", self.layout, LAYOUTS)
         if not 0.0 < self.fraction <= 1.0:
             raise ValueError(f"encoding.fraction must be in (0, 1], got {self.fraction!r}")
+        for name in ("short_factor", "long_factor"):  # lists from JSON configs, hashable
+            if isinstance(getattr(self, name), list):
+                object.__setattr__(self, name, tuple(getattr(self, name)))
         check_scaling(*(getattr(self, name) for name in SCALING_HPARAMS))
 
     def validate(self, dims: Dims) -> None:
@@ -428,7 +542,7 @@ class RoPE(Encoding):
                 f"{dims.head_dim} (odd); choose model.model_dim / model.num_heads even, or set "
                 "encoding.fraction < 1 to rotate only part of each head"
             )
-        check_rope(dims.head_dim, self.fraction, self.scaling)
+        check_rope(dims.head_dim, self.fraction, self.scaling, short_factor=self.short_factor)
 
     @classmethod
     def describe_eval(cls, changes: dict[str, Any], train_len: int) -> str:
@@ -446,13 +560,13 @@ class RoPE(Encoding):
         return ", ".join([head] + ([super().describe_eval(rest, train_len)] if rest else []))
 
     def check_cacheable(self) -> None:
-        # Dynamic NTK's one length for the whole window changes the frequencies of every token
-        # as the window grows, so the keys and values of layers after the first, cached at
-        # shorter lengths, are not what a full pass computes.
-        if self.scaling == "dynamic":
+        # Dynamic NTK's (and LongRoPE's) one length for the whole window changes the frequencies
+        # of every token as the window grows, so the keys and values of layers after the first,
+        # cached at shorter lengths, are not what a full pass computes.
+        if self.scaling in _WINDOWED:
             raise ValueError(
-                f"encoding.scaling='dynamic': {self.name!r} cannot be decoded with a key/value "
-                "cache (the window's length changes every token's frequencies); use "
+                f"encoding.scaling={self.scaling!r}: {self.name!r} cannot be decoded with a "
+                "key/value cache (the window's length changes every token's frequencies); use "
                 "posenc.decoding.lm.greedy_generate_reference or another scaling"
             )
 
@@ -460,7 +574,7 @@ class RoPE(Encoding):
         """The keyword arguments of :func:`apply_rope` for attention over keys at ``k_pos``."""
         kwargs = dict(base=self.base, layout=self.layout, fraction=self.fraction)
         kwargs.update((name, getattr(self, name)) for name in SCALING_HPARAMS)
-        if self.scaling == "dynamic":
+        if self.scaling in _WINDOWED:
             kwargs["seq_len"] = span(k_pos)  # one length for queries and keys
         return kwargs
 

@@ -78,6 +78,10 @@ def test_the_encoder_default_is_unscaled():
         "beta_fast",
         "beta_slow",
         "attention_factor",
+        "low_freq_factor",
+        "high_freq_factor",
+        "short_factor",
+        "long_factor",
     )
 
 

@@ -1,0 +1,128 @@
+"""Hugging Face tensors into a posenc model and back, one tensor at a time.
+
+:func:`build` makes the model a :class:`~posenc.hf.family.Spec` describes without drawing any
+parameter (``nnx.eval_shape``); :func:`fill` streams the checkpoint's tensors into it through the
+family's rules: each tensor is read, its shape asserted against the config, converted, cast to the
+parameter dtype and placed on the device before the next is read, so the host never holds more
+than one tensor beside the model. Every parameter must be filled exactly once and every tensor
+used (or one the family knows transformers ignores), else a one-line error names it.
+:func:`hf_tensors` runs the rules backwards for export.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from posenc import encodings
+from posenc.hf.family import Family, Path, Rule, Spec
+from posenc.hf.tensors import TensorReader
+from posenc.models.encdec import EncoderDecoder
+from posenc.models.lm import Transformer
+
+_ASSEMBLIES = {"lm": Transformer, "encoder_decoder": EncoderDecoder}
+
+
+def build(spec: Spec, dtype: str | None = None) -> tuple[Any, Any, Any]:
+    """The abstract model of ``spec`` (compute dtype ``dtype``, default the spec's), split as
+    ``(graphdef, params, rest)``."""
+    config = spec.model if dtype is None else dataclasses.replace(spec.model, dtype=dtype)
+    encoding = encodings.get(spec.encoding, **spec.hparams)
+    cls = _ASSEMBLIES[spec.assembly]
+    abstract = nnx.eval_shape(lambda: cls(config, encoding, rngs=nnx.Rngs(0)))
+    return nnx.split(abstract, nnx.Param, ...)
+
+
+def _name(path: Path) -> str:
+    return ".".join(str(p) for p in path)
+
+
+def fill(
+    family: Family,
+    spec: Spec,
+    reader: TensorReader,
+    *,
+    dtype: str | None = None,
+    param_dtype: str | None = None,
+) -> Transformer | EncoderDecoder:
+    """The model of ``spec`` with the checkpoint's parameters (module docstring).
+
+    Args:
+      family: the family that read ``spec``.
+      spec: the model.
+      reader: the checkpoint's tensors.
+      dtype: compute dtype (default the spec's).
+      param_dtype: the parameters' dtype; None keeps posenc's float32.
+
+    Raises:
+      ValueError: a tensor is missing, has another shape than the config says, or is not used.
+    """
+    graphdef, params, rest = build(spec, dtype)
+    slots = dict(nnx.to_flat_state(params))
+    filled: dict[Path, Any] = {}
+    target = jnp.dtype(param_dtype or "float32")
+    rules = family.rules(spec)
+    names = reader.names()
+    for rule in rules:
+        if rule.hf not in names:
+            raise ValueError(
+                f"{reader.folder}: the checkpoint has no tensor {rule.hf!r}, which the config "
+                f"({family.name}) needs"
+            )
+        array = reader.read(rule.hf)
+        if tuple(array.shape) != rule.shape:
+            raise ValueError(
+                f"{reader.folder}: tensor {rule.hf!r} has shape {tuple(array.shape)}, the config "
+                f"({family.name}) says {rule.shape}"
+            )
+        for path, value in zip(rule.paths, rule.load(array.astype(np.float32)), strict=True):
+            slot = slots.get(path)
+            if slot is None or path in filled:
+                raise RuntimeError(f"{family.name} maps {rule.hf!r} onto {_name(path)}, twice")
+            if tuple(value.shape) != tuple(slot.shape):
+                raise RuntimeError(f"{rule.hf!r} -> {_name(path)}: {value.shape} != {slot.shape}")
+            filled[path] = slot.replace(jnp.asarray(value, target))
+        del array
+    unused = sorted(
+        n for n in names - {r.hf for r in rules} if not n.endswith(family.ignored_suffixes)
+    )
+    if unused:
+        raise ValueError(
+            f"{reader.folder}: the checkpoint has tensors the config does not describe "
+            f"({family.name}), e.g. {unused[:3]}; is config.json the one of these weights?"
+        )
+    missing = sorted(_name(p) for p in slots if p not in filled)
+    if missing:
+        raise RuntimeError(f"{family.name}'s rules leave posenc parameters unset: {missing[:3]}")
+    state = nnx.from_flat_state([(p, filled[p]) for p in slots])
+    return nnx.merge(graphdef, state, rest)
+
+
+def hf_tensors(
+    family: Family, spec: Spec, params: Any, dtype: str = "float32"
+) -> Iterator[tuple[str, np.ndarray]]:
+    """``(name, array)`` of every Hugging Face tensor of a posenc model's parameters, in
+    ``dtype`` (export).
+
+    Args:
+      family: the family to write.
+      spec: the model (``family.fits(spec)`` is empty).
+      params: the model's ``nnx.Param`` state.
+      dtype: the dtype written (``"float32"``, ``"bfloat16"``, ``"float16"``).
+    """
+    flat = {path: np.asarray(var.value, np.float32) for path, var in nnx.to_flat_state(params)}
+    rules: list[Rule] = family.rules(spec)
+    used = {p for r in rules for p in r.paths}
+    left = sorted(_name(p) for p in flat if p not in used)
+    if left:
+        raise RuntimeError(f"{family.name} writes no tensor for posenc parameters {left[:3]}")
+    for rule in rules:
+        array = rule.save(*(flat[p] for p in rule.paths))
+        if tuple(array.shape) != rule.shape:
+            raise RuntimeError(f"{rule.hf}: wrote {array.shape}, the config says {rule.shape}")
+        yield rule.hf, array.astype(jnp.dtype(dtype))

@@ -1,0 +1,274 @@
+"""What a pretrained family is: a mapping from a Hugging Face config and weight names onto
+posenc's model options, registered encoders and parameter paths, both ways.
+
+A family (one module of :mod:`posenc.hf`, registered with :func:`register`) provides:
+
+- ``read(hf, names)``: the :class:`Spec` of a ``config.json`` (read strictly through
+  :class:`~posenc.hf.fields.HFConfig`) and the checkpoint's tensor names;
+- ``rules(spec)``: one :class:`Rule` per Hugging Face tensor: its name and shape, the posenc
+  parameters it fills, and the functions from one layout to the other;
+- ``write(spec)``: the ``config.json`` of the same model (export), after ``fits(spec)`` found
+  nothing posenc's model has that the family cannot hold.
+
+Positions always map onto a registered encoder (``rope`` with its scaling hyperparameters,
+``learned``, ``alibi``, ``t5``): a family adds no position code. Differences between families
+are options of :class:`~posenc.layers.config.ModelConfig` named by mechanism; no layer asks which
+family it belongs to.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import math
+import pkgutil
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import numpy as np
+
+from posenc.hf.fields import HFConfig
+from posenc.layers.config import ModelConfig
+
+# A parameter's path in the model's state, e.g. ("blocks", 0, "attn", "q").
+Path = tuple[str | int, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """A model as posenc builds it: what a family reads from a config, or a run config holds.
+
+    Attributes:
+      model: the architecture options.
+      assembly: ``"lm"`` (decoder-only) or ``"encoder_decoder"``.
+      encoding: a registered encoder name.
+      hparams: its hyperparameters.
+      train_len: the length the model was trained at (``max_position_embeddings``, or RoPE
+        scaling's ``original_max_position_embeddings``); a run's ``train.seq_len``.
+      extra: family facts that are not options of posenc's model (recorded in provenance).
+    """
+
+    model: ModelConfig
+    assembly: str
+    encoding: str
+    hparams: dict[str, Any]
+    train_len: int
+    extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+@dataclasses.dataclass(frozen=True)
+class Rule:
+    """One Hugging Face tensor and the posenc parameters it holds.
+
+    Attributes:
+      hf: the tensor's name in the checkpoint.
+      shape: its shape, as the config says it must be.
+      paths: the posenc parameters it fills (several for a fused projection).
+      load: Hugging Face array -> one posenc array per path (float32).
+      save: posenc arrays (one per path) -> the Hugging Face array (float32).
+    """
+
+    hf: str
+    shape: tuple[int, ...]
+    paths: tuple[Path, ...]
+    load: Callable[[np.ndarray], tuple[np.ndarray, ...]]
+    save: Callable[..., np.ndarray]
+
+
+class Family:
+    """Base class of a pretrained family (module docstring)."""
+
+    # Registry key (also recorded in provenance).
+    name: ClassVar[str] = ""
+    # The config.json `model_type`s this family reads.
+    model_types: ClassVar[tuple[str, ...]] = ()
+    # The model_type and architecture it writes on export.
+    export_type: ClassVar[str] = ""
+    export_architecture: ClassVar[str] = ""
+    # Tensors a checkpoint may hold that transformers does not load either (buffers).
+    ignored_suffixes: ClassVar[tuple[str, ...]] = ()
+
+    def read(self, hf: HFConfig, names: set[str]) -> Spec:
+        raise NotImplementedError
+
+    def rules(self, spec: Spec) -> list[Rule]:
+        raise NotImplementedError
+
+    def fits(self, spec: Spec) -> list[str]:
+        """What of ``spec`` this family cannot hold (empty: it can be exported as this family)."""
+        raise NotImplementedError
+
+    def write(self, spec: Spec) -> dict[str, Any]:
+        """The ``config.json`` fields of ``spec`` (``fits(spec)`` is empty)."""
+        raise NotImplementedError
+
+
+# -- layouts ---------------------------------------------------------------------------------
+
+
+def copy(hf: str, path: Path, shape: tuple[int, ...], scale: float = 1.0) -> Rule:
+    """The same array on both sides (norm weights, biases, tables); ``scale`` multiplies it on
+    the way in (and divides on the way out)."""
+    return Rule(hf, shape, (path,), lambda a: (a * scale,), lambda a: a / scale)
+
+
+def linear(hf: str, path: Path, n_in: int, n_out: int) -> Rule:
+    """``torch.nn.Linear``'s ``[out, in]`` weight <-> posenc's ``[in, out]`` kernel."""
+    return Rule(hf, (n_out, n_in), (path,), lambda w: (w.T,), lambda k: k.T)
+
+
+def conv1d(hf: str, path: Path, n_in: int, n_out: int) -> Rule:
+    """GPT-2's ``Conv1D`` weight, already ``[in, out]``."""
+    return Rule(hf, (n_in, n_out), (path,), lambda w: (w,), lambda k: k)
+
+
+def heads_in(hf: str, path: Path, d: int, h: int, dh: int, scale: float = 1.0) -> Rule:
+    """A query/key/value projection ``[h * dh, d]`` <-> ``[d, h, dh]`` (times ``scale`` in)."""
+    return Rule(
+        hf,
+        (h * dh, d),
+        (path,),
+        lambda w: (w.T.reshape(d, h, dh) * scale,),
+        lambda k: k.reshape(d, h * dh).T / scale,
+    )
+
+
+def heads_out(hf: str, path: Path, h: int, dh: int, d: int) -> Rule:
+    """The output projection ``[d, h * dh]`` <-> ``[h, dh, d]``."""
+    return Rule(
+        hf, (d, h * dh), (path,), lambda w: (w.T.reshape(h, dh, d),), lambda k: k.reshape(-1, d).T
+    )
+
+
+def head_bias(hf: str, path: Path, h: int, dh: int) -> Rule:
+    """A projection's bias ``[h * dh]`` <-> ``[h, dh]``."""
+    return Rule(hf, (h * dh,), (path,), lambda b: (b.reshape(h, dh),), lambda b: b.reshape(-1))
+
+
+def fused_per_head(
+    hf: str, paths: tuple[Path, Path, Path], d: int, h: int, dh: int, *, bias: bool
+) -> Rule:
+    """GPT-NeoX's and BLOOM's fused ``query_key_value``: rows grouped by head, each head's
+    ``[q; k; v]`` (``view(.., h, 3 * dh)``): ``[3 h dh, d]`` <-> ``q, k, v [d, h, dh]``, or
+    the bias ``[3 h dh]`` <-> ``[h, dh]`` each."""
+
+    def load(w):
+        w = w.reshape(h, 3, dh, *w.shape[1:])  # [h, 3, dh, (d)]
+        if bias:
+            return tuple(w[:, i] for i in range(3))
+        return tuple(w[:, i].transpose(2, 0, 1) for i in range(3))  # [d, h, dh]
+
+    def save(q, k, v):
+        parts = [p if bias else p.transpose(1, 2, 0) for p in (q, k, v)]  # [h, dh, (d)]
+        return np.stack(parts, axis=1).reshape(3 * h * dh, *parts[0].shape[2:])
+
+    shape = (3 * h * dh,) if bias else (3 * h * dh, d)
+    return Rule(hf, shape, paths, load, save)
+
+
+# -- the registry ----------------------------------------------------------------------------
+
+_FAMILIES: dict[str, Family] = {}
+_loaded = False
+
+
+def register(cls: type[Family]) -> type[Family]:
+    """Registers a family class under ``cls.name`` (a class decorator)."""
+    if not cls.name or not cls.model_types:
+        raise ValueError(f"{cls.__name__} needs a name and model_types")
+    _FAMILIES[cls.name] = cls()
+    return cls
+
+
+def _load() -> None:
+    global _loaded
+    if not _loaded:
+        _loaded = True
+        package = importlib.import_module("posenc.hf")
+        for module in pkgutil.iter_modules(package.__path__):
+            importlib.import_module(f"posenc.hf.{module.name}")
+
+
+def families() -> dict[str, Family]:
+    """The registered families by name, in registration order."""
+    _load()
+    return dict(_FAMILIES)
+
+
+def model_types() -> list[str]:
+    """Every ``model_type`` some family reads, sorted."""
+    return sorted(t for f in families().values() for t in f.model_types)
+
+
+def for_model_type(model_type: str, source: str) -> Family:
+    """The family that reads ``model_type``; a one-line error lists the supported ones."""
+    for family in families().values():
+        if model_type in family.model_types:
+            return family
+    raise ValueError(
+        f"{source}: model_type {model_type!r} is not supported by posenc's import; supported: "
+        f"{', '.join(model_types())}"
+    )
+
+
+def get(name: str) -> Family:
+    """The family registered as ``name``."""
+    found = families().get(name)
+    if found is None:
+        raise ValueError(f"unknown pretrained family {name!r}; known: {', '.join(families())}")
+    return found
+
+
+# -- pieces every decoder-only family shares -------------------------------------------------
+
+
+def embeddings(spec: Spec, embed: str, head: str, prefix: Path = ()) -> list[Rule]:
+    """The token table and output projection: ``embed`` ``[V, D]`` and, when posenc's model has
+    its own (or scales its embeddings by ``sqrt(D)``, which a Hugging Face model does not), the
+    head ``[V, D]``. A scaled posenc table is written scaled, with the unscaled table as the
+    head (so the exported model computes what posenc's does)."""
+    m = spec.model
+    v, d = m.vocab_size, m.model_dim
+    scale = math.sqrt(d) if m.scale_embeddings else 1.0
+    table = (*prefix, "embed", "embedding")
+    rules = [copy(embed, table, (v, d), scale=1.0 / scale)]
+    if not m.tie_embeddings:
+        rules.append(linear(head, (*prefix, "unembed", "kernel"), d, v))
+    elif scale != 1.0:  # export only: an imported model is never scaled
+        rules.append(Rule(head, (v, d), (table,), lambda w: (w,), lambda e: e))
+    return rules
+
+
+def hf_tied(spec: Spec) -> bool:
+    """Whether the Hugging Face model ties its head to its table (see :func:`embeddings`)."""
+    return spec.model.tie_embeddings and not spec.model.scale_embeddings
+
+
+def untied(hf: HFConfig, names: set[str], head: str, default: bool) -> bool:
+    """Whether posenc's model needs a separate head: the config unties it, or the checkpoint
+    holds one anyway (transformers then keeps both when they differ)."""
+    return not hf.take("tie_word_embeddings", default) or head in names
+
+
+def common_misfits(spec: Spec, family: str, **needs: Any) -> list[str]:
+    """What of ``spec`` a family cannot hold, for the options every family checks: the
+    assembly, the encoder, and each ``ModelConfig`` field named in ``needs`` with the value (or
+    tuple of values) the family needs."""
+    m = spec.model
+    out = []
+    if spec.assembly != needs.pop("assembly", "lm"):
+        out.append(f"model.assembly={spec.assembly!r}")
+    encoding = needs.pop("encoding")
+    if spec.encoding != encoding:
+        out.append(f"encoding {spec.encoding!r} (a {family} model has {encoding!r})")
+    if m.mem_len:
+        out.append("model.mem_len (Transformer-XL memory)")
+    if m.attention_impl in ("linear", "linear_performer"):
+        out.append(f"model.attention_impl={m.attention_impl!r}")
+    for field, allowed in needs.items():
+        allowed = allowed if isinstance(allowed, tuple) else (allowed,)
+        if getattr(m, field) not in allowed:
+            out.append(
+                f"model.{field}={getattr(m, field)!r} (needs {' or '.join(map(repr, allowed))})"
+            )
+    return out

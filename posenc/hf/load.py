@@ -1,0 +1,83 @@
+"""A local Hugging Face folder as a posenc model: ``load_pretrained(path)``.
+
+Nothing downloads: a folder that is not on disk is a one-line error saying how to fetch it with
+the user's own tools.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+from posenc.hf import convert
+from posenc.hf.family import Family, Spec, for_model_type
+from posenc.hf.fields import HFConfig
+from posenc.hf.tensors import CONFIG_FILE, TensorReader
+from posenc.models.encdec import EncoderDecoder
+from posenc.models.lm import Transformer
+
+
+def check_folder(path: str) -> None:
+    """Raises a one-line ``FileNotFoundError`` unless ``path`` is a folder with a config."""
+    if not os.path.isdir(path):
+        raise FileNotFoundError(
+            f"{path} is not a folder; posenc never downloads: fetch the model with your own "
+            "tools first (e.g. `huggingface-cli download <org>/<model> --local-dir "
+            f"{path}`, or git clone of its repository), then pass that folder"
+        )
+    if not os.path.isfile(os.path.join(path, CONFIG_FILE)):
+        raise FileNotFoundError(
+            f"{path} has no {CONFIG_FILE}: pass the folder of a Hugging Face model (config.json, "
+            "model.safetensors or its shards and index, tokenizer files)"
+        )
+
+
+def read_config(path: str) -> dict[str, Any]:
+    """The folder's ``config.json`` as a dict."""
+    check_folder(path)
+    with open(os.path.join(path, CONFIG_FILE)) as f:
+        return json.load(f)
+
+
+def read_spec(path: str) -> tuple[Family, Spec, TensorReader]:
+    """The family, the :class:`~posenc.hf.family.Spec` and the tensors of a Hugging Face folder,
+    read strictly (:mod:`posenc.hf.fields`)."""
+    fields = read_config(path)
+    source = os.path.join(path, CONFIG_FILE)
+    if "model_type" not in fields:
+        raise ValueError(f"{source} has no model_type; is it a transformers config?")
+    family = for_model_type(fields["model_type"], source)
+    reader = TensorReader(path)
+    hf = HFConfig(fields, family.name, source)
+    spec = family.read(hf, reader.names())
+    hf.finish()
+    return family, spec, reader
+
+
+def load_pretrained(
+    path: str, dtype: str = "float32", param_dtype: str | None = None
+) -> tuple[Transformer | EncoderDecoder, Spec]:
+    """A local Hugging Face model as a posenc model.
+
+    ``model(tokens)`` gives ``[B, T, V]`` float32 logits for decoder-only families, and
+    ``model(source_tokens, target_tokens)`` the decoder's logits for encoder-decoder ones.
+
+    Args:
+      path: a folder with ``config.json`` and ``model.safetensors`` (or shards and their index).
+      dtype: the compute dtype (``"float32"``, ``"bfloat16"``, ``"float16"``).
+      param_dtype: the parameters' dtype; None: float32 (posenc's); ``"bfloat16"`` halves the
+        memory of a bfloat16 checkpoint.
+
+    Returns:
+      ``(model, spec)``: the spec holds the :class:`~posenc.layers.config.ModelConfig`
+      (``spec.model``), the encoder's name and hyperparameters and the training length.
+
+    Raises:
+      FileNotFoundError: no such folder, no config or no weights.
+      ValueError: an unsupported architecture or config field, a missing tensor or one whose
+        shape does not match the config (one line each).
+    """
+    family, spec, reader = read_spec(path)
+    model = convert.fill(family, spec, reader, dtype=dtype, param_dtype=param_dtype)
+    return model, spec

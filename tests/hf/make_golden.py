@@ -1,0 +1,285 @@
+"""Makes the golden Hugging Face checkpoints and logits under ``tests/hf/golden/`` (run by hand).
+
+The reference is ``transformers`` itself: for every family posenc imports (and every RoPE
+scaling type of the Llama family) this script builds a tiny randomly initialised model with
+``transformers``' PyTorch code, saves it as a Hugging Face folder (``config.json``,
+``model.safetensors``; the Llama folder also gets a small ``tokenizer.json``), and stores its
+float32 logits on random ids in ``golden.npz`` beside it, at a length within the model's
+``max_position_embeddings`` and one beyond it (GPT-2's learned table has no row beyond it, so both
+of its lengths are within). The tests (``tests/hf/``) import these folders with posenc and compare;
+they need neither torch nor transformers.
+
+    pip install torch==2.13.0 transformers   # not posenc's test extras: CI uses the files
+    python tests/hf/make_golden.py            # rewrites tests/hf/golden/
+
+Weights are redrawn at a scale that makes every part matter (norm scales around 1, biases and
+T5's bucket table of order 0.1-1), so a mapping mistake moves the logits by far more than
+float32 rounding. Files stay small (vocabulary 64-96, width 32-48, two layers).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+
+import numpy as np
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+GOLDEN = os.path.join(HERE, "golden")
+VOCAB = 96
+# Short and long lengths: within max_position_embeddings (32) and beyond it.
+LENGTHS = (24, 48)
+
+
+def _perturb(model: torch.nn.Module, seed: int) -> None:
+    """Redraws every parameter: matrices ~ N(0, 1/fan_in), norm weights 1 + N(0, 0.2^2),
+    biases N(0, 0.1^2), T5's bucket tables N(0, 1)."""
+    gen = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            noise = torch.randn(p.shape, generator=gen)
+            if "relative_attention_bias" in name:
+                p.copy_(noise)
+            elif p.ndim >= 2:
+                p.copy_(noise / np.sqrt(p.shape[-1]))
+            elif "norm" in name or "ln" in name or "layer_norm" in name:
+                p.copy_(1.0 + 0.2 * noise if name.endswith("weight") else 0.1 * noise)
+            else:
+                p.copy_(0.1 * noise)
+
+
+def _ids(length: int, batch: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, VOCAB, size=(batch, length), dtype=np.int64)
+
+
+def _save(model, folder: str) -> None:
+    if os.path.isdir(folder):
+        shutil.rmtree(folder)
+    model.save_pretrained(folder)
+
+
+def _reload(cls, folder: str):
+    """The saved folder loaded back by transformers: the logits are those of the files."""
+    return cls.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
+
+
+def causal_lm(name: str, config, cls, seed: int, lengths=LENGTHS, batch: int = 2) -> None:
+    """A decoder-only model: folder + golden.npz with ``ids_<L>`` and ``logits_<L>``."""
+    torch.manual_seed(seed)
+    model = cls(config).eval()
+    _perturb(model, seed)
+    folder = os.path.join(GOLDEN, name)
+    _save(model, folder)
+    model = _reload(cls, folder)
+    out = {}
+    for i, length in enumerate(lengths):
+        ids = _ids(length, batch, seed + i)
+        with torch.no_grad():
+            logits = model(torch.from_numpy(ids)).logits.float().numpy()
+        out[f"ids_{length}"] = ids.astype(np.int32)
+        out[f"logits_{length}"] = logits
+    body = getattr(model, "model", None) or getattr(model, "gpt_neox", None)
+    rotary = getattr(body, "rotary_emb", None)
+    if rotary is not None:  # the frequencies transformers computes, for the RoPE formula tests
+        out["inv_freq"] = rotary.original_inv_freq.float().numpy()
+        out["attention_scaling"] = np.float32(rotary.attention_scaling)
+    np.savez_compressed(os.path.join(folder, "golden.npz"), **out)
+    print(f"{name}: {sorted(out)}")
+
+
+def llama_family() -> None:
+    common = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+        rms_norm_eps=1e-5,
+    )
+    cases = {
+        "llama": dict(tie_word_embeddings=True),
+        "llama_linear": dict(rope_scaling={"rope_type": "linear", "factor": 2.0}),
+        "llama_dynamic": dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
+        "llama_yarn": dict(
+            rope_scaling={
+                "rope_type": "yarn",
+                "factor": 4.0,
+                "original_max_position_embeddings": 32,
+            }
+        ),
+        "llama_llama3": dict(
+            head_dim=16,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            rope_theta=500.0,
+            rope_scaling={
+                "rope_type": "llama3",
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 32,
+            },
+        ),
+        "llama_longrope": dict(
+            max_position_embeddings=64,
+            rope_scaling={
+                "rope_type": "longrope",
+                "short_factor": [1.0, 1.1, 1.3, 1.7],
+                "long_factor": [1.0, 1.5, 3.0, 6.0],
+                "original_max_position_embeddings": 32,
+            },
+        ),
+    }
+    for seed, (name, extra) in enumerate(cases.items()):
+        config = transformers.LlamaConfig(**{**common, **extra})
+        causal_lm(name, config, transformers.LlamaForCausalLM, seed=10 + seed)
+    causal_lm(
+        "qwen2",
+        transformers.Qwen2Config(**common, rope_theta=1e6, tie_word_embeddings=False),
+        transformers.Qwen2ForCausalLM,
+        seed=30,
+    )
+    causal_lm(
+        "mistral",
+        transformers.MistralConfig(**common, head_dim=16, sliding_window=None),
+        transformers.MistralForCausalLM,
+        seed=31,
+    )
+    _tokenizer(os.path.join(GOLDEN, "llama"))
+
+
+def _tokenizer(folder: str) -> None:
+    """A byte-level BPE of VOCAB ids trained on a few sentences, as ``tokenizer.json``."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=VOCAB,
+        special_tokens=["<unk>", "<s>", "</s>"],
+        initial_alphabet=[],
+        show_progress=False,
+    )
+    text = ["def add(a, b):\n    return a + b\n", "the quick brown fox jumps over the lazy dog"] * 8
+    tok.train_from_iterator(text, trainer)
+    tok.save(os.path.join(folder, "tokenizer.json"))
+    with open(os.path.join(folder, "tokenizer_config.json"), "w") as f:
+        json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, f)
+
+
+def gpt_neox() -> None:
+    common = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        max_position_embeddings=32,
+        rope_scaling=None,
+    )
+    for i, (name, extra) in enumerate(
+        {
+            "gpt_neox": dict(rotary_pct=0.25, use_parallel_residual=True),
+            "gpt_neox_sequential": dict(rotary_pct=0.5, use_parallel_residual=False),
+            "gpt_neox_linear": dict(
+                rotary_pct=0.25, rope_scaling={"rope_type": "linear", "factor": 2.0}
+            ),
+        }.items()
+    ):
+        config = transformers.GPTNeoXConfig(**{**common, **extra})
+        causal_lm(name, config, transformers.GPTNeoXForCausalLM, seed=40 + i)
+
+
+def gpt2() -> None:
+    config = transformers.GPT2Config(
+        vocab_size=VOCAB,
+        n_positions=64,
+        n_embd=32,
+        n_layer=2,
+        n_head=4,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    causal_lm("gpt2", config, transformers.GPT2LMHeadModel, seed=50, lengths=(24, 64))
+
+
+def bloom() -> None:
+    # 6 heads: not a power of two, so the slopes take BLOOM's rule for the extra heads.
+    config = transformers.BloomConfig(
+        vocab_size=VOCAB, hidden_size=48, n_layer=2, n_head=6, bos_token_id=0, eos_token_id=0
+    )
+    causal_lm("bloom", config, transformers.BloomForCausalLM, seed=60)
+
+
+def t5() -> None:
+    """T5 v1.0 (ReLU, tied, decoder output scaled by d^-0.5) and Flan-T5-like (gated GELU, a
+    separate ``lm_head``, as Flan-T5's files hold it)."""
+    for seed, (name, extra) in enumerate(
+        {
+            "t5": dict(feed_forward_proj="relu"),
+            "flan_t5": dict(feed_forward_proj="gated-gelu", num_decoder_layers=1),
+        }.items()
+    ):
+        config = transformers.T5Config(
+            vocab_size=VOCAB,
+            d_model=32,
+            d_kv=8,
+            d_ff=48,
+            num_layers=2,
+            num_heads=4,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=20,
+            **extra,
+        )
+        torch.manual_seed(70 + seed)
+        model = transformers.T5ForConditionalGeneration(config).eval()
+        _perturb(model, 70 + seed)
+        folder = os.path.join(GOLDEN, name)
+        _save(model, folder)
+        if name == "flan_t5":  # untied: a head of its own, as Flan-T5's checkpoints
+            _untie_t5(folder, seed)
+        model = _reload(transformers.T5ForConditionalGeneration, folder)
+        out = {}
+        for i, (src_len, tgt_len) in enumerate(((12, 10), (40, 30))):
+            src, tgt = _ids(src_len, 2, 80 + i), _ids(tgt_len, 2, 90 + i)
+            with torch.no_grad():
+                logits = model(
+                    input_ids=torch.from_numpy(src), decoder_input_ids=torch.from_numpy(tgt)
+                ).logits
+            out[f"src_{src_len}"] = src.astype(np.int32)
+            out[f"tgt_{src_len}"] = tgt.astype(np.int32)
+            out[f"logits_{src_len}"] = logits.float().numpy()
+        np.savez_compressed(os.path.join(folder, "golden.npz"), **out)
+        print(f"{name}: {sorted(out)}")
+
+
+def _untie_t5(folder: str, seed: int) -> None:
+    path = os.path.join(folder, "model.safetensors")
+    tensors = load_file(path)
+    gen = torch.Generator().manual_seed(seed)
+    shape = tensors["shared.weight"].shape
+    tensors["lm_head.weight"] = torch.randn(shape, generator=gen) / np.sqrt(shape[-1])
+    save_file(tensors, path, metadata={"format": "pt"})
+    config_path = os.path.join(folder, "config.json")
+    with open(config_path) as f:
+        config = json.load(f)
+    config["tie_word_embeddings"] = False  # as Flan-T5's config.json says it
+    config.pop("scale_decoder_outputs", None)
+    with open(config_path, "w") as f:
+        json.dump(config, f, indent=2)
+
+
+FAMILIES = {"llama": llama_family, "gpt_neox": gpt_neox, "gpt2": gpt2, "bloom": bloom, "t5": t5}
+
+if __name__ == "__main__":
+    torch.set_num_threads(1)
+    for family in sys.argv[1:] or FAMILIES:
+        FAMILIES[family]()
