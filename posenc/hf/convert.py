@@ -115,14 +115,14 @@ def hf_tensors(
       params: the model's ``nnx.Param`` state.
       dtype: the dtype written (``"float32"``, ``"bfloat16"``, ``"float16"``).
     """
-    flat = {path: np.asarray(var.value, np.float32) for path, var in nnx.to_flat_state(params)}
-    rules: list[Rule] = family.rules(spec)
+    flat = dict(nnx.to_flat_state(params))
+    rules: list[Rule] = family.export_rules(spec)
     used = {p for r in rules for p in r.paths}
     left = sorted(_name(p) for p in flat if p not in used)
     if left:
         raise RuntimeError(f"{family.name} writes no tensor for posenc parameters {left[:3]}")
     for rule in rules:
-        array = rule.save(*(flat[p] for p in rule.paths))
+        array = rule.save(*(np.asarray(flat[p].value, np.float32) for p in rule.paths))
         if tuple(array.shape) != rule.shape:
             raise RuntimeError(f"{rule.hf}: wrote {array.shape}, the config says {rule.shape}")
         yield rule.hf, array.astype(jnp.dtype(dtype))

@@ -94,6 +94,11 @@ class Family:
     def rules(self, spec: Spec) -> list[Rule]:
         raise NotImplementedError
 
+    def export_rules(self, spec: Spec) -> list[Rule]:
+        """The rules export writes: :meth:`rules`, plus any tensor the Hugging Face model has
+        and posenc's does not (:func:`zero_tensor`)."""
+        return self.rules(spec)
+
     def fits(self, spec: Spec) -> list[str]:
         """What of ``spec`` this family cannot hold (empty: it can be exported as this family)."""
         raise NotImplementedError
@@ -110,6 +115,11 @@ def copy(hf: str, path: Path, shape: tuple[int, ...], scale: float = 1.0) -> Rul
     """The same array on both sides (norm weights, biases, tables); ``scale`` multiplies it on
     the way in (and divides on the way out)."""
     return Rule(hf, shape, (path,), lambda a: (a * scale,), lambda a: a / scale)
+
+
+def zero_tensor(hf: str, shape: tuple[int, ...]) -> Rule:
+    """A Hugging Face tensor posenc's model lacks (a bias it was trained without): zeros."""
+    return Rule(hf, shape, (), lambda a: (), lambda: np.zeros(shape, np.float32))
 
 
 def linear(hf: str, path: Path, n_in: int, n_out: int) -> Rule:
@@ -272,3 +282,37 @@ def common_misfits(spec: Spec, family: str, **needs: Any) -> list[str]:
                 f"model.{field}={getattr(m, field)!r} (needs {' or '.join(map(repr, allowed))})"
             )
     return out
+
+
+# transformers' activation names (ACT2FN) -> posenc's MLP kinds; "gelu" is the exact one.
+ACTIVATIONS = {
+    "gelu": "gelu_exact",
+    "gelu_new": "gelu",
+    "gelu_fast": "gelu",
+    "gelu_pytorch_tanh": "gelu",
+    "relu": "relu",
+}
+
+
+def activation(hf: HFConfig, key: str, default: str) -> str:
+    """The posenc MLP kind of the config's activation ``key`` (refusing others)."""
+    return ACTIVATIONS[hf.expect(key, tuple(ACTIVATIONS), default)]
+
+
+def layernorm(hf: str, path: Path, d: int) -> list[Rule]:
+    """A LayerNorm's ``weight`` and ``bias`` (``hf`` is the module's name)."""
+    return [copy(hf + ".weight", (*path, "scale"), (d,)), copy(hf + ".bias", (*path, "bias"), (d,))]
+
+
+def dense(hf: str, path: Path, n_in: int, n_out: int) -> list[Rule]:
+    """A biased ``nn.Linear``: its weight and bias onto an ``nnx.Linear``'s kernel and bias."""
+    return [
+        linear(hf + ".weight", (*path, "kernel"), n_in, n_out),
+        copy(hf + ".bias", (*path, "bias"), (n_out,)),
+    ]
+
+
+def prefix_of(names: set[str], probe: str, prefix: str) -> str:
+    """``prefix`` when the checkpoint's names carry it (saved from the LM class), else ``""``
+    (saved from the base model class, as GPT-2's and BLOOM's Hub files are)."""
+    return prefix if prefix + probe in names else ""
