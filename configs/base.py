@@ -78,6 +78,10 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.data.data_dir = ml_collections.config_dict.placeholder(str)
     # Feature holding the text in tfds: data sets; None: "text", or the only text feature.
     config.data.text_field = ml_collections.config_dict.placeholder(str)
+    # Tokenizer of the text: "bytes" (256 byte ids + a document separator, no vocabulary file)
+    # or "hf:<folder>" with a pretrained model's tokenizer.json (posenc import-hf sets it to the
+    # imported model's own; model.vocab_size must cover its ids).
+    config.data.tokenizer = "bytes"
 
     config.optim = ml_collections.ConfigDict()
     # Peak learning rate of AdamW.

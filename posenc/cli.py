@@ -223,6 +223,36 @@ def _cmd_report(args, overrides) -> int:
     return 0
 
 
+def _cmd_import_hf(args, overrides) -> int:
+    from posenc.hf.rundir import import_hf
+
+    record = import_hf(
+        args.hf_dir,
+        args.workdir,
+        data=args.data,
+        dtype=args.dtype,
+        param_dtype=args.param_dtype,
+        tokenizer=not args.no_tokenizer,
+        base=args.config,
+    )
+    print(
+        f"imported {record['family']} model {args.hf_dir} ({record['tensors']} tensors) into "
+        f"{args.workdir}; evaluate it with: posenc eval --workdir {args.workdir} --lengths ..."
+    )
+    return 0
+
+
+def _cmd_export_hf(args, overrides) -> int:
+    from posenc.hf.rundir import export_hf
+
+    result = export_hf(args.workdir, args.out, dtype=args.dtype)
+    print(
+        f"wrote {args.out} as a {result['family']} model (checkpoint step {result['step']}, "
+        f"{len(result['files'])} files); transformers loads it with from_pretrained({args.out!r})"
+    )
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="posenc",
@@ -311,6 +341,48 @@ def build_parser() -> argparse.ArgumentParser:
         "--offset", type=_count, default=None, help="outputs stop at source length + this"
     )
     p.set_defaults(func=_cmd_translate)
+
+    dtypes = ("float32", "bfloat16", "float16")
+    p = sub.add_parser(
+        "import-hf",
+        help="import a local Hugging Face model folder as a posenc run directory",
+        description="Read a local Hugging Face model folder (config.json, model.safetensors or "
+        "its shards and index, tokenizer.json) and write a run directory that posenc eval, "
+        "posenc report, posenc.load_run and posenc train --init-from accept. Families: Llama "
+        "(Llama 2/3/3.1/3.2, Mistral, Qwen2), GPT-NeoX/Pythia, GPT-2, BLOOM (T5 through "
+        "posenc.hf.load_pretrained). Nothing downloads: fetch the folder with your own tools.",
+    )
+    p.add_argument("hf_dir", help="the model's folder")
+    p.add_argument("--workdir", required=True, help="the run directory to create")
+    p.add_argument(
+        "--data", default="pystdlib", help="data.source that posenc eval scores (default pystdlib)"
+    )
+    p.add_argument("--dtype", choices=dtypes, default="float32", help="compute dtype (model.dtype)")
+    p.add_argument(
+        "--param-dtype", choices=dtypes, default=None, help="checkpoint dtype (default float32)"
+    )
+    p.add_argument(
+        "--no-tokenizer",
+        action="store_true",
+        help="import the weights without the model's tokenizer.json (text is then bytes)",
+    )
+    p.add_argument(
+        "--config", default=None, help="base run config file[:variant] (default configs/base.py)"
+    )
+    p.set_defaults(func=_cmd_import_hf)
+
+    p = sub.add_parser(
+        "export-hf",
+        help="write a run's model as a Hugging Face folder (transformers loads it)",
+        description="Write the newest intact checkpoint of --workdir as a Hugging Face folder "
+        "(config.json, model.safetensors, tokenizer files): an imported run as its family, a "
+        "posenc-trained one as the family that holds its options (RoPE: Llama or GPT-NeoX; "
+        "learned: GPT-2; ALiBi with model.embed_norm: BLOOM; t5: T5).",
+    )
+    p.add_argument("--workdir", required=True, help="a trained or imported run directory")
+    p.add_argument("--out", required=True, help="a new (or empty) folder to write")
+    p.add_argument("--dtype", choices=dtypes, default="float32", help="dtype of the tensors")
+    p.set_defaults(func=_cmd_export_hf)
 
     p = sub.add_parser("data", help="prepare or inspect data sources")
     data_sub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")
@@ -448,6 +520,8 @@ _WRITES = {
     "sweep": "its records, and each point's run, in the sweep directory",
     "report": "its tables and plots in the directory it reports on",
     "data": "the prepared data in the data directory",
+    "import-hf": "the run's config, checkpoint and tokenizer in the work directory",
+    "export-hf": "config.json, safetensors and tokenizer files in the output folder",
 }
 
 

@@ -25,6 +25,7 @@ from posenc import data as data_lib
 from posenc import encodings, linear_attention
 from posenc.attention import IMPLEMENTATIONS
 from posenc.data import summary, synthetic
+from posenc.data.base import resolve_data_dir
 from posenc.data.task_source import task_name
 from posenc.layers.config import DTYPES
 from posenc.layers.norms import NORMS
@@ -68,7 +69,15 @@ def load_module(path: str) -> types.ModuleType:
 
 
 def load_config(spec: str) -> ml_collections.ConfigDict:
-    """Loads ``path/to/config.py[:variant]`` by calling its ``get_config([variant])``."""
+    """Loads ``path/to/config.py[:variant]`` by calling its ``get_config([variant])``, or a
+    run's recorded ``config.json`` (e.g. an imported model's, to fine-tune it)."""
+    if spec.endswith(".json"):
+        from posenc.workdir import config_from_dict, read_json
+
+        fields = read_json(spec)
+        if fields is None:
+            raise FileNotFoundError(f"--config: no config file {spec!r}")
+        return config_from_dict(fields)
     path, _, variant = spec.partition(":")
     module = load_module(path)
     if not hasattr(module, "get_config"):
@@ -165,7 +174,13 @@ def open_source(config: ml_collections.ConfigDict) -> data_lib.Source:
     """The data source of ``config.data`` (``data.text_field`` applies to ``tfds:`` only)."""
     d = config.data
     text_field = d.text_field if d.source.startswith("tfds:") else None
-    return data_lib.get_source(d.source, data_dir=d.data_dir, text_field=text_field)
+    source = data_lib.get_source(d.source, data_dir=d.data_dir, text_field=text_field)
+    tokenizer = d.get("tokenizer", "bytes")
+    if tokenizer == "bytes":
+        return source
+    from posenc.data.hf_tokenizer import TokenizedSource, make_tokenizer
+
+    return TokenizedSource(source, make_tokenizer(tokenizer), resolve_data_dir(d.data_dir))
 
 
 def eval_lengths(config: ml_collections.ConfigDict) -> tuple[int, ...]:
@@ -479,8 +494,30 @@ def validate(
         raise ValueError(
             "data.source must be 'pystdlib', 'textdir:<path>', 'tfds:<name>' or 'synthetic:<task>'"
         )
+    _validate_tokenizer(config, task)
     if task:
         _validate_task(config)
+
+
+def _validate_tokenizer(config: ml_collections.ConfigDict, task: str | None) -> None:
+    """``data.tokenizer``: its form, and a pretrained tokenizer only where text is tokenised
+    (not an algorithmic task, not masked LM, whose mask token follows the byte ids)."""
+    from posenc.data.hf_tokenizer import check_spec
+
+    tokenizer = config.data.get("tokenizer", "bytes")
+    check_spec(tokenizer)
+    if tokenizer == "bytes":
+        return
+    if task:
+        raise ValueError(
+            f"data.tokenizer={tokenizer!r} with data.source={config.data.source!r}: algorithmic "
+            "tasks generate token ids, not text; use data.tokenizer='bytes'"
+        )
+    if objective(config) == "masked_lm":
+        raise ValueError(
+            f"data.tokenizer={tokenizer!r} with train.objective='masked_lm': the mask token "
+            "follows the byte ids; masked LM runs use data.tokenizer='bytes'"
+        )
 
 
 def _validate_task(config: ml_collections.ConfigDict) -> None:

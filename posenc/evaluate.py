@@ -226,6 +226,7 @@ def evaluate(
     positions: Positions | None = None,
     masked_lm: data_lib.MaskedLM | None = None,
     mem_len: int = 0,
+    byte_level: bool = True,
 ) -> list[dict[str, Any]]:
     """Evaluates ``model`` on ``stream`` at each window length.
 
@@ -245,6 +246,8 @@ def evaluate(
       masked_lm: score as a masked LM (see the module docstring); None: causal LM.
       mem_len: > 0: score consecutive windows with this much Transformer-XL memory carried
         (see the module docstring; non-overlapping causal LM only).
+      byte_level: the stream holds byte tokens, so bits per byte are the loss in bits; False
+        (a pretrained model's tokenizer): ``bits_per_byte`` is None.
 
     Returns:
       One dict per length (see the module docstring); a length the encoder cannot represent
@@ -297,7 +300,7 @@ def evaluate(
             "loss": loss,
             "perplexity": perplexity(loss),
             # Byte-level tokens: one token per byte (a document separator counts as one).
-            "bits_per_byte": loss / math.log(2),
+            "bits_per_byte": loss / math.log(2) if byte_level else None,
             "windows": int(_num_windows(windows)),
             **_unscored(windows),
             "seconds": seconds,
@@ -307,9 +310,10 @@ def evaluate(
             result.update(mem_len=int(mem_len), rows=int(windows.rows))
         results.append(result)
         if progress and jax.process_index() == 0:
+            bpb = f"bpb {result['bits_per_byte']:.4f}  " if byte_level else ""
             print(
                 f"  L={length:>6}: loss {loss:.4f}  ppl {result['perplexity']:.3f}  "
-                f"bpb {result['bits_per_byte']:.4f}  ({tokens} tokens, {seconds:.1f}s)",
+                f"{bpb}({tokens} tokens, {seconds:.1f}s)",
                 flush=True,
             )
     return results
@@ -447,6 +451,7 @@ def evaluate_workdir(
                 positions=_positions(config),
                 masked_lm=masked_lm(config),
                 mem_len=eval_mem_len(config),
+                byte_level=config.data.get("tokenizer", "bytes") == "bytes",
             )
             data = {"source": config.data.source, "split": e.split, **_short_info(source.info())}
         report = {

@@ -56,7 +56,14 @@ from posenc.metrics import MetricsWriter, drop_metrics_after, progress_bar
 from posenc.models import build
 from posenc.models import memory as memory_lib
 from posenc.models.lm import Transformer
-from posenc.workdir import Checkpoints, RunDir, config_sha256, diff_fields
+from posenc.workdir import (
+    PRETRAINED_FILE,
+    Checkpoints,
+    RunDir,
+    WorkdirError,
+    config_sha256,
+    diff_fields,
+)
 
 
 def _pair_fields(s: int, t: int) -> list[tuple[str, int, jnp.dtype]]:
@@ -439,6 +446,12 @@ def train(
     distributed.maybe_initialize(config)
     mesh = mesh or make_mesh()
     run = RunDir(workdir)
+    if os.path.exists(run.file(PRETRAINED_FILE)):
+        raise WorkdirError(
+            f"{workdir} holds a model imported by posenc import-hf, not a training run; "
+            f"fine-tune it in a new work directory: posenc train --config {workdir}/config.json "
+            f"--init-from {workdir} --workdir NEW"
+        )
     if stop_at is not None and (not isinstance(stop_at, int) or stop_at < 1):
         raise ValueError(f"--stop-at must be a step >= 1, got {stop_at!r}")
     validate(config, num_devices=mesh.devices.size, process_count=jax.process_count())

@@ -36,7 +36,7 @@ from posenc.config import (
     set_field,
     validate,
 )
-from posenc.data import ByteTokenizer
+from posenc.data.hf_tokenizer import make_tokenizer
 from posenc.evaluate import evaluate_workdir, restore_model
 from posenc.losses import token_loss
 from posenc.models.lm import Transformer
@@ -55,7 +55,8 @@ class TrainedRun:
       model: the model with the checkpoint's parameters (:class:`posenc.models.lm.Transformer`).
       step: the checkpoint's step.
       finished: whether training had finished at that step.
-      tokenizer: the run's tokenizer (bytes: ids 0..255, 256 separates documents).
+      tokenizer: the run's tokenizer (``data.tokenizer``; bytes: ids 0..255, 256 separates
+        documents; a pretrained model's own after ``posenc import-hf``).
     """
 
     def __init__(
@@ -72,7 +73,7 @@ class TrainedRun:
         self.model = model
         self.step = step
         self.finished = step == config.train.steps
-        self.tokenizer = ByteTokenizer()
+        self.tokenizer = make_tokenizer(config.data.get("tokenizer", "bytes"))
         graphdef, self._state = nnx.split(model)
         self._forward = jax.jit(lambda state, t, p: nnx.merge(graphdef, state)(t, p))
 

@@ -28,9 +28,10 @@ _NPY_HEADER_BYTES = 128
 _SEP_BYTES = np.array([SEP_ID], dtype="<u2").tobytes()
 
 
-def _npy_header(length: int) -> bytes:
-    """An .npy v1.0 header for a little-endian uint16 vector of `length`, padded to 128 bytes."""
-    fields = f"{{'descr': '<u2', 'fortran_order': False, 'shape': ({length},), }}"
+def npy_header(length: int, descr: str = "<u2") -> bytes:
+    """An .npy v1.0 header for a little-endian vector of `length` (uint16 by default, `"<u4"`
+    for uint32), padded to 128 bytes."""
+    fields = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': ({length},), }}"
     prefix = b"\x93NUMPY\x01\x00"
     body_len = _NPY_HEADER_BYTES - len(prefix) - 2
     body = fields.ljust(body_len - 1) + "\n"
@@ -73,7 +74,7 @@ def write_stream(path: Path, documents: Iterable[bytes]) -> dict[str, Any]:
     count = 0
     try:
         with open(tmp, "wb") as f:
-            f.write(_npy_header(0))
+            f.write(npy_header(0))
             for doc in documents:
                 chunk = bytes_to_ids(doc).astype("<u2", copy=False).tobytes() + _SEP_BYTES
                 f.write(chunk)
@@ -81,7 +82,7 @@ def write_stream(path: Path, documents: Iterable[bytes]) -> dict[str, Any]:
                 tokens += len(doc) + 1
                 count += 1
             f.seek(0)
-            f.write(_npy_header(tokens))
+            f.write(npy_header(tokens))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)
@@ -109,8 +110,8 @@ def stream_is_built(path: Path) -> bool:
 def load_stream(path: Path) -> np.ndarray:
     """Memory-maps a stream written by `write_stream` (read-only, never loaded whole)."""
     arr = np.load(path, mmap_mode="r")
-    if arr.dtype != np.uint16 or arr.ndim != 1:
-        raise ValueError(f"{path} is not a uint16 token stream (dtype {arr.dtype}, {arr.ndim}-D)")
+    if arr.dtype not in (np.uint16, np.uint32) or arr.ndim != 1:
+        raise ValueError(f"{path} is not a token stream (dtype {arr.dtype}, {arr.ndim}-D)")
     return arr
 
 

@@ -40,6 +40,8 @@ POINT_FILE = "point.json"  # a point's overrides and resolved config
 STATUS_FILE = "status.json"  # a point's status: running, done, failed, interrupted
 LOG_FILE = "log.txt"  # a point's output when it runs in a child process
 VOCAB_FILE = "vocab.model"  # a translation run's SentencePiece model (bytes need none)
+PRETRAINED_FILE = "pretrained.json"  # an imported Hugging Face model's provenance (import-hf)
+TOKENIZER_DIR = "tokenizer"  # an imported model's tokenizer files (data.tokenizer = hf:<it>)
 # A translation evaluation's outputs beside its report: eval.json -> eval.hypotheses.txt.
 HYPOTHESES_SUFFIX = ".hypotheses.txt"
 # Every name above: what posenc keeps in a run or sweep directory, never written over by a file
@@ -58,6 +60,8 @@ OWNED_NAMES = (
     STATUS_FILE,
     LOG_FILE,
     VOCAB_FILE,
+    PRETRAINED_FILE,
+    TOKENIZER_DIR,
 )
 
 
@@ -182,6 +186,7 @@ ADDED_FIELDS = {
     "model.mem_len": 0,
     "eval.mem_len": None,
     "train.order": "auto",
+    "data.tokenizer": "bytes",
 }
 
 

@@ -1,0 +1,221 @@
+"""A pretrained model's own tokenizer as the data tokenizer of a run (``data.tokenizer``).
+
+``data.tokenizer`` is ``"bytes"`` (posenc's default, :mod:`posenc.data.tokenizer`) or
+``"hf:<folder>"``: a folder with a Hugging Face ``tokenizer.json`` (read with the ``tokenizers``
+library, no ``transformers`` needed) and the ``tokenizer_config.json`` that names its
+end-of-text token. ``posenc import-hf`` copies the model's files into the run directory and sets
+this field, so evaluation text is tokenised as the model was trained.
+
+:class:`TokenizedSource` turns any text source into that tokenizer's streams: the source's byte
+streams are split at their document separators, each document is decoded as UTF-8, encoded
+without special tokens, and followed by the end-of-text token (GPT-2's ``<|endoftext|>``
+between documents; the same token for every family). Streams are built once per source content
+and tokenizer (cached under the data directory by the byte stream's hash and the
+``tokenizer.json`` hash) and memory-mapped as ``uint32`` (vocabularies beyond 65 536 ids).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from posenc.data import storage
+from posenc.data.base import Source
+from posenc.data.tokenizer import SEP_ID
+
+PREFIX = "hf:"
+TOKENIZER_JSON = "tokenizer.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+_CHUNK = 1 << 22  # tokens of a byte stream scanned at a time
+_BATCH = 256  # documents encoded at a time
+
+
+def check_spec(spec: str) -> None:
+    """Raises a one-line ``ValueError`` unless ``spec`` is ``"bytes"`` or ``"hf:<folder>"``."""
+    if spec == "bytes" or (isinstance(spec, str) and spec.startswith(PREFIX) and spec[3:]):
+        return
+    raise ValueError(
+        f"data.tokenizer must be 'bytes' or 'hf:<folder with tokenizer.json>', got {spec!r}"
+    )
+
+
+class HFTokenizer:
+    """A ``tokenizer.json`` with its end-of-text token (module docstring).
+
+    Args:
+      folder: holds ``tokenizer.json`` and ``tokenizer_config.json`` (or ``tokenizer.json``'s
+        path, the config beside it).
+
+    Raises:
+      FileNotFoundError: no ``tokenizer.json``.
+      ValueError: no end-of-text token named, or one the vocabulary does not have.
+    """
+
+    def __init__(self, folder: str):
+        from tokenizers import Tokenizer
+
+        folder = os.path.dirname(folder) if folder.endswith(TOKENIZER_JSON) else folder
+        path = os.path.join(folder, TOKENIZER_JSON)
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"data.tokenizer: {folder} has no {TOKENIZER_JSON} (the tokenizers library's "
+                "file; posenc reads no other tokenizer format)"
+            )
+        with open(path, "rb") as f:
+            raw = f.read()
+        self.sha256 = hashlib.sha256(raw).hexdigest()
+        self.tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
+        self.folder = folder
+        self.vocab_size = self.tokenizer.get_vocab_size(with_added_tokens=True)
+        self.eos = _token_text(_read_json(os.path.join(folder, TOKENIZER_CONFIG)).get("eos_token"))
+        self.sep_id = self.tokenizer.token_to_id(self.eos) if self.eos else None
+        if self.sep_id is None:
+            raise ValueError(
+                f"data.tokenizer: {folder}/{TOKENIZER_CONFIG} names no eos_token the vocabulary "
+                f"has (got {self.eos!r}); posenc separates documents with it"
+            )
+
+    def encode(self, text: str) -> np.ndarray:
+        """``text`` as uint32 ids (no special tokens added)."""
+        return np.asarray(self.tokenizer.encode(text, add_special_tokens=False).ids, np.uint32)
+
+    def encode_documents(self, documents: Iterable[str]) -> np.ndarray:
+        """Documents as one stream, the end-of-text token after each."""
+        parts = [np.append(self.encode(d), np.uint32(self.sep_id)) for d in documents]
+        return np.concatenate(parts) if parts else np.zeros((0,), np.uint32)
+
+    def decode(self, ids: Sequence[int] | np.ndarray) -> str:
+        return self.tokenizer.decode([int(i) for i in np.asarray(ids)], skip_special_tokens=False)
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    if not os.path.isfile(path):
+        return {}
+    with open(path) as f:
+        return json.load(f)
+
+
+def _token_text(token: Any) -> str | None:
+    """A special token as ``tokenizer_config.json`` spells it: a string or ``{"content": ...}``."""
+    return token.get("content") if isinstance(token, dict) else token
+
+
+def make_tokenizer(spec: str):
+    """The tokenizer ``data.tokenizer`` names: a :class:`~posenc.data.ByteTokenizer` or an
+    :class:`HFTokenizer`."""
+    from posenc.data.tokenizer import ByteTokenizer
+
+    check_spec(spec)
+    return ByteTokenizer() if spec == "bytes" else HFTokenizer(spec[len(PREFIX) :])
+
+
+def _documents(stream: np.ndarray) -> Iterator[str]:
+    """The documents of a byte stream (``SEP_ID`` after each), scanned in chunks."""
+    pending = b""
+    for start in range(0, len(stream), _CHUNK):
+        chunk = np.asarray(stream[start : start + _CHUNK])
+        cuts = np.flatnonzero(chunk == SEP_ID)
+        begin = 0
+        for cut in cuts:
+            yield (pending + chunk[begin:cut].astype(np.uint8).tobytes()).decode("utf-8")
+            pending, begin = b"", cut + 1
+        pending += chunk[begin:].astype(np.uint8).tobytes()
+    if pending:
+        yield pending.decode("utf-8")
+
+
+def _batches(items: Iterator[str], size: int) -> Iterator[list[str]]:
+    batch = []
+    for item in items:
+        batch.append(item)
+        if len(batch) == size:
+            yield batch
+            batch = []
+    if batch:
+        yield batch
+
+
+def _write_uint32(path: Path, parts: Iterable[np.ndarray]) -> dict[str, Any]:
+    """A uint32 ``.npy`` stream from parts, written atomically (as
+    :func:`posenc.data.storage.write_stream` writes byte streams); returns its metadata."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    digest, tokens = hashlib.sha256(), 0
+    try:
+        with open(tmp, "wb") as f:
+            f.write(storage.npy_header(0, "<u4"))
+            for part in parts:
+                data = part.astype("<u4").tobytes()
+                f.write(data)
+                digest.update(data)
+                tokens += len(part)
+            f.seek(0)
+            f.write(storage.npy_header(tokens, "<u4"))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    meta = {"tokens": tokens, "sha256": digest.hexdigest()}
+    storage.atomic_write_json(storage.stream_meta_path(path), meta)
+    return meta
+
+
+class TokenizedSource(Source):
+    """A byte-level source's splits in a pretrained tokenizer's ids (module docstring).
+
+    Args:
+      base: the byte-level source (``pystdlib``, ``textdir:``, ``tfds:``).
+      tokenizer: the tokenizer.
+      data_dir: the data directory the caches go under.
+    """
+
+    def __init__(self, base: Source, tokenizer: HFTokenizer, data_dir: Path):
+        self.base = base
+        self.tokenizer = tokenizer
+        self.spec = base.spec
+        self.splits = base.splits
+        self._root = Path(data_dir) / "posenc" / "tokenized" / tokenizer.sha256[:16]
+
+    def _path(self, split: str) -> Path:
+        byte_hash = self.base.info()["splits"][split]["stream_sha256"]
+        return self._root / byte_hash[:16] / f"{split}.npy"
+
+    def split_stream(self, split: str) -> np.ndarray:
+        """See ``Source.split_stream``: uint32 ids, the end-of-text token after each document."""
+        path = self._path(self.check_split(split))
+        if not storage.stream_is_built(path):
+            tok = self.tokenizer.tokenizer
+            documents = _batches(_documents(self.base.split_stream(split)), _BATCH)
+            sep = np.asarray([self.tokenizer.sep_id], np.uint32)
+            parts = (
+                np.concatenate([np.asarray(e.ids, np.uint32), sep])
+                for batch in documents
+                for e in tok.encode_batch(batch, add_special_tokens=False)
+            )
+            _write_uint32(path, parts)
+        return storage.load_stream(path)
+
+    def info(self) -> dict[str, Any]:
+        """The base source's identity with this tokenizer's streams and vocabulary."""
+        base = self.base.info()
+        splits = {}
+        for split in self.splits:
+            self.split_stream(split)
+            meta = storage.read_json(storage.stream_meta_path(self._path(split)))
+            splits[split] = {
+                **base["splits"][split],
+                "tokens": meta["tokens"],
+                "stream_sha256": meta["sha256"],
+            }
+        return {
+            **base,
+            "tokenizer": f"{PREFIX}{self.tokenizer.folder}",
+            "tokenizer_sha256": self.tokenizer.sha256,
+            "vocab_size": self.tokenizer.vocab_size,
+            "splits": splits,
+        }

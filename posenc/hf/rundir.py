@@ -1,0 +1,243 @@
+"""Pretrained models as posenc run directories (``posenc import-hf``) and run directories as
+Hugging Face folders (``posenc export-hf``).
+
+An imported run directory is an ordinary one::
+
+    <workdir>/
+      config.json        a run config: the model's options, its encoder (e.g. rope with its
+                         rope_scaling), train.seq_len = the length it was trained at,
+                         data.tokenizer = hf:<workdir>/tokenizer
+      checkpoints/1/     the parameters as an orbax checkpoint (step 1 = train.steps: finished)
+      tokenizer/         the model's tokenizer files, as found
+      pretrained.json    provenance: the family, the source folder, its config.json
+
+so ``posenc eval`` (any lengths, sliding windows, RoPE scaling overrides), ``posenc report``,
+``posenc.load_run`` and generation take it as they are, and ``posenc train --config
+W/config.json --init-from W --workdir NEW`` fine-tunes it. Training in the imported directory
+itself is refused (it holds no optimizer state and is not a training run).
+
+Export writes ``config.json``, ``model.safetensors`` (sharded beyond 5 GB) and the tokenizer
+files of a run: an imported one as its family, a posenc-trained one as the first family that
+holds its options (RoPE: Llama or GPT-NeoX; learned: GPT-2; ALiBi with an embedding norm:
+BLOOM; T5's bias: T5), else a one-line error saying what each family lacks.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import shutil
+from typing import Any
+
+import ml_collections
+
+from posenc import encodings
+from posenc.hf import convert
+from posenc.hf.family import Family, Spec, families, get
+from posenc.hf.load import read_config, read_spec
+from posenc.hf.tensors import CONFIG_FILE, write_safetensors
+from posenc.models.build import assembly, model_config
+from posenc.workdir import (
+    PRETRAINED_FILE,
+    TOKENIZER_DIR,
+    RunDir,
+    WorkdirError,
+    config_from_dict,
+    read_json,
+    write_json,
+)
+
+# The files of a Hugging Face folder that describe its tokenizer (and generation defaults).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "added_tokens.json",
+    "tokenizer.model",
+    "spiece.model",
+    "vocab.json",
+    "merges.txt",
+    "vocab.txt",
+    "generation_config.json",
+)
+_BASE_CONFIG = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+    "configs",
+    "base.py",
+)
+# The step an imported checkpoint is saved at, and the run's train.steps: a finished run.
+IMPORTED_STEP = 1
+
+
+def base_config(spec: str | None = None) -> ml_collections.ConfigDict:
+    """The run config an import starts from: ``spec`` (``file.py[:variant]``), default the
+    repository's ``configs/base.py``."""
+    from posenc.config import load_config
+
+    return load_config(spec or _BASE_CONFIG)
+
+
+def run_config(
+    spec: Spec, base: ml_collections.ConfigDict, *, source: str, tokenizer: str
+) -> ml_collections.ConfigDict:
+    """The run config of an imported model (module docstring)."""
+    fields = base.to_dict()
+    fields["model"] = {**fields["model"], **dataclasses.asdict(spec.model)}
+    if spec.assembly != "lm":
+        fields["model"]["assembly"] = spec.assembly
+    fields["encoding"] = {"name": spec.encoding, "hparams": dict(spec.hparams)}
+    fields["data"].update(source=source, tokenizer=tokenizer)
+    fields["train"].update(seq_len=spec.train_len, steps=IMPORTED_STEP, init_from=None)
+    return config_from_dict(fields)
+
+
+def import_hf(
+    hf_dir: str,
+    workdir: str,
+    *,
+    data: str = "pystdlib",
+    dtype: str = "float32",
+    param_dtype: str | None = None,
+    tokenizer: bool = True,
+    base: str | None = None,
+) -> dict[str, Any]:
+    """Writes the run directory of a local Hugging Face model (module docstring).
+
+    Args:
+      hf_dir: the model's folder (``config.json``, safetensors, tokenizer files).
+      workdir: the run directory to create (must hold no run).
+      data: the run's ``data.source`` (what ``posenc eval`` scores).
+      dtype: the compute dtype recorded in the config (``model.dtype``).
+      param_dtype: the checkpoint's parameter dtype; None: float32.
+      tokenizer: require the model's ``tokenizer.json`` (False: import the weights alone; the
+        run then tokenises as bytes, which fits only a model with >= 257 ids).
+      base: the run config to start from (``file.py[:variant]``); default ``configs/base.py``.
+
+    Returns:
+      The provenance record written to ``pretrained.json``.
+    """
+    family, spec, reader = read_spec(hf_dir)
+    if spec.assembly != "lm":
+        raise ValueError(
+            f"{hf_dir}: posenc import-hf writes run directories of decoder-only models; load "
+            f"this {family.name} model with posenc.hf.load_pretrained"
+        )
+    has_tokenizer = os.path.isfile(os.path.join(hf_dir, "tokenizer.json"))
+    if tokenizer and not has_tokenizer:
+        raise FileNotFoundError(
+            f"{hf_dir} has no tokenizer.json: posenc evaluates text with the model's own "
+            "tokenizer (the tokenizers library's file); add it, or import the weights alone "
+            "with --no-tokenizer"
+        )
+    run = RunDir(workdir)
+    if os.path.exists(run.file("config.json")) or run.has_checkpoints():
+        raise WorkdirError(f"{workdir} already holds a run; import into a new work directory")
+    tokenizer_spec = f"hf:{os.path.abspath(run.file(TOKENIZER_DIR))}" if tokenizer else "bytes"
+    spec = dataclasses.replace(spec, model=dataclasses.replace(spec.model, dtype=dtype))
+    config = run_config(spec, base_config(base), source=data, tokenizer=tokenizer_spec)
+    model = convert.fill(family, spec, reader, param_dtype=param_dtype)
+    from flax import nnx
+
+    record = {
+        "family": family.name,
+        "source": os.path.abspath(hf_dir),
+        "hf_config": read_config(hf_dir),
+        "extra": spec.extra,
+        "param_dtype": param_dtype or "float32",
+        "tensors": len(reader.names()),
+    }
+    with run.starting() as started, run.lock():
+        run.record_config(config)
+        if tokenizer:
+            _copy_tokenizer(hf_dir, run.file(TOKENIZER_DIR))
+        checkpoints = run.checkpoints()
+        try:
+            params = nnx.state(model, nnx.Param)
+            checkpoints.save(IMPORTED_STEP, params, {"imported": IMPORTED_STEP})
+        finally:
+            checkpoints.close()
+        write_json(run.file(PRETRAINED_FILE), record)
+        started()
+    return record
+
+
+def _copy_tokenizer(src: str, dst: str) -> list[str]:
+    os.makedirs(dst, exist_ok=True)
+    copied = []
+    for name in TOKENIZER_FILES:
+        if os.path.isfile(os.path.join(src, name)):
+            shutil.copyfile(os.path.join(src, name), os.path.join(dst, name))
+            copied.append(name)
+    return copied
+
+
+def spec_of_run(config: ml_collections.ConfigDict, extra: dict[str, Any] | None = None) -> Spec:
+    """The :class:`Spec` of a run config (hyperparameters with their defaults filled in)."""
+    hparams = encodings.get(config.encoding.name, **config.encoding.hparams.to_dict()).hparams()
+    return Spec(
+        model=model_config(config),
+        assembly=assembly(config),
+        encoding=config.encoding.name,
+        hparams=hparams,
+        train_len=config.train.seq_len,
+        extra=dict(extra or {}),
+    )
+
+
+def choose_family(spec: Spec, recorded: str | None = None) -> Family:
+    """The family to export ``spec`` as: the recorded one (an imported run), else the first
+    that holds every option; a one-line error says what each family lacks."""
+    if recorded is not None:
+        candidates = {recorded: get(recorded)}
+    else:
+        candidates = families()
+    reasons = []
+    for name, family in candidates.items():
+        misfits = family.fits(spec)
+        if not misfits:
+            return family
+        reasons.append(f"{name}: {', '.join(misfits)}")
+    raise ValueError(
+        "no Hugging Face family posenc writes holds this model (" + "; ".join(reasons) + ")"
+    )
+
+
+def export_hf(workdir: str, out: str, *, dtype: str = "float32") -> dict[str, Any]:
+    """Writes a run's model as a Hugging Face folder ``out`` (module docstring).
+
+    Returns:
+      ``{"family", "files", "step"}``.
+    """
+    from flax import nnx
+
+    from posenc.evaluate import restore_model
+
+    run = RunDir(workdir)
+    config = run.read_config()
+    record = read_json(run.file(PRETRAINED_FILE)) or {}
+    spec = spec_of_run(config, record.get("extra"))
+    family = choose_family(spec, record.get("family"))
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise WorkdirError(f"--out {out} exists and is not an empty folder; choose a new one")
+    with run.lock():
+        model, step = restore_model(run, config)
+    params = nnx.state(model, nnx.Param)
+    files = write_safetensors(out, convert.hf_tensors(family, spec, params, dtype))
+    hf_config = {
+        "architectures": [family.export_architecture],
+        "model_type": family.export_type,
+        **_token_ids(record.get("hf_config", {})),
+        **family.write(spec),
+        "torch_dtype": dtype,
+    }
+    write_json(os.path.join(out, CONFIG_FILE), hf_config)
+    tokenizer = run.file(TOKENIZER_DIR)
+    if os.path.isdir(tokenizer):
+        files += [os.path.join(out, n) for n in _copy_tokenizer(tokenizer, out)]
+    return {"family": family.name, "files": files, "step": step}
+
+
+def _token_ids(hf_config: dict[str, Any]) -> dict[str, Any]:
+    """The special token ids an imported model's config named (kept on export)."""
+    keys = ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id")
+    return {k: hf_config[k] for k in keys if k in hf_config}
