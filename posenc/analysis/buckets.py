@@ -1,9 +1,9 @@
 """Buckets of relative distance (and of query position): ``0`` alone, then a fixed number per
 octave of ``|d|``, mirrored for negative distances.
 
-With four per octave (:data:`FINE`): ``0, 1, 2, ..., 7, 8-9, 10-11, 12-13, 14-15, 16-19, ...``; with one
-(:data:`COARSE`): ``0, 1, 2-3, 4-7, ...``. Fine buckets nest in coarse ones, so a table in
-octaves is the pair-weighted mean of the fine buckets.
+With four per octave (:data:`FINE`): ``0, 1, 2, ..., 7, 8-9, 10-11, 12-13, 14-15, 16-19, ...``;
+with one (:data:`COARSE`): ``0, 1, 2-3, 4-7, ...``. Fine buckets nest in coarse ones, so a table
+in octaves is the pair-weighted mean of the fine buckets.
 """
 
 from __future__ import annotations

@@ -88,9 +88,7 @@ def markdown(record: dict[str, Any]) -> list[str]:
         "entropy over log of its visible keys; 1 is uniform attention. A ratio that rises with "
         "the length is attention diluted over more keys than in training.",
         "",
-        "| L | windows | mean log n | "
-        + " | ".join(f"layer {i} H / log n" for i in layers)
-        + " |",
+        "| L | windows | mean log n | " + " | ".join(f"layer {i} H / log n" for i in layers) + " |",
         "|---:|---:|---:|" + "---:|" * len(layers),
     ]
     for r in measured:
@@ -213,9 +211,9 @@ def plot_distance(record: dict[str, Any]) -> bytes:
     if axes and measured:
         axes[0].legend(fontsize=7)
     fig.suptitle(
-        f"{record['encoding']}: attention weight by distance (lines: mean over heads; bands: "
+        f"{record['encoding']}: attention weight by distance\n(lines: mean over heads; bands: "
         "lowest to highest head)",
-        fontsize=10,
+        fontsize=9,
     )
     return _png(fig)
 
@@ -245,8 +243,8 @@ def plot_entropy(record: dict[str, Any]) -> bytes:
     ax.set_xlabel("window length L (tokens)")
     ax.set_ylabel("row entropy / log(visible keys)")
     ax.set_title(
-        f"{record['encoding']}: attention entropy (1 = uniform; dashed: training length; "
-        "bands: heads)",
+        f"{record['encoding']}: attention entropy\n(1 = uniform; dashed: training length; "
+        "bands: lowest to highest head)",
         fontsize=9,
     )
     ax.grid(True, which="both", alpha=0.3)

@@ -8,8 +8,9 @@ and every self-attention layer's probabilities are reduced on the device
 - the mean attention weight and the mean logit (what the softmax reads: scaled, with the
   encoder's biases) over the (query, key) pairs at each distance ``d = i - j``, in buckets a
   quarter of an octave wide (``0``, ``1``, ..., ``7``, ``8-9``, ``10-11``, ``12-13``,
-  ``14-15``, ``16-19``, ...) for the CSV and the plot, and octaves (``0``, ``1``, ``2-3``, ``4-7``, ...) for
-  the markdown table; and what uniform attention over the visible keys would give;
+  ``14-15``, ``16-19``, ...) for the CSV and the plot, and octaves (``0``, ``1``, ``2-3``,
+  ``4-7``, ...) for the markdown table; and what uniform attention over the visible keys would
+  give;
 - the mean entropy of the attention rows (nats), the mean ``log n`` of their visible keys ``n``,
   and the mean of ``entropy / log n`` over the rows that see two keys or more: 1 is uniform
   attention, the "dilution" that explains many extrapolation failures (attention spread over

@@ -10,6 +10,7 @@ Layout (names in :mod:`posenc.workdir.files`)::
       metrics.jsonl         one line per logged training step
       eval.json             evaluation with the run's own config
       eval-<settings>.json  evaluations under changed settings (posenc eval --lengths ...)
+      attention[-<settings>].{json,md,csv,png}, ..._entropy.{csv,png}   posenc analyze
       posenc.lock           held by the process using the directory
 
 A report's name is always a plain ``.json`` name inside the directory and never one of the
