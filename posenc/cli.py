@@ -160,14 +160,14 @@ def _cmd_analyze(args, overrides) -> int:
     extra = list(overrides)
     if args.split:
         extra.append(f"eval.split={args.split!r}")
+    given = {"tokens": args.tokens, "block_size": args.block_size}  # None: the library's default
     print(f"analysing the attention of {args.workdir}")
     record = analyze_workdir(
         args.workdir,
         lengths=args.lengths,
-        tokens=args.tokens,
-        block_size=args.block_size,
         overrides=extra,
         progress=True,
+        **{name: value for name, value in given.items() if value is not None},
     )
     print("\n".join(summary_lines(record, args.workdir)))
     return 0
@@ -336,14 +336,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--tokens",
         type=_count,
-        default=16_384,
+        default=None,
         help="tokens analysed per length: the first max(1, N // L) windows (default 16384)",
     )
     p.add_argument("--split", choices=("validation", "test"), help="split (default eval.split)")
     p.add_argument(
         "--block-size",
         type=_count,
-        default=128,
+        default=None,
         help="queries per block; memory grows as L x block (default 128)",
     )
     p.set_defaults(func=_cmd_analyze)
