@@ -31,6 +31,9 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ``linear``          each linear attention path equals RoFormer eq. (19) and is causal, or refuses
 ``augment``         a training key changes nothing but ``augment_positions`` (same key, same
                     logits); ``continuous_positions`` encoders read fractional positions
+``encoder_decoder`` inside the encoder-decoder: padding removed exactly, a causal decoder over
+                    the whole source, cached decoding equal to teacher forcing; or refused in
+                    one line for the encoder side (causal-only encoders)
 ==================  ===========================================================================
 
 A check that does not apply to an encoder (``carry`` without ``contextual_logits``, ``augment``
@@ -72,6 +75,7 @@ from posenc.testing.checks import (
     check_trains,
     inapplicable,
 )
+from posenc.testing.encdec import check_encoder_decoder
 from posenc.testing.linear import check_linear
 
 Check = Callable[..., None]
@@ -90,6 +94,7 @@ CHECKS: dict[str, Check] = {
     "extrapolates": check_extrapolates,
     "linear": check_linear,
     "augment": check_augment,
+    "encoder_decoder": check_encoder_decoder,
 }
 
 
