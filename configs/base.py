@@ -60,6 +60,27 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # reads consecutive segments of each batch row, and evaluation carries the memory across
     # windows. 0: no memory (random windows, as before).
     config.model.mem_len = 0
+    # Architecture options (posenc.layers.config.ModelConfig), named by mechanism; the defaults
+    # are posenc's own model. Pretrained families set them (posenc import-hf), and a model trained
+    # with a family's options can be exported as that family (posenc export-hf).
+    # Key/value heads (grouped-query attention); None: one per query head.
+    config.model.num_kv_heads = ml_collections.config_dict.placeholder(int)
+    # Biases on the query/key/value projections, and on the attention output projection.
+    config.model.qkv_bias = False
+    config.model.out_bias = False
+    # MLP kind: "gelu" (tanh), "gelu_exact", "relu", "swiglu" or "geglu"; biases on its weights.
+    config.model.mlp = "gelu"
+    config.model.mlp_bias = True
+    # "pre" (norm -> sublayer -> residual, and a final norm) or "post" (residual -> norm).
+    config.model.norm_position = "pre"
+    # "sequential" (attention, then the MLP) or "parallel" (both on the block's input: GPT-J).
+    config.model.residual = "sequential"
+    # The norms' epsilon.
+    config.model.norm_eps = 1e-6
+    # Multiply token embeddings by sqrt(model_dim) (Vaswani et al.).
+    config.model.scale_embeddings = True
+    # A norm on the embeddings before the first block (BLOOM; BERT with post-norm).
+    config.model.embed_norm = False
 
     config.encoding = ml_collections.ConfigDict()
     # Registered encoder name: any of posenc.encodings.names() (alibi, learned, nope, rope, shaw,

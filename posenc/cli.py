@@ -254,6 +254,7 @@ def _cmd_import_hf(args, overrides) -> int:
         param_dtype=args.param_dtype,
         tokenizer=not args.no_tokenizer,
         base=args.config,
+        overrides=overrides,
     )
     print(
         f"imported {record['family']} model {args.hf_dir} ({record['tensors']} tensors) into "
@@ -404,7 +405,9 @@ def build_parser() -> argparse.ArgumentParser:
         "its shards and index, tokenizer.json) and write a run directory that posenc eval, "
         "posenc report, posenc.load_run and posenc train --init-from accept. Families: Llama "
         "(Llama 2/3/3.1/3.2, Mistral, Qwen2), GPT-NeoX/Pythia, GPT-2, BLOOM (T5 through "
-        "posenc.hf.load_pretrained). Nothing downloads: fetch the folder with your own tools.",
+        "posenc.hf.load_pretrained). --config.<field>=<value> overrides the base run config "
+        "(e.g. data.data_dir, eval.lengths); the model, encoding and train.seq_len are the "
+        "pretrained model's. Nothing downloads: fetch the folder with your own tools.",
     )
     p.add_argument("hf_dir", help="the model's folder")
     p.add_argument("--workdir", required=True, help="the run directory to create")
@@ -621,7 +624,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rest, overrides = _split_overrides(argv)
     parser = build_parser()
     args = parser.parse_args(rest)
-    if overrides and args.command not in ("train", "eval", "sweep", "analyze"):
+    if overrides and args.command not in ("train", "eval", "sweep", "analyze", "import-hf"):
         parser.error(f"--config.* overrides do not apply to `posenc {args.command}`")
     if not os.environ.get("POSENC_TRACEBACK"):
         warnings.showwarning = _one_line_warning

@@ -36,6 +36,7 @@ from posenc.hf.family import (
     prefix_of,
     register,
     untied,
+    zero_tensor,
 )
 from posenc.hf.fields import HFConfig
 from posenc.layers.config import ModelConfig
@@ -98,13 +99,33 @@ class Bloom(Family):
             biases = tuple((*at, "attn", f"{n}_bias") for n in ("q", "k", "v"))
             rules += [
                 fused_per_head(attn + "query_key_value.weight", qkv, d, h, dh, bias=False),
-                fused_per_head(attn + "query_key_value.bias", biases, d, h, dh, bias=True),
                 heads_out(attn + "dense.weight", (*at, "attn", "o"), h, dh, d),
-                copy(attn + "dense.bias", (*at, "attn", "o_bias"), (d,)),
             ]
+            # A BLOOM checkpoint always has both biases; a posenc-trained model may have neither
+            # (export_rules writes zeros).
+            if m.qkv_bias:
+                rules.append(
+                    fused_per_head(attn + "query_key_value.bias", biases, d, h, dh, bias=True)
+                )
+            if m.out_bias:
+                rules.append(copy(attn + "dense.bias", (*at, "attn", "o_bias"), (d,)))
             rules += dense(hf + "mlp.dense_h_to_4h", (*at, "mlp", "wi"), d, f)
             rules += dense(hf + "mlp.dense_4h_to_h", (*at, "mlp", "wo"), f, d)
         return rules + layernorm(t + "ln_f", ("final_norm",), d)
+
+    def export_rules(self, spec: Spec) -> list[Rule]:
+        """The rules of the exported model: posenc's missing attention biases as zeros."""
+        m = spec.model
+        d, dh = m.model_dim, m.dims.head_dim
+        t = spec.extra.get("prefix", "transformer.")
+        zeros = []
+        for i in range(m.num_layers):
+            attn = f"{t}h.{i}.self_attention."
+            if not m.qkv_bias:
+                zeros.append(zero_tensor(attn + "query_key_value.bias", (3 * m.num_heads * dh,)))
+            if not m.out_bias:
+                zeros.append(zero_tensor(attn + "dense.bias", (d,)))
+        return self.rules(spec) + zeros
 
     def fits(self, spec: Spec) -> list[str]:
         m = spec.model
@@ -116,8 +137,6 @@ class Bloom(Family):
             mlp="gelu",
             mlp_dim=4 * m.model_dim,
             mlp_bias=True,
-            qkv_bias=True,
-            out_bias=True,
             norm_position="pre",
             residual="sequential",
             embed_norm=True,

@@ -122,7 +122,7 @@ def hf_tensors(
     if left:
         raise RuntimeError(f"{family.name} writes no tensor for posenc parameters {left[:3]}")
     for rule in rules:
-        array = rule.save(*(np.asarray(flat[p].value, np.float32) for p in rule.paths))
+        array = rule.save(*(np.asarray(flat[p].get_value(), np.float32) for p in rule.paths))
         if tuple(array.shape) != rule.shape:
             raise RuntimeError(f"{rule.hf}: wrote {array.shape}, the config says {rule.shape}")
         yield rule.hf, array.astype(jnp.dtype(dtype))

@@ -104,7 +104,9 @@ class Family:
         raise NotImplementedError
 
     def write(self, spec: Spec) -> dict[str, Any]:
-        """The ``config.json`` fields of ``spec`` (``fits(spec)`` is empty)."""
+        """The ``config.json`` fields of ``spec`` (``fits(spec)`` is empty); ``model_type`` and
+        ``architectures``, when given, override :attr:`export_type` and
+        :attr:`export_architecture` (a family that reads several types, e.g. Llama and Qwen2)."""
         raise NotImplementedError
 
 

@@ -136,16 +136,27 @@ class Llama(Family):
             embed_norm=False,
             causal=True,
         )
-        if m.qkv_bias != m.out_bias:
-            out.append("model.qkv_bias != model.out_bias (Llama's attention_bias sets both)")
+        if m.out_bias and not m.qkv_bias:
+            out.append("model.out_bias without model.qkv_bias (Llama sets both, Qwen2 the first)")
+        if m.qkv_bias and not m.out_bias and m.mlp_bias:
+            out.append("model.mlp_bias with model.qkv_bias alone (Qwen2 has no MLP biases)")
         h = spec.hparams
         if h.get("layout", "half") != "half" or h.get("fraction", 1.0) != 1.0:
             out.append("RoPE with layout 'interleaved' or fraction < 1")
         return out
 
     def write(self, spec: Spec) -> dict[str, Any]:
+        """Llama's config; Qwen2's (its own model_type) for biases on q, k, v alone."""
         m = spec.model
         rope, dynamic_len = write_rope(spec.hparams, m.dims.head_dim, fraction_key=None)
+        if m.qkv_bias and not m.out_bias:
+            kind = {
+                "model_type": "qwen2",
+                "architectures": ["Qwen2ForCausalLM"],
+                "use_sliding_window": False,
+            }
+        else:
+            kind = {"attention_bias": m.qkv_bias, "mlp_bias": m.mlp_bias}
         return {
             "vocab_size": m.vocab_size,
             "hidden_size": m.model_dim,
@@ -158,7 +169,6 @@ class Llama(Family):
             "max_position_embeddings": dynamic_len or spec.train_len,
             "rms_norm_eps": m.norm_eps,
             "tie_word_embeddings": hf_tied(spec),
-            "attention_bias": m.qkv_bias,
-            "mlp_bias": m.mlp_bias,
+            **kind,
             **rope,
         }

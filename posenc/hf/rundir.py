@@ -27,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import shutil
+from collections.abc import Sequence
 from typing import Any
 
 import ml_collections
@@ -69,12 +70,15 @@ _BASE_CONFIG = os.path.join(
 IMPORTED_STEP = 1
 
 
-def base_config(spec: str | None = None) -> ml_collections.ConfigDict:
+def base_config(
+    spec: str | None = None, overrides: Sequence[str] = ()
+) -> ml_collections.ConfigDict:
     """The run config an import starts from: ``spec`` (``file.py[:variant]``), default the
-    repository's ``configs/base.py``."""
-    from posenc.config import load_config
+    repository's ``configs/base.py``, with ``overrides`` (``"eval.lengths=..."``) applied; the
+    model, encoder and training length are then the pretrained model's."""
+    from posenc.config import apply_overrides, load_config
 
-    return load_config(spec or _BASE_CONFIG)
+    return apply_overrides(load_config(spec or _BASE_CONFIG), overrides)
 
 
 def run_config(
@@ -100,6 +104,7 @@ def import_hf(
     param_dtype: str | None = None,
     tokenizer: bool = True,
     base: str | None = None,
+    overrides: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Writes the run directory of a local Hugging Face model (module docstring).
 
@@ -112,6 +117,7 @@ def import_hf(
       tokenizer: require the model's ``tokenizer.json`` (False: import the weights alone; the
         run then tokenises as bytes, which fits only a model with >= 257 ids).
       base: the run config to start from (``file.py[:variant]``); default ``configs/base.py``.
+      overrides: ``"field=value"`` overrides of that config (``data.data_dir``, ``eval.*``).
 
     Returns:
       The provenance record written to ``pretrained.json``.
@@ -134,7 +140,7 @@ def import_hf(
         raise WorkdirError(f"{workdir} already holds a run; import into a new work directory")
     tokenizer_spec = f"hf:{os.path.abspath(run.file(TOKENIZER_DIR))}" if tokenizer else "bytes"
     spec = dataclasses.replace(spec, model=dataclasses.replace(spec.model, dtype=dtype))
-    config = run_config(spec, base_config(base), source=data, tokenizer=tokenizer_spec)
+    config = run_config(spec, base_config(base, overrides), source=data, tokenizer=tokenizer_spec)
     model = convert.fill(family, spec, reader, param_dtype=param_dtype)
     from flax import nnx
 

@@ -200,6 +200,17 @@ ADDED_FIELDS = {
     "eval.mem_len": None,
     "train.order": "auto",
     "data.tokenizer": "bytes",
+    # The architecture options of posenc.layers.config.ModelConfig, at posenc's defaults.
+    "model.num_kv_heads": None,
+    "model.qkv_bias": False,
+    "model.out_bias": False,
+    "model.mlp": "gelu",
+    "model.mlp_bias": True,
+    "model.norm_position": "pre",
+    "model.residual": "sequential",
+    "model.norm_eps": 1e-6,
+    "model.scale_embeddings": True,
+    "model.embed_norm": False,
 }
 
 

@@ -1,0 +1,235 @@
+"""``posenc import-hf`` and ``posenc export-hf`` end to end, through the command line.
+
+- Import -> export gives back the Hugging Face folder that transformers wrote (``tests/hf/golden``,
+  see make_golden.py): the same tensors bit for bit under the same names and dtypes, a config that
+  reads as the same model, the tokenizer files. transformers' logits of the exported folder are
+  therefore the golden logits (``tests/hf/check_export.py`` loads them with transformers where
+  torch is installed; so does the last test here).
+- An imported run is a run: ``posenc eval`` at 1x and 2x its training length scores the text
+  tokenised by the model's own tokenizer, equal to the cross entropy of the model's logits
+  (equal to transformers', tests/hf/test_golden.py) on windows cut by hand from the text
+  tokenised here with the ``tokenizers`` library itself.
+- A posenc-trained RoPE, ALiBi or learned-position model exported and loaded back gives the run's
+  own logits.
+- Refusals are one line with exit status 2.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import _train_helpers as helpers
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from posenc import data as data_lib
+from posenc.evaluate import load_eval, load_model
+from posenc.hf import load_pretrained, read_spec
+from posenc.workdir import RunDir
+
+GOLDEN = Path(__file__).resolve().parent / "hf" / "golden"
+# Decoder-only golden folders (T5's are imported by load_pretrained only); one in the default
+# suite, the others (every family and rope_scaling type) in the slow step.
+DECODERS = [
+    name if name == "llama" else pytest.param(name, marks=pytest.mark.slow)
+    for name in sorted(os.listdir(GOLDEN))
+    if not name.endswith("t5")
+]
+WORDS = "def add return the quick brown fox jumps over lazy dog a b".split()
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    """A textdir folder of short documents in the golden tokenizer's words."""
+    root = tmp_path_factory.mktemp("hf")
+    rng = np.random.default_rng(0)
+    for i in range(9):
+        lines = [" ".join(rng.choice(WORDS, size=10)) for _ in range(30)]
+        path = root / "texts" / f"doc{i}.txt"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return root
+
+
+def _ok(*argv: str) -> str:
+    code, out, err = helpers.run_cli(*argv)
+    assert code == 0, err
+    return out
+
+
+def _import(folder: Path, workdir: Path, *flags: str) -> None:
+    _ok("import-hf", str(folder), "--workdir", str(workdir), *flags)
+
+
+def assert_same_folder(exported: Path, golden: Path) -> None:
+    """``exported`` holds ``golden``'s model: the same tensors (names, dtypes, bits) and a config
+    posenc reads as the same model."""
+    family, spec, _ = read_spec(str(golden))
+    family_out, spec_out, _ = read_spec(str(exported))
+    assert family_out.name == family.name
+    assert (spec_out.model, spec_out.encoding, spec_out.train_len) == (
+        spec.model,
+        spec.encoding,
+        spec.train_len,
+    )
+    assert spec_out.hparams == spec.hparams
+    want, got = load_file(golden / "model.safetensors"), load_file(exported / "model.safetensors")
+    assert sorted(got) == sorted(want)
+    for name, array in want.items():
+        assert got[name].dtype == array.dtype, name
+        np.testing.assert_array_equal(got[name], array, err_msg=name)
+
+
+@pytest.mark.parametrize("name", DECODERS)
+def test_import_then_export_gives_transformers_folder_back(tmp_path, name):
+    workdir, out = tmp_path / "run", tmp_path / "out"
+    _import(GOLDEN / name, workdir, "--no-tokenizer")
+    _ok("export-hf", "--workdir", str(workdir), "--out", str(out))
+    assert_same_folder(out, GOLDEN / name)
+    config = json.loads((out / "config.json").read_text())
+    assert config["model_type"] == json.loads((GOLDEN / name / "config.json").read_text()).get(
+        "model_type"
+    ) or (name == "mistral" and config["model_type"] == "llama")
+
+
+def _reference_losses(corpus: Path, data_dir: Path, lengths, max_tokens: int) -> list[float]:
+    """Mean cross entropy of the golden Llama on the validation text, tokenised with the
+    ``tokenizers`` library (the end-of-text token after each document), cut by hand into
+    non-overlapping windows of each length."""
+    from tokenizers import Tokenizer
+
+    tokenizer = Tokenizer.from_file(str(GOLDEN / "llama" / "tokenizer.json"))
+    eos = tokenizer.token_to_id("</s>")
+    stream = helpers.stream(data_dir, spec=f"textdir:{corpus / 'texts'}")
+    cuts = np.flatnonzero(np.asarray(stream) == data_lib.SEP_ID)
+    starts = np.concatenate([[0], cuts + 1])
+    documents = [
+        bytes(np.asarray(stream[a:b], np.uint8)).decode("utf-8")
+        for a, b in zip(starts, [*cuts, len(stream)], strict=True)
+        if b > a
+    ]
+    ids = np.concatenate(
+        [[*tokenizer.encode(d, add_special_tokens=False).ids, eos] for d in documents]
+    )
+    model, _ = load_pretrained(str(GOLDEN / "llama"))
+    forward = helpers.jit_forward(model)
+    losses = []
+    for length in lengths:
+        n = min((len(ids) - 1) // length, max_tokens // length)
+        windows = np.stack([ids[i * length : i * length + length + 1] for i in range(n)])
+        logits = forward(windows[:, :-1])
+        losses.append(float(helpers.cross_entropy(logits, windows[:, 1:]).mean()))
+    return losses
+
+
+@pytest.mark.slow
+def test_cli_import_eval_at_1x_and_2x_export(tmp_path, corpus):
+    """import-hf (with its tokenizer) -> posenc eval at 32 and 64 tokens (the model's
+    max_position_embeddings and twice it) -> export-hf."""
+    workdir, out, data_dir = tmp_path / "run", tmp_path / "out", tmp_path / "data"
+    _import(
+        GOLDEN / "llama",
+        workdir,
+        f"--data=textdir:{corpus / 'texts'}",
+        f"--config.data.data_dir={data_dir}",
+    )
+    config = RunDir(str(workdir)).read_config()
+    assert config.train.seq_len == 32 and config.model.vocab_size == 96
+    assert config.data.tokenizer == f"hf:{workdir / 'tokenizer'}"
+    for name in ("tokenizer.json", "tokenizer_config.json"):
+        assert (workdir / "tokenizer" / name).read_bytes() == (GOLDEN / "llama" / name).read_bytes()
+
+    _ok("eval", "--workdir", str(workdir), "--lengths=32,64", "--max-tokens=256", "--output=x.json")
+    report = load_eval(str(workdir), "x.json")
+    results = {r["length"]: r for r in report["results"]}
+    assert sorted(results) == [32, 64]
+    want = _reference_losses(corpus, data_dir, (32, 64), 256)
+    for length, loss in zip((32, 64), want, strict=True):
+        assert results[length]["tokens"] == 256
+        np.testing.assert_allclose(results[length]["loss"], loss, rtol=1e-5)
+
+    _ok("export-hf", "--workdir", str(workdir), "--out", str(out))
+    assert_same_folder(out, GOLDEN / "llama")
+    for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
+        assert (out / name).read_bytes() == (GOLDEN / "llama" / name).read_bytes()
+
+
+# posenc-trained models and the family each is exported as.
+TRAINED = {
+    "rope": ("gpt_neox", ()),  # posenc's defaults: LayerNorm, GELU with biases, scaled table
+    "alibi": ("bloom", ("model.embed_norm=True", "model.mlp_dim=128")),
+    "learned": ("gpt2", ("model.mlp_dim=128",)),
+}
+
+
+def _train(tmp_path: Path, corpus: Path, encoding: str) -> tuple[Path, Path]:
+    family, overrides = TRAINED[encoding]
+    workdir, out = tmp_path / encoding, tmp_path / f"{encoding}_hf"
+    config = helpers.tiny_config(
+        tmp_path / "data",
+        f"data.source=textdir:{corpus / 'texts'}",
+        f"encoding.name={encoding}",
+        "train.steps=3",
+        "eval.lengths=16",
+        *overrides,
+    )
+    from posenc.train import train
+
+    train(config, str(workdir))
+    _ok("export-hf", "--workdir", str(workdir), "--out", str(out))
+    assert json.loads((out / "config.json").read_text())["model_type"] == family
+    return workdir, out
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("encoding", sorted(TRAINED))
+def test_trained_model_exported_gives_its_logits(tmp_path, corpus, encoding):
+    workdir, out = _train(tmp_path, corpus, encoding)
+    tokens = np.random.default_rng(1).integers(0, 257, size=(2, 24))
+    want = np.asarray(helpers.jit_forward(load_model(str(workdir)))(tokens))
+    model, _ = load_pretrained(str(out))
+    got = np.asarray(helpers.jit_forward(model)(tokens))
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    try:  # an addition where transformers is installed; tests/hf/check_export.py is the record
+        import torch
+        import transformers
+    except ImportError:
+        return
+    reference = transformers.AutoModelForCausalLM.from_pretrained(
+        str(out), dtype=torch.float32, attn_implementation="eager"
+    ).eval()
+    with torch.no_grad():
+        theirs = reference(torch.from_numpy(tokens)).logits.numpy()
+    np.testing.assert_allclose(theirs, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def _error(*argv: str) -> str:
+    code, _, err = helpers.run_cli(*argv)
+    assert code == 2, err
+    return helpers.one_line_error(err, argv[0])
+
+
+def test_import_refusals_are_one_line(tmp_path):
+    assert "has no tokenizer.json" in _error(
+        "import-hf", str(GOLDEN / "gpt2"), "--workdir", str(tmp_path / "a")
+    )
+    assert "load_pretrained" in _error(
+        "import-hf", str(GOLDEN / "t5"), "--workdir", str(tmp_path / "b")
+    )
+    assert "huggingface-cli download" in _error(
+        "import-hf", str(tmp_path / "nowhere"), "--workdir", str(tmp_path / "c")
+    )
+    assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()
+
+
+def test_export_refuses_a_model_no_family_holds(tmp_path):
+    """posenc's default ALiBi model has no embedding norm (BLOOM's): each family's lack is named,
+    before any checkpoint is read."""
+    run = RunDir(str(tmp_path / "run"))
+    run.record_config(helpers.tiny_config(tmp_path / "data", "encoding.name=alibi"))
+    line = _error("export-hf", "--workdir", run.path, "--out", str(tmp_path / "out"))
+    assert "bloom: model.mlp_dim=64 (needs 128), model.embed_norm=False (needs True)" in line
+    assert "gpt2: encoding 'alibi'" in line and not (tmp_path / "out").exists()
