@@ -3,7 +3,8 @@
 The reference is ``transformers`` itself: for every family posenc imports (and every RoPE
 scaling type of the Llama family) this script builds a tiny randomly initialised model with
 ``transformers``' PyTorch code, saves it as a Hugging Face folder (``config.json``,
-``model.safetensors``; the Llama folder also gets a small ``tokenizer.json``), and stores its
+``model.safetensors``; the first folder of each decoder-only family, llama, gpt_neox, gpt2 and
+bloom, also gets a small ``tokenizer.json`` for the import and extrapolation tests), stores its
 float32 logits on random ids in ``golden.npz`` beside it, at a length within the model's
 ``max_position_embeddings`` and one beyond it (GPT-2's learned table has no row beyond it, so both
 of its lengths are within). The tests (``tests/hf/``) import these folders with posenc and compare;
@@ -196,6 +197,7 @@ def gpt_neox() -> None:
     ):
         config = transformers.GPTNeoXConfig(**{**common, **extra})
         causal_lm(name, config, transformers.GPTNeoXForCausalLM, seed=40 + i)
+    _tokenizer(os.path.join(GOLDEN, "gpt_neox"))
 
 
 def gpt2() -> None:
@@ -209,6 +211,7 @@ def gpt2() -> None:
         eos_token_id=0,
     )
     causal_lm("gpt2", config, transformers.GPT2LMHeadModel, seed=50, lengths=(24, 64))
+    _tokenizer(os.path.join(GOLDEN, "gpt2"))
 
 
 def bloom() -> None:
@@ -217,6 +220,7 @@ def bloom() -> None:
         vocab_size=VOCAB, hidden_size=48, n_layer=2, n_head=6, bos_token_id=0, eos_token_id=0
     )
     causal_lm("bloom", config, transformers.BloomForCausalLM, seed=60)
+    _tokenizer(os.path.join(GOLDEN, "bloom"))
 
 
 def t5() -> None:
