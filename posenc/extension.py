@@ -38,7 +38,14 @@ from posenc.workdir import RunDir, eval_file_name
 # Zero-shot scaling modes (None: plain RoPE) and the modes fine-tuned, with their labels.
 ZERO_SHOT = (None, "linear", "ntk", "dynamic", "yarn")
 FINE_TUNED = ("linear", "yarn")
-LABELS = {None: "none", "linear": "PI", "ntk": "NTK", "dynamic": "dynamic NTK", "yarn": "YaRN"}
+LABELS = {
+    None: "none",
+    "linear": "PI",
+    "ntk": "NTK",
+    "dynamic": "dynamic NTK",
+    "yarn": "YaRN",
+    "llama3": "Llama 3",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,8 +103,9 @@ def finetune_config(
     return apply_overrides(config, overrides)
 
 
-def _evaluated(workdir: str, config: ml_collections.ConfigDict, progress: bool) -> dict[str, Any]:
-    """The report of ``config``'s settings on a trained run, computed unless already there."""
+def evaluated(workdir: str, config: ml_collections.ConfigDict, progress: bool) -> dict[str, Any]:
+    """The report of ``config``'s settings on a trained run, computed unless already there
+    (finished)."""
     run = RunDir(workdir)
     name = eval_file_name(evaluation_changes(run.read_config(), config))
     existing = run.read_eval(name)
@@ -134,14 +142,14 @@ def run(
     for scaling in ZERO_SHOT:
         settings = apply_overrides(config, scaling_overrides(scaling, plan.factor, train_len))
         _say(progress, f"zero-shot, scaling {LABELS[scaling]}")
-        report = _evaluated(base_dir, settings, progress)
+        report = evaluated(base_dir, settings, progress)
         columns.append(Column(f"{LABELS[scaling]}", [Run(base_dir, report, {})]))
     for scaling in FINE_TUNED:
         tuned = finetune_config(config, scaling, base_dir, plan)
         tuned_dir = os.path.join(workdir, f"finetune-{scaling}")
         _say(progress, f"fine-tuning {LABELS[scaling]} at {tuned.train.seq_len} in {tuned_dir}")
         train(tuned, tuned_dir)
-        report = _evaluated(tuned_dir, tuned, progress)
+        report = evaluated(tuned_dir, tuned, progress)
         label = f"{LABELS[scaling]} fine-tuned"
         columns.append(Column(label, [Run(tuned_dir, report, {})]))
     return write_report(workdir, columns, train_len, plan)

@@ -1,0 +1,81 @@
+"""experiments/pretrained_extrapolation.py (posenc.pretrained_extrapolation) on the test suite's
+tiny Hugging Face folders: a RoPE model under every zero-shot method, a learned-position model as
+it is (its table ends at 2 x L), and the invariants the numbers must keep."""
+
+from __future__ import annotations
+
+import csv
+import importlib.util
+import os
+from pathlib import Path
+
+import pytest
+
+from posenc import pretrained_extrapolation as pe
+
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = REPO / "tests" / "hf" / "golden"
+
+
+def _script():
+    spec = importlib.util.spec_from_file_location(
+        "pretrained_extrapolation_script", REPO / "experiments" / "pretrained_extrapolation.py"
+    )
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.slow
+def test_tiny_variant_table_and_invariants(tmp_path, capsys):
+    workdir = tmp_path / "exp"
+    argv = [
+        str(GOLDEN / "llama"),
+        str(GOLDEN / "gpt2"),
+        "--variant=tiny",
+        f"--workdir={workdir}",
+        f"--data-dir={tmp_path / 'data'}",
+        "--multiples=1,2,4",
+        "--max-tokens=256",
+        "--batch-tokens=512",
+    ]
+    assert _script().main(argv) == 0
+    with open(workdir / "report.csv") as f:
+        rows = list(csv.DictReader(f))
+    ppl = {(r["model"], r["method"], int(r["multiple"])): float(r["perplexity"]) for r in rows}
+    llama = {method for model, method, _ in ppl if model == "llama"}
+    assert llama == {"none", "PI", "NTK", "dynamic NTK", "YaRN", "Llama 3"}
+    # GPT-2's learned table has 64 rows: 1x and 2x of L = 32 only, and no RoPE methods.
+    assert sorted(k for k in ppl if k[0] == "gpt2") == [
+        ("gpt2", "learned", 1),
+        ("gpt2", "learned", 2),
+    ]
+    assert "| gpt2 | 32 | learned |" in (workdir / "report.md").read_text()
+    # Dynamic NTK leaves lengths up to L unscaled; PI (positions / 4) does not.
+    assert ppl[("llama", "dynamic NTK", 1)] == ppl[("llama", "none", 1)]
+    assert ppl[("llama", "PI", 1)] != ppl[("llama", "none", 1)]
+    assert ppl[("llama", "dynamic NTK", 2)] != ppl[("llama", "none", 2)]
+    assert (workdir / "perplexity_vs_length.png").stat().st_size > 0
+
+    # Run again: the imports and evaluations are reused, and the table is the same.
+    reports = sorted((workdir / "llama").glob("eval*.json"))
+    stamps = [p.stat().st_mtime_ns for p in reports]
+    capsys.readouterr()
+    assert _script().main(argv) == 0
+    assert [p.stat().st_mtime_ns for p in sorted((workdir / "llama").glob("eval*.json"))] == stamps
+    assert "L=" not in capsys.readouterr().out  # nothing was scored again
+
+
+def test_plan_refuses_bad_fields():
+    with pytest.raises(ValueError, match="unknown RoPE method 'pi'"):
+        pe.Plan(methods=(None, "pi"))
+    with pytest.raises(ValueError, match="multiples must be positive"):
+        pe.Plan(multiples=(0, 2))
+    assert pe.Plan(multiples=(1, 2, 8)).scaling_factor == 8
+
+
+def test_a_missing_model_folder_is_one_line(tmp_path):
+    with pytest.raises(FileNotFoundError, match="never downloads") as error:
+        pe.run([str(tmp_path / "pythia-160m")], str(tmp_path / "exp"), "pystdlib")
+    assert "\n" not in str(error.value)
+    assert not os.path.exists(tmp_path / "exp" / "pythia-160m")
