@@ -81,6 +81,10 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.model.scale_embeddings = True
     # A norm on the embeddings before the first block (BLOOM; BERT with post-norm).
     config.model.embed_norm = False
+    # A masked-LM head (BERT, RoBERTa): None, or an activation ("gelu", "gelu_exact", "relu") of a
+    # dense D -> D layer followed by a norm before the output projection; and a bias on the logits.
+    config.model.head_transform = ml_collections.config_dict.placeholder(str)
+    config.model.output_bias = False
 
     config.encoding = ml_collections.ConfigDict()
     # Registered encoder name: any of posenc.encodings.names() (alibi, learned, nope, rope, shaw,

@@ -69,28 +69,20 @@ def fill(
     rules = family.rules(spec)
     names = reader.names()
     for rule in rules:
-        if rule.hf not in names:
-            raise ValueError(
-                f"{reader.folder}: the checkpoint has no tensor {rule.hf!r}, which the config "
-                f"({family.name}) needs"
-            )
-        array = reader.read(rule.hf)
-        if tuple(array.shape) != rule.shape:
-            raise ValueError(
-                f"{reader.folder}: tensor {rule.hf!r} has shape {tuple(array.shape)}, the config "
-                f"({family.name}) says {rule.shape}"
-            )
-        for path, value in zip(rule.paths, rule.load(array.astype(np.float32)), strict=True):
+        arrays = [
+            _read(reader, family, name, shape)
+            for name, shape in ((rule.hf, rule.shape), *rule.also)
+        ]
+        for path, value in zip(rule.paths, rule.load(*arrays), strict=True):
             slot = slots.get(path)
             if slot is None or path in filled:
                 raise RuntimeError(f"{family.name} maps {rule.hf!r} onto {_name(path)}, twice")
             if tuple(value.shape) != tuple(slot.shape):
                 raise RuntimeError(f"{rule.hf!r} -> {_name(path)}: {value.shape} != {slot.shape}")
             filled[path] = slot.replace(jnp.asarray(value, target))
-        del array
-    unused = sorted(
-        n for n in names - {r.hf for r in rules} if not n.endswith(family.ignored_suffixes)
-    )
+        del arrays
+    read = {r.hf for r in rules} | {name for r in rules for name, _ in r.also}
+    unused = sorted(n for n in names - read if not n.endswith(family.ignored_suffixes))
     if unused:
         raise ValueError(
             f"{reader.folder}: the checkpoint has tensors the config does not describe "
@@ -101,6 +93,22 @@ def fill(
         raise RuntimeError(f"{family.name}'s rules leave posenc parameters unset: {missing[:3]}")
     state = nnx.from_flat_state([(p, filled[p]) for p in slots])
     return nnx.merge(graphdef, state, rest)
+
+
+def _read(reader: TensorReader, family: Family, name: str, shape: tuple[int, ...]) -> np.ndarray:
+    """Tensor ``name`` as float32, refused in one line when missing or of another shape."""
+    if name not in reader.names():
+        raise ValueError(
+            f"{reader.folder}: the checkpoint has no tensor {name!r}, which the config "
+            f"({family.name}) needs"
+        )
+    array = reader.read(name)
+    if tuple(array.shape) != shape:
+        raise ValueError(
+            f"{reader.folder}: tensor {name!r} has shape {tuple(array.shape)}, the config "
+            f"({family.name}) says {shape}"
+        )
+    return array.astype(np.float32)
 
 
 def hf_tensors(

@@ -64,15 +64,18 @@ class Rule:
       hf: the tensor's name in the checkpoint.
       shape: its shape, as the config says it must be.
       paths: the posenc parameters it fills (several for a fused projection).
-      load: Hugging Face array -> one posenc array per path (float32).
+      load: Hugging Face array (then one per ``also``) -> one posenc array per path (float32).
       save: posenc arrays (one per path) -> the Hugging Face array (float32).
+      also: further ``(name, shape)`` tensors ``load`` reads, folded into the same parameters
+        (BERT's token-type row into its position table); export writes them separately.
     """
 
     hf: str
     shape: tuple[int, ...]
     paths: tuple[Path, ...]
-    load: Callable[[np.ndarray], tuple[np.ndarray, ...]]
+    load: Callable[..., tuple[np.ndarray, ...]]
     save: Callable[..., np.ndarray]
+    also: tuple[tuple[str, tuple[int, ...]], ...] = ()
 
 
 class Family:

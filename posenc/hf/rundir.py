@@ -123,10 +123,11 @@ def import_hf(
       The provenance record written to ``pretrained.json``.
     """
     family, spec, reader = read_spec(hf_dir)
-    if spec.assembly != "lm":
+    if spec.assembly != "lm" or not spec.model.causal:
+        kind = "encoder-decoder" if spec.assembly != "lm" else "bidirectional (masked LM)"
         raise ValueError(
             f"{hf_dir}: posenc import-hf writes run directories of decoder-only models; load "
-            f"this {family.name} model with posenc.hf.load_pretrained"
+            f"this {kind} {family.name} model with posenc.hf.load_pretrained"
         )
     has_tokenizer = os.path.isfile(os.path.join(hf_dir, "tokenizer.json"))
     if tokenizer and not has_tokenizer:
@@ -228,19 +229,52 @@ def export_hf(workdir: str, out: str, *, dtype: str = "float32") -> dict[str, An
     with run.lock():
         model, step = restore_model(run, config)
     params = nnx.state(model, nnx.Param)
-    files = write_safetensors(out, convert.hf_tensors(family, spec, params, dtype))
-    hf_config = {
-        "architectures": [family.export_architecture],
-        "model_type": family.export_type,
-        **_token_ids(record.get("hf_config", {})),
-        **family.write(spec),
-        "torch_dtype": dtype,
-    }
-    write_json(os.path.join(out, CONFIG_FILE), hf_config)
+    files = write_folder(
+        out, family, spec, params, dtype=dtype, token_ids=_token_ids(record.get("hf_config", {}))
+    )
     tokenizer = run.file(TOKENIZER_DIR)
     if os.path.isdir(tokenizer):
         files += [os.path.join(out, n) for n in _copy_tokenizer(tokenizer, out)]
     return {"family": family.name, "files": files, "step": step}
+
+
+def write_folder(
+    out: str,
+    family: Family,
+    spec: Spec,
+    params: Any,
+    *,
+    dtype: str = "float32",
+    token_ids: dict[str, Any] | None = None,
+) -> list[str]:
+    """Writes ``config.json`` and the safetensors of a model's parameters (``nnx.Param`` state)
+    as ``family``; returns the files written."""
+    files = write_safetensors(out, convert.hf_tensors(family, spec, params, dtype))
+    hf_config = {
+        "architectures": [family.export_architecture],
+        "model_type": family.export_type,
+        **(token_ids or {}),
+        **family.write(spec),
+        "torch_dtype": dtype,
+    }
+    write_json(os.path.join(out, CONFIG_FILE), hf_config)
+    return [*files, os.path.join(out, CONFIG_FILE)]
+
+
+def save_pretrained(model: Any, spec: Spec, out: str, dtype: str = "float32") -> str:
+    """Writes a posenc model (one :func:`~posenc.hf.load_pretrained` gave, or any model whose
+    options a family holds) as a Hugging Face folder ``out``; returns the family's name.
+
+    Unlike ``posenc export-hf`` this takes every assembly (T5's encoder-decoder, BERT's masked
+    LM); no tokenizer files are written.
+    """
+    from flax import nnx
+
+    family = choose_family(spec)
+    if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
+        raise WorkdirError(f"{out} exists and is not an empty folder; choose a new one")
+    write_folder(out, family, spec, nnx.state(model, nnx.Param), dtype=dtype)
+    return family.name
 
 
 def _token_ids(hf_config: dict[str, Any]) -> dict[str, Any]:

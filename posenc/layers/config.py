@@ -11,6 +11,7 @@ import dataclasses
 
 from posenc.attention import IMPLEMENTATIONS
 from posenc.encodings.base import Dims
+from posenc.layers.mlp import ACTIVATIONS as HEAD_ACTIVATIONS
 from posenc.layers.mlp import MLP_KINDS
 from posenc.layers.norms import NORMS
 
@@ -60,6 +61,11 @@ class ModelConfig:
         unused by the decoder-only model.
       share_embeddings: an encoder-decoder's source and target share one token table (a joint
         vocabulary, as Vaswani et al.); unused by the decoder-only model.
+      head_transform: None, or an activation of :data:`HEAD_ACTIVATIONS`: before the output
+        projection, a biased dense ``D -> D``, that activation and a norm (the masked-LM head of
+        BERT and RoBERTa); decoder-only model only.
+      output_bias: a bias ``[V]`` added to the output logits (BERT's and RoBERTa's head);
+        decoder-only model only.
     """
 
     vocab_size: int = 257
@@ -89,6 +95,8 @@ class ModelConfig:
     embed_norm: bool = False
     num_encoder_layers: int | None = None
     share_embeddings: bool = True
+    head_transform: str | None = None
+    output_bias: bool = False
 
     def __post_init__(self):
         positive = ("vocab_size", "num_layers", "model_dim", "num_heads", "mlp_dim")
@@ -118,6 +126,7 @@ class ModelConfig:
             "scale_embeddings",
             "embed_norm",
             "share_embeddings",
+            "output_bias",
         ):
             if not isinstance(getattr(self, field), bool):
                 raise ValueError(
@@ -139,6 +148,11 @@ class ModelConfig:
                 raise ValueError(
                     f"model.{field} must be one of {list(allowed)}, got {getattr(self, field)!r}"
                 )
+        if self.head_transform is not None and self.head_transform not in HEAD_ACTIVATIONS:
+            raise ValueError(
+                f"model.head_transform must be None or one of {list(HEAD_ACTIVATIONS)}, got "
+                f"{self.head_transform!r}"
+            )
         if self.residual == "parallel" and self.norm_position == "post":
             raise ValueError(
                 "model.residual='parallel' needs model.norm_position='pre' (a parallel block "

@@ -4,6 +4,7 @@ The table is ``[vocab, embed]`` float32, drawn from ``N(0, 1/D)``; lookups are f
 default, multiplied by ``sqrt(D)`` as in Vaswani et al., so token embeddings and sinusoids
 (entries in ``[-1, 1]``) start on the same scale. The output projection is the table itself
 (tied, ``x @ E^T`` in float32) or a separate ``[embed, vocab]`` matrix in the compute dtype.
+A masked-LM head (BERT, RoBERTa) adds a :class:`HeadTransform` before it and a bias after it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posenc.layers.params import axes_metadata
+from posenc.layers.mlp import ACTIVATIONS
+from posenc.layers.norms import make_norm
+from posenc.layers.params import axes_metadata, param
 
 
 class TokenEmbedding(nnx.Embed):
@@ -68,3 +71,47 @@ def output_logits(
     if unembed is None:
         return embed.tied_logits(x)
     return unembed(x.astype(dtype)).astype(jnp.float32)
+
+
+class HeadTransform(nnx.Module):
+    """``[B, T, D]`` float32 -> ``norm(act(x W + b))`` ``[B, T, D]`` float32: the transform of
+    BERT's and RoBERTa's masked-LM head, before the output projection.
+
+    Args:
+      activation: a key of :data:`posenc.layers.mlp.ACTIVATIONS`.
+      model_dim: ``D``.
+      norm: the norm kind; eps: its epsilon.
+      dtype: compute dtype of the dense layer.
+      rngs: initialisation streams.
+    """
+
+    def __init__(
+        self,
+        activation: str,
+        model_dim: int,
+        *,
+        norm: str,
+        eps: float,
+        dtype: jnp.dtype,
+        rngs: nnx.Rngs,
+    ):
+        self.activation = activation
+        self.dense = nnx.Linear(
+            model_dim,
+            model_dim,
+            dtype=dtype,
+            param_dtype=jnp.float32,
+            kernel_metadata=axes_metadata("embed", None),
+            bias_metadata=axes_metadata("embed"),
+            rngs=rngs,
+        )
+        self.norm = make_norm(norm, model_dim, eps=eps, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        h = ACTIVATIONS[self.activation](self.dense(x.astype(self.dense.dtype)))
+        return self.norm(h.astype(jnp.float32))
+
+
+def make_output_bias(vocab_size: int) -> nnx.Param:
+    """A zero-initialised bias ``[V]`` on the output logits."""
+    return param(jnp.zeros((vocab_size,), jnp.float32), ("vocab",))

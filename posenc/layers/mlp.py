@@ -25,7 +25,8 @@ from posenc.layers.params import axes_metadata
 
 MLP_KINDS = ("gelu", "gelu_exact", "relu", "swiglu", "geglu")
 _GATED = {"swiglu": jax.nn.silu, "geglu": lambda x: jax.nn.gelu(x, approximate=True)}
-_PLAIN = {
+# The activations of the plain kinds (also the choices of ``ModelConfig.head_transform``).
+ACTIVATIONS = _PLAIN = {
     "gelu": lambda x: jax.nn.gelu(x, approximate=True),
     "gelu_exact": lambda x: jax.nn.gelu(x, approximate=False),
     "relu": jax.nn.relu,

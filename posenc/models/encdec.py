@@ -67,6 +67,11 @@ class EncoderDecoder(nnx.Module):
             raise ValueError("model.mem_len: Transformer-XL memory is for the decoder-only model")
         if config.embed_norm:
             raise ValueError("model.embed_norm: the encoder-decoder has no embedding norm")
+        if config.head_transform or config.output_bias:
+            raise ValueError(
+                "model.head_transform and model.output_bias are a masked-LM head's; the "
+                "encoder-decoder has none"
+            )
         enc, dec = bind_sides(config, encoding)
         self.config = config
         # The config's encoder (in the decoder's form; both sides have the same hooks).

@@ -33,7 +33,13 @@ from posenc.encodings.base import Encoding, Params
 from posenc.layers.block import Block, dropout
 from posenc.layers.cache import LayerCache
 from posenc.layers.config import ModelConfig
-from posenc.layers.embed import TokenEmbedding, make_unembed, output_logits
+from posenc.layers.embed import (
+    HeadTransform,
+    TokenEmbedding,
+    make_output_bias,
+    make_unembed,
+    output_logits,
+)
 from posenc.layers.norms import make_norm
 from posenc.layers.params import encoder_params, values
 
@@ -179,6 +185,21 @@ class Transformer(Stack):
             if config.tie_embeddings
             else make_unembed(config.model_dim, config.vocab_size, jnp.dtype(config.dtype), rngs)
         )
+        # A masked-LM head's parts (BERT, RoBERTa), made last so that a model without them draws
+        # every other parameter as before.
+        self.head_transform = (
+            HeadTransform(
+                config.head_transform,
+                config.model_dim,
+                norm=config.norm,
+                eps=config.norm_eps,
+                dtype=jnp.dtype(config.dtype),
+                rngs=rngs,
+            )
+            if config.head_transform
+            else None
+        )
+        self.output_bias = make_output_bias(config.vocab_size) if config.output_bias else None
 
     def __call__(
         self,
@@ -284,10 +305,14 @@ class Transformer(Stack):
         return x if self.embed_norm is None else self.embed_norm(x)
 
     def head(self, x: jax.Array) -> jax.Array:
-        """Final norm and output projection: ``[B, T, D]`` float32 -> ``[B, T, V]`` float32."""
+        """Final norm, head transform and output projection (and bias): ``[B, T, D]`` float32
+        -> ``[B, T, V]`` float32."""
         if self.final_norm is not None:
             x = self.final_norm(x)
-        return output_logits(x, self.embed, self.unembed, jnp.dtype(self.config.dtype))
+        if self.head_transform is not None:
+            x = self.head_transform(x)
+        logits = output_logits(x, self.embed, self.unembed, jnp.dtype(self.config.dtype))
+        return logits if self.output_bias is None else logits + self.output_bias[...]
 
     def num_params(self) -> int:
         """Number of learned parameters (encoder parameters included)."""

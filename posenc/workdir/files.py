@@ -211,6 +211,8 @@ ADDED_FIELDS = {
     "model.norm_eps": 1e-6,
     "model.scale_embeddings": True,
     "model.embed_norm": False,
+    "model.head_transform": None,
+    "model.output_bias": False,
 }
 
 

@@ -5,7 +5,10 @@
    make_golden.py) imported with ``posenc import-hf`` and written back with ``posenc export-hf``;
    transformers loads the export and its logits are compared with the golden ones (transformers'
    own, on the same ids).
-2. posenc-trained models: a tiny RoPE, ALiBi and learned-position model trained a few steps by
+2. The families a run directory does not hold (T5 and Flan-T5, BERT, RoBERTa): loaded with
+   ``posenc.hf.load_pretrained``, written with ``posenc.hf.save_pretrained``, loaded by
+   transformers, logits compared with the golden ones.
+3. posenc-trained models: a tiny RoPE, ALiBi and learned-position model trained a few steps by
    posenc on a generated text folder, exported (as GPT-NeoX, BLOOM and GPT-2), loaded by
    transformers; its logits are compared with posenc's own on random ids.
 
@@ -16,8 +19,9 @@ export is the golden folder bit for bit, and that a trained model's export gives
 through posenc's import (which tests/hf/test_golden.py ties to transformers).
 
 Measured (torch 2.13.0, transformers 5.23.0, CPU): relative error 0 for every round trip (the
-exported tensors are the golden ones); 2.9e-7 (RoPE as GPT-NeoX), 3.6e-7 (ALiBi as BLOOM) and
-2.3e-7 (learned as GPT-2) for the trained models.
+exported tensors are the golden ones); saved T5 5e-8 (its folded scales divided out again),
+Flan-T5 0, BERT 7e-7 and RoBERTa 5e-7 (the token-type row written into the position table);
+trained models 2.9e-7 (RoPE as GPT-NeoX), 3.6e-7 (ALiBi as BLOOM), 2.3e-7 (learned as GPT-2).
 """
 
 from __future__ import annotations
@@ -64,7 +68,7 @@ def relative_error(got: np.ndarray, want: np.ndarray) -> float:
 def round_trips(tmp: str) -> list[tuple[str, float]]:
     out = []
     for name in sorted(os.listdir(GOLDEN)):
-        if name.endswith("t5"):  # encoder-decoder: load_pretrained only, no run directory
+        if name.endswith("t5") or name in ("bert", "roberta"):  # no run directory: saved()
             continue
         workdir, exported = os.path.join(tmp, name), os.path.join(tmp, f"{name}_hf")
         import_hf(os.path.join(GOLDEN, name), workdir, tokenizer=False)
@@ -78,6 +82,45 @@ def round_trips(tmp: str) -> list[tuple[str, float]]:
                         f"round trip {name} L={key[4:]}",
                         relative_error(got, golden[f"logits_{key[4:]}"]),
                     )
+                )
+    return out
+
+
+def saved(tmp: str) -> list[tuple[str, float]]:
+    from posenc.hf import load_pretrained, save_pretrained
+
+    out = []
+    for name in ("t5", "flan_t5", "bert", "roberta"):
+        model, spec = load_pretrained(os.path.join(GOLDEN, name))
+        exported = os.path.join(tmp, f"{name}_saved")
+        save_pretrained(model, spec, exported)
+        golden = np.load(os.path.join(GOLDEN, name, "golden.npz"))
+        if spec.assembly == "encoder_decoder":
+            reference = transformers.T5ForConditionalGeneration.from_pretrained(
+                exported, dtype=torch.float32, attn_implementation="eager"
+            ).eval()
+            for key in golden.files:
+                if key.startswith("src_"):
+                    length = key[4:]
+                    with torch.no_grad():
+                        got = reference(
+                            input_ids=torch.from_numpy(golden[key].astype(np.int64)),
+                            decoder_input_ids=torch.from_numpy(
+                                golden[f"tgt_{length}"].astype(np.int64)
+                            ),
+                        ).logits.numpy()
+                    error = relative_error(got, golden[f"logits_{length}"])
+                    out.append((f"saved {name} L={length}", error))
+            continue
+        reference = transformers.AutoModelForMaskedLM.from_pretrained(
+            exported, dtype=torch.float32, attn_implementation="eager"
+        ).eval()
+        for key in golden.files:
+            if key.startswith("ids_"):
+                with torch.no_grad():
+                    got = reference(torch.from_numpy(golden[key].astype(np.int64))).logits.numpy()
+                out.append(
+                    (f"saved {name} L={key[4:]}", relative_error(got, golden[f"logits_{key[4:]}"]))
                 )
     return out
 
@@ -115,7 +158,7 @@ def trained(tmp: str) -> list[tuple[str, float]]:
 def main() -> int:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        results = round_trips(tmp) + trained(tmp)
+        results = round_trips(tmp) + saved(tmp) + trained(tmp)
     failed = 0
     for what, error in results:
         ok = error < TOLERANCE

@@ -48,7 +48,7 @@ def _perturb(model: torch.nn.Module, seed: int) -> None:
                 p.copy_(noise)
             elif p.ndim >= 2:
                 p.copy_(noise / np.sqrt(p.shape[-1]))
-            elif "norm" in name or "ln" in name or "layer_norm" in name:
+            elif "norm" in name.lower() or "ln" in name:
                 p.copy_(1.0 + 0.2 * noise if name.endswith("weight") else 0.1 * noise)
             else:
                 p.copy_(0.1 * noise)
@@ -281,7 +281,53 @@ def _untie_t5(folder: str, seed: int) -> None:
         json.dump(config, f, indent=2)
 
 
-FAMILIES = {"llama": llama_family, "gpt_neox": gpt_neox, "gpt2": gpt2, "bloom": bloom, "t5": t5}
+def bert() -> None:
+    """BERT and RoBERTa masked LMs (bidirectional; RoBERTa's positions start after its padding
+    id, so its ids avoid that id: transformers would give a padding token no position)."""
+    common = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=64,
+        type_vocab_size=2,
+    )
+    cases = {
+        "bert": (transformers.BertConfig(**common, max_position_embeddings=32), 0),
+        "roberta": (
+            transformers.RobertaConfig(**common, max_position_embeddings=34, pad_token_id=1),
+            1,
+        ),
+    }
+    for i, (name, (config, pad)) in enumerate(cases.items()):
+        cls = transformers.AutoModelForMaskedLM.from_config(config).__class__
+        torch.manual_seed(100 + i)
+        model = cls(config).eval()
+        _perturb(model, 100 + i)
+        folder = os.path.join(GOLDEN, name)
+        _save(model, folder)
+        model = _reload(cls, folder)
+        out = {}
+        for j, length in enumerate((24, 32)):
+            ids = _ids(length, 2, 110 + j)
+            if name == "roberta":
+                ids[ids == pad] = pad + 2
+            with torch.no_grad():
+                logits = model(torch.from_numpy(ids)).logits.float().numpy()
+            out[f"ids_{length}"] = ids.astype(np.int32)
+            out[f"logits_{length}"] = logits
+        np.savez_compressed(os.path.join(folder, "golden.npz"), **out)
+        print(f"{name}: {sorted(out)}")
+
+
+FAMILIES = {
+    "llama": llama_family,
+    "gpt_neox": gpt_neox,
+    "gpt2": gpt2,
+    "bloom": bloom,
+    "t5": t5,
+    "bert": bert,
+}
 
 if __name__ == "__main__":
     torch.set_num_threads(1)

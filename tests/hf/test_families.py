@@ -35,8 +35,9 @@ def test_alibi_slopes_are_blooms_for_every_head_count(heads):
 
 
 def test_every_family_is_registered():
-    assert list(families()) == ["bloom", "gpt2", "gpt_neox", "llama", "t5"]
-    assert {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "bloom", "t5"} <= set(model_types())
+    assert list(families()) == ["bert", "bloom", "gpt2", "gpt_neox", "llama", "t5"]
+    expected = {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "bloom", "t5", "bert", "roberta"}
+    assert expected <= set(model_types())
 
 
 def _edited(tmp_path, name, edit):

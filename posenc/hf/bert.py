@@ -1,0 +1,231 @@
+"""BERT and RoBERTa masked LMs: learned absolute positions (posenc's ``learned`` encoder; RoBERTa's
+table offset by its padding id), post-norm blocks, a LayerNorm on the embeddings, bidirectional
+attention, biases everywhere, exact-GELU MLP, and the masked-LM head (a dense layer, GELU and a
+LayerNorm before the tied output projection, plus a bias on the logits).
+
+=========================================================  ====================================
+Hugging Face (``bert.`` or ``roberta.``)                    posenc
+=========================================================  ====================================
+``embeddings.word_embeddings``                             ``embed.embedding``
+``embeddings.position_embeddings`` + ``token_type[0]``     the learned table (rows from offset)
+``embeddings.LayerNorm``                                   ``embed_norm``
+``encoder.layer.i.attention.self.{query,key,value}``       ``blocks.i.attn.{q,k,v}``, biases
+``encoder.layer.i.attention.output.dense``, ``LayerNorm``  ``attn.o``, ``o_bias``, ``attn_norm``
+``encoder.layer.i.intermediate.dense``, ``output.dense``   ``mlp.wi``, ``mlp.wo``
+``encoder.layer.i.output.LayerNorm``                       ``mlp_norm``
+``cls.predictions.transform`` / ``lm_head.{dense,ln}``     ``head_transform``
+``cls.predictions.bias`` / ``lm_head.bias``                ``output_bias``
+=========================================================  ====================================
+
+Positions: BERT reads row ``t`` of its table at position ``t``; RoBERTa row ``t + pad + 1``
+(``create_position_ids_from_input_ids``, for inputs without padding), so posenc's table is the
+rows from that offset on. Every token has token type 0, so that row is a constant added to every
+embedding: it is folded into posenc's table on import and written as zeros on export (the
+exported table holds the sum). Pooler and next-sentence weights are not part of the masked LM and
+are left out, as transformers' ``BertForMaskedLM`` leaves them.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from posenc.hf.family import (
+    Family,
+    Rule,
+    Spec,
+    activation,
+    common_misfits,
+    copy,
+    dense,
+    embeddings,
+    head_bias,
+    heads_in,
+    heads_out,
+    hf_tied,
+    layernorm,
+    prefix_of,
+    register,
+    untied,
+    zero_tensor,
+)
+from posenc.hf.fields import HFConfig
+from posenc.layers.config import ModelConfig
+
+# model_type -> (checkpoint prefix, head prefix, architecture); RoBERTa's table is offset.
+_KINDS = {
+    "bert": ("bert.", "cls.predictions.", "BertForMaskedLM"),
+    "roberta": ("roberta.", "lm_head.", "RobertaForMaskedLM"),
+}
+_ACT_NAMES = {"gelu_exact": "gelu", "gelu": "gelu_new", "relu": "relu"}
+
+
+def _position_table(hf: str, tt: str, offset: int, rows: int, types: int, d: int) -> Rule:
+    """``position_embeddings [offset + rows, D]`` and ``token_type_embeddings [types, D]`` <->
+    the learned table ``[rows, D]`` = positions from ``offset`` on plus token type 0."""
+    return Rule(
+        hf,
+        (offset + rows, d),
+        (("shared_pos_params", "table"),),
+        lambda pos, types_: (pos[offset:] + types_[0],),
+        lambda table: _padded(table, offset),
+        also=((tt, (types, d)),),
+    )
+
+
+def _padded(table, offset: int):
+    import numpy as np
+
+    return np.concatenate([np.zeros((offset, table.shape[1]), table.dtype), table])
+
+
+@register
+class Bert(Family):
+    name = "bert"
+    model_types = tuple(_KINDS)
+    export_type = "bert"
+    export_architecture = "BertForMaskedLM"
+    ignored_suffixes = (
+        "embeddings.position_ids",
+        "pooler.dense.weight",
+        "pooler.dense.bias",
+        "seq_relationship.weight",
+        "seq_relationship.bias",
+        "predictions.decoder.bias",  # the same tensor as cls.predictions.bias
+        "lm_head.decoder.bias",
+    )
+
+    def read(self, hf: HFConfig, names: set[str]) -> Spec:
+        kind = hf.take("model_type")
+        prefix, head, _ = _KINDS[kind]
+        d, h = hf.take("hidden_size"), hf.take("num_attention_heads")
+        hf.expect("position_embedding_type", ("absolute",), "absolute")
+        hf.expect("is_decoder", (False,), False)
+        hf.expect("add_cross_attention", (False,), False)
+        hf.ignore("hidden_dropout_prob", "attention_probs_dropout_prob", "gradient_checkpointing")
+        offset = hf.take("pad_token_id") + 1 if kind == "roberta" else 0
+        max_len = hf.take("max_position_embeddings") - offset
+        act = activation(hf, "hidden_act", "gelu")
+        model = ModelConfig(
+            vocab_size=hf.take("vocab_size"),
+            num_layers=hf.take("num_hidden_layers"),
+            model_dim=d,
+            num_heads=h,
+            mlp_dim=hf.take("intermediate_size"),
+            norm="layernorm",
+            dtype="float32",
+            tie_embeddings=not untied(hf, names, head + "decoder.weight", default=True),
+            causal=False,
+            qkv_bias=True,
+            out_bias=True,
+            mlp=act,
+            norm_position="post",
+            norm_eps=float(hf.take("layer_norm_eps")),
+            scale_embeddings=False,
+            embed_norm=True,
+            head_transform=act,
+            output_bias=True,
+        )
+        extra = {
+            "model_type": kind,
+            "prefix": prefix_of(names, "embeddings.word_embeddings.weight", prefix),
+            "offset": offset,
+            "type_vocab_size": hf.take("type_vocab_size", 2),
+        }
+        return Spec(model, "lm", "learned", {"max_len": max_len}, max_len, extra)
+
+    def _names(self, spec: Spec) -> tuple[str, str, str, int]:
+        kind = spec.extra.get("model_type", "bert")
+        prefix, head, _ = _KINDS[kind]
+        return spec.extra.get("prefix", prefix), head, kind, spec.extra.get("offset", 0)
+
+    def rules(self, spec: Spec) -> list[Rule]:
+        m = spec.model
+        d, h, dh, f = m.model_dim, m.num_heads, m.dims.head_dim, m.mlp_dim
+        t, head, _, offset = self._names(spec)
+        emb = t + "embeddings."
+        types = spec.extra.get("type_vocab_size", 2)
+        rules = embeddings(spec, emb + "word_embeddings.weight", head + "decoder.weight")
+        rules.append(
+            _position_table(
+                emb + "position_embeddings.weight",
+                emb + "token_type_embeddings.weight",
+                offset,
+                spec.hparams["max_len"],
+                types,
+                d,
+            )
+        )
+        rules += layernorm(emb + "LayerNorm", ("embed_norm",), d)
+        for i in range(m.num_layers):
+            hf, at = f"{t}encoder.layer.{i}.", ("blocks", i)
+            attn = hf + "attention."
+            for name, n in (("query", "q"), ("key", "k"), ("value", "v")):
+                rules.append(heads_in(attn + f"self.{name}.weight", (*at, "attn", n), d, h, dh))
+                rules.append(
+                    head_bias(attn + f"self.{name}.bias", (*at, "attn", f"{n}_bias"), h, dh)
+                )
+            rules += [
+                heads_out(attn + "output.dense.weight", (*at, "attn", "o"), h, dh, d),
+                copy(attn + "output.dense.bias", (*at, "attn", "o_bias"), (d,)),
+            ]
+            rules += layernorm(attn + "output.LayerNorm", (*at, "attn_norm"), d)
+            rules += dense(hf + "intermediate.dense", (*at, "mlp", "wi"), d, f)
+            rules += dense(hf + "output.dense", (*at, "mlp", "wo"), f, d)
+            rules += layernorm(hf + "output.LayerNorm", (*at, "mlp_norm"), d)
+        transform = head + ("transform." if head.startswith("cls") else "")
+        norm = "LayerNorm" if head.startswith("cls") else "layer_norm"
+        rules += dense(transform + "dense", ("head_transform", "dense"), d, d)
+        rules += layernorm(transform + norm, ("head_transform", "norm"), d)
+        return rules + [copy(head + "bias", ("output_bias",), (m.vocab_size,))]
+
+    def export_rules(self, spec: Spec) -> list[Rule]:
+        """The rules of the exported model: the token-type table as zeros (its row 0 is in the
+        position table)."""
+        t, _, _, _ = self._names(spec)
+        shape = (spec.extra.get("type_vocab_size", 2), spec.model.model_dim)
+        return self.rules(spec) + [
+            zero_tensor(t + "embeddings.token_type_embeddings.weight", shape)
+        ]
+
+    def fits(self, spec: Spec) -> list[str]:
+        m = spec.model
+        return common_misfits(
+            spec,
+            self.name,
+            encoding="learned",
+            norm="layernorm",
+            mlp=tuple(_ACT_NAMES),
+            mlp_bias=True,
+            qkv_bias=True,
+            out_bias=True,
+            norm_position="post",
+            residual="sequential",
+            embed_norm=True,
+            causal=False,
+            head_transform=m.mlp,
+            output_bias=True,
+            num_kv_heads=(None, m.num_heads),
+            head_dim=(None, m.model_dim // m.num_heads),
+        )
+
+    def write(self, spec: Spec) -> dict[str, Any]:
+        m = spec.model
+        _, _, kind, offset = self._names(spec)
+        out = {
+            "model_type": kind,
+            "architectures": [_KINDS[kind][2]],
+            "vocab_size": m.vocab_size,
+            "hidden_size": m.model_dim,
+            "num_hidden_layers": m.num_layers,
+            "num_attention_heads": m.num_heads,
+            "intermediate_size": m.mlp_dim,
+            "hidden_act": _ACT_NAMES[m.mlp],
+            "max_position_embeddings": spec.hparams["max_len"] + offset,
+            "type_vocab_size": spec.extra.get("type_vocab_size", 2),
+            "layer_norm_eps": m.norm_eps,
+            "position_embedding_type": "absolute",
+            "tie_word_embeddings": hf_tied(spec),
+        }
+        if kind == "roberta":
+            out["pad_token_id"] = offset - 1
+        return out

@@ -1,0 +1,66 @@
+"""posenc.hf.save_pretrained on the families a run directory does not hold (T5's encoder-decoder,
+BERT's and RoBERTa's masked LMs): the folder written is the one transformers wrote
+(tests/hf/golden, make_golden.py), so transformers' logits of it are the golden ones
+(tests/hf/check_export.py loads it with transformers where torch is installed).
+
+T5's import folds scales into its weights (``sqrt(Dh)`` into the queries, ``D^-1/2`` into the
+final decoder norm of v1.0), so its export divides them out again: equal to float32 rounding.
+BERT's token-type row 0 lives in posenc's position table; the export writes the table with it
+and the token-type table as zeros, so their sum (what the model adds to every embedding) is
+compared there.
+"""
+
+from __future__ import annotations
+
+import os
+
+import numpy as np
+import pytest
+from safetensors.numpy import load_file
+
+from posenc.hf import load_pretrained, read_spec, save_pretrained
+
+GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
+# BERT's position and token-type tensors, compared as their sum.
+_EMBEDDINGS = ("embeddings.position_embeddings.weight", "embeddings.token_type_embeddings.weight")
+
+
+def _position_terms(tensors: dict[str, np.ndarray], offset: int) -> np.ndarray:
+    """What BERT adds at position t (token type 0): its table's row t + offset + type row 0."""
+    pos = next(v for k, v in tensors.items() if k.endswith(_EMBEDDINGS[0]))
+    types = next(v for k, v in tensors.items() if k.endswith(_EMBEDDINGS[1]))
+    return pos[offset:] + types[0]
+
+
+@pytest.mark.parametrize("name", ["t5", "bert", pytest.param("roberta", marks=pytest.mark.slow)])
+def test_save_pretrained_writes_transformers_folder_back(tmp_path, name):
+    golden = os.path.join(GOLDEN, name)
+    model, spec = load_pretrained(golden)
+    out = str(tmp_path / "out")
+    assert save_pretrained(model, spec, out) == read_spec(golden)[0].name
+    family, got_spec, _ = read_spec(out)
+    assert (got_spec.model, got_spec.encoding, got_spec.hparams, got_spec.train_len) == (
+        spec.model,
+        spec.encoding,
+        spec.hparams,
+        spec.train_len,
+    )
+    want, got = (
+        load_file(os.path.join(golden, "model.safetensors")),
+        load_file(os.path.join(out, "model.safetensors")),
+    )
+    # T5's separate lm_head in the golden v1.0 file is the tied table (transformers saves both).
+    assert set(got) <= set(want) and set(want) - set(got) <= {"lm_head.weight"}
+    offset = spec.extra.get("offset", 0)
+    for key, array in want.items():
+        if key not in got:
+            continue
+        if key.endswith(_EMBEDDINGS):
+            continue
+        np.testing.assert_allclose(got[key], array, rtol=1e-6, atol=1e-7, err_msg=key)
+    if family.name == "bert":
+        np.testing.assert_allclose(
+            _position_terms(got, offset), _position_terms(want, offset), rtol=1e-6, atol=1e-7
+        )
+        types = next(v for k, v in got.items() if k.endswith(_EMBEDDINGS[1]))
+        assert not types.any()
