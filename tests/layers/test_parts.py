@@ -173,6 +173,8 @@ def test_bad_options_are_refused_in_one_line():
         (dict(norm_position="middle"), r"model\.norm_position must be one of"),
         (dict(residual="parallel", norm_position="post"), r"model\.residual='parallel' needs"),
         (dict(norm_eps=0), r"model\.norm_eps must be a positive number"),
+        (dict(head_transform="swiglu"), r"model\.head_transform must be None or one of"),
+        (dict(output_bias=1), r"model\.output_bias must be True or False"),
     ]:
         with pytest.raises(ValueError, match=match):
             _config(**kw)
@@ -198,4 +200,5 @@ def test_default_options_are_posencs_model():
         True,
         False,
     )
+    assert (c.head_transform, c.output_bias) == (None, False)
     assert dataclasses.replace(c).dims == c.dims
