@@ -36,7 +36,7 @@ from posenc.hf.family import (
     prefix_of,
     register,
     untied,
-    zero_tensor,
+    zero_attention_biases,
 )
 from posenc.hf.fields import HFConfig
 from posenc.layers.config import ModelConfig
@@ -115,17 +115,9 @@ class Bloom(Family):
 
     def export_rules(self, spec: Spec) -> list[Rule]:
         """The rules of the exported model: posenc's missing attention biases as zeros."""
-        m = spec.model
-        d, dh = m.model_dim, m.dims.head_dim
-        t = spec.extra.get("prefix", "transformer.")
-        zeros = []
-        for i in range(m.num_layers):
-            attn = f"{t}h.{i}.self_attention."
-            if not m.qkv_bias:
-                zeros.append(zero_tensor(attn + "query_key_value.bias", (3 * m.num_heads * dh,)))
-            if not m.out_bias:
-                zeros.append(zero_tensor(attn + "dense.bias", (d,)))
-        return self.rules(spec) + zeros
+        attention = spec.extra.get("prefix", "transformer.") + "h.{}.self_attention."
+        qkv, out = "query_key_value.bias", "dense.bias"
+        return self.rules(spec) + zero_attention_biases(spec, attention, qkv, out)
 
     def fits(self, spec: Spec) -> list[str]:
         m = spec.model

@@ -127,6 +127,20 @@ def zero_tensor(hf: str, shape: tuple[int, ...]) -> Rule:
     return Rule(hf, shape, (), lambda a: (), lambda: np.zeros(shape, np.float32))
 
 
+def zero_attention_biases(spec: Spec, attention: str, qkv: str, out: str) -> list[Rule]:
+    """Zeros for the fused query/key/value bias ``attention.format(i) + qkv`` and the output
+    bias ``... + out`` of every layer that posenc's model trained without (export)."""
+    m = spec.model
+    zeros = []
+    for i in range(m.num_layers):
+        prefix = attention.format(i)
+        if not m.qkv_bias:
+            zeros.append(zero_tensor(prefix + qkv, (3 * m.num_heads * m.dims.head_dim,)))
+        if not m.out_bias:
+            zeros.append(zero_tensor(prefix + out, (m.model_dim,)))
+    return zeros
+
+
 def linear(hf: str, path: Path, n_in: int, n_out: int) -> Rule:
     """``torch.nn.Linear``'s ``[out, in]`` weight <-> posenc's ``[in, out]`` kernel."""
     return Rule(hf, (n_out, n_in), (path,), lambda w: (w.T,), lambda k: k.T)

@@ -38,7 +38,7 @@ from posenc.hf.family import (
     prefix_of,
     register,
     untied,
-    zero_tensor,
+    zero_attention_biases,
 )
 from posenc.hf.fields import HFConfig
 from posenc.layers.config import ModelConfig
@@ -130,15 +130,11 @@ class GPT2(Family):
         return rules + layernorm(t + "ln_f", ("final_norm",), d)
 
     def export_rules(self, spec: Spec) -> list[Rule]:
-        m = spec.model
-        rules = self.rules(spec)
-        for i in range(m.num_layers):
-            hf = f"transformer.h.{i}.attn."
-            if not m.qkv_bias:
-                rules.append(zero_tensor(hf + "c_attn.bias", (3 * m.model_dim,)))
-            if not m.out_bias:
-                rules.append(zero_tensor(hf + "c_proj.bias", (m.model_dim,)))
-        return rules
+        """The rules of the exported model: posenc's missing attention biases as zeros."""
+        attention = spec.extra.get("prefix", "transformer.") + "h.{}.attn."
+        return self.rules(spec) + zero_attention_biases(
+            spec, attention, "c_attn.bias", "c_proj.bias"
+        )
 
     def fits(self, spec: Spec) -> list[str]:
         m = spec.model

@@ -36,7 +36,7 @@ from posenc.hf.family import (
     layernorm,
     register,
     untied,
-    zero_tensor,
+    zero_attention_biases,
 )
 from posenc.hf.fields import HFConfig
 from posenc.hf.rope import read_rope, write_rope
@@ -154,14 +154,7 @@ class GPTNeoX(Family):
         """The rules of the exported model: posenc's missing attention biases as zeros."""
         m = spec.model
         rules = self.rules(spec)
-        if m.qkv_bias == m.out_bias:
+        if m.qkv_bias == m.out_bias:  # attention_bias says both
             return rules
-        d, h, dh = m.model_dim, m.num_heads, m.dims.head_dim
-        zeros = []
-        for i in range(m.num_layers):
-            hf = f"gpt_neox.layers.{i}.attention."
-            if not m.qkv_bias:
-                zeros.append(zero_tensor(hf + "query_key_value.bias", (3 * h * dh,)))
-            if not m.out_bias:
-                zeros.append(zero_tensor(hf + "dense.bias", (d,)))
-        return rules + zeros
+        attention = "gpt_neox.layers.{}.attention."
+        return rules + zero_attention_biases(spec, attention, "query_key_value.bias", "dense.bias")

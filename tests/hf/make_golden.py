@@ -6,8 +6,8 @@ scaling type of the Llama family) this script builds a tiny randomly initialised
 ``model.safetensors``; the first folder of each decoder-only family, llama, gpt_neox, gpt2 and
 bloom, also gets a small ``tokenizer.json`` for the import and extrapolation tests), stores its
 float32 logits on random ids in ``golden.npz`` beside it, at a length within the model's
-``max_position_embeddings`` and one beyond it (GPT-2's learned table has no row beyond it, so both
-of its lengths are within). The tests (``tests/hf/``) import these folders with posenc and compare;
+``max_position_embeddings`` and one beyond it (learned tables, GPT-2's, BERT's and RoBERTa's, have
+no row beyond it, so both of their lengths are within). The tests (``tests/hf/``) import these folders with posenc and compare;
 they need neither torch nor transformers.
 
     pip install torch==2.13.0 transformers   # not posenc's test extras: CI uses the files
@@ -69,8 +69,11 @@ def _reload(cls, folder: str):
     return cls.from_pretrained(folder, dtype=torch.float32, attn_implementation="eager").eval()
 
 
-def causal_lm(name: str, config, cls, seed: int, lengths=LENGTHS, batch: int = 2) -> None:
-    """A decoder-only model: folder + golden.npz with ``ids_<L>`` and ``logits_<L>``."""
+def language_model(
+    name: str, config, cls, seed: int, lengths=LENGTHS, batch: int = 2, avoid: int | None = None
+) -> None:
+    """A decoder-only or masked LM: folder + golden.npz with ``ids_<L>`` and ``logits_<L>``
+    (ids never ``avoid``: RoBERTa gives its padding id no position)."""
     torch.manual_seed(seed)
     model = cls(config).eval()
     _perturb(model, seed)
@@ -80,6 +83,8 @@ def causal_lm(name: str, config, cls, seed: int, lengths=LENGTHS, batch: int = 2
     out = {}
     for i, length in enumerate(lengths):
         ids = _ids(length, batch, seed + i)
+        if avoid is not None:
+            ids[ids == avoid] = avoid + 2
         with torch.no_grad():
             logits = model(torch.from_numpy(ids)).logits.float().numpy()
         out[f"ids_{length}"] = ids.astype(np.int32)
@@ -140,14 +145,14 @@ def llama_family() -> None:
     }
     for seed, (name, extra) in enumerate(cases.items()):
         config = transformers.LlamaConfig(**{**common, **extra})
-        causal_lm(name, config, transformers.LlamaForCausalLM, seed=10 + seed)
-    causal_lm(
+        language_model(name, config, transformers.LlamaForCausalLM, seed=10 + seed)
+    language_model(
         "qwen2",
         transformers.Qwen2Config(**common, rope_theta=1e6, tie_word_embeddings=False),
         transformers.Qwen2ForCausalLM,
         seed=30,
     )
-    causal_lm(
+    language_model(
         "mistral",
         transformers.MistralConfig(**common, head_dim=16, sliding_window=None),
         transformers.MistralForCausalLM,
@@ -196,7 +201,7 @@ def gpt_neox() -> None:
         }.items()
     ):
         config = transformers.GPTNeoXConfig(**{**common, **extra})
-        causal_lm(name, config, transformers.GPTNeoXForCausalLM, seed=40 + i)
+        language_model(name, config, transformers.GPTNeoXForCausalLM, seed=40 + i)
     _tokenizer(os.path.join(GOLDEN, "gpt_neox"))
 
 
@@ -210,7 +215,7 @@ def gpt2() -> None:
         bos_token_id=0,
         eos_token_id=0,
     )
-    causal_lm("gpt2", config, transformers.GPT2LMHeadModel, seed=50, lengths=(24, 64))
+    language_model("gpt2", config, transformers.GPT2LMHeadModel, seed=50, lengths=(24, 64))
     _tokenizer(os.path.join(GOLDEN, "gpt2"))
 
 
@@ -219,7 +224,7 @@ def bloom() -> None:
     config = transformers.BloomConfig(
         vocab_size=VOCAB, hidden_size=48, n_layer=2, n_head=6, bos_token_id=0, eos_token_id=0
     )
-    causal_lm("bloom", config, transformers.BloomForCausalLM, seed=60)
+    language_model("bloom", config, transformers.BloomForCausalLM, seed=60)
     _tokenizer(os.path.join(GOLDEN, "bloom"))
 
 
@@ -293,7 +298,7 @@ def bert() -> None:
         type_vocab_size=2,
     )
     cases = {
-        "bert": (transformers.BertConfig(**common, max_position_embeddings=32), 0),
+        "bert": (transformers.BertConfig(**common, max_position_embeddings=32), None),
         "roberta": (
             transformers.RobertaConfig(**common, max_position_embeddings=34, pad_token_id=1),
             1,
@@ -301,23 +306,7 @@ def bert() -> None:
     }
     for i, (name, (config, pad)) in enumerate(cases.items()):
         cls = transformers.AutoModelForMaskedLM.from_config(config).__class__
-        torch.manual_seed(100 + i)
-        model = cls(config).eval()
-        _perturb(model, 100 + i)
-        folder = os.path.join(GOLDEN, name)
-        _save(model, folder)
-        model = _reload(cls, folder)
-        out = {}
-        for j, length in enumerate((24, 32)):
-            ids = _ids(length, 2, 110 + j)
-            if name == "roberta":
-                ids[ids == pad] = pad + 2
-            with torch.no_grad():
-                logits = model(torch.from_numpy(ids)).logits.float().numpy()
-            out[f"ids_{length}"] = ids.astype(np.int32)
-            out[f"logits_{length}"] = logits
-        np.savez_compressed(os.path.join(folder, "golden.npz"), **out)
-        print(f"{name}: {sorted(out)}")
+        language_model(name, config, cls, seed=100 + i, lengths=(24, 32), avoid=pad)
 
 
 FAMILIES = {
