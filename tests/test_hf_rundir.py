@@ -129,7 +129,7 @@ def _reference_losses(corpus: Path, data_dir: Path, lengths, max_tokens: int) ->
 @pytest.mark.slow
 def test_cli_import_eval_at_1x_and_2x_export(tmp_path, corpus):
     """import-hf (with its tokenizer) -> posenc eval at 32 and 64 tokens (the model's
-    max_position_embeddings and twice it) -> export-hf."""
+    max_position_embeddings and twice it) -> export-hf; and a fine-tune from the import."""
     workdir, out, data_dir = tmp_path / "run", tmp_path / "out", tmp_path / "data"
     _import(
         GOLDEN / "llama",
@@ -156,6 +156,27 @@ def test_cli_import_eval_at_1x_and_2x_export(tmp_path, corpus):
     assert_same_folder(out, GOLDEN / "llama")
     for name in ("tokenizer.json", "tokenizer_config.json", "generation_config.json"):
         assert (out / name).read_bytes() == (GOLDEN / "llama" / name).read_bytes()
+
+    # Fine-tuning: a new run from the imported parameters, on the model's own tokens.
+    tuned = tmp_path / "tuned"
+    _ok(
+        "train",
+        "--config",
+        str(workdir / "config.json"),
+        "--init-from",
+        str(workdir),
+        "--workdir",
+        str(tuned),
+        "--config.train.steps=2",
+        "--config.train.batch_size=2",
+        "--config.train.progress=False",
+        "--config.optim.warmup_steps=1",
+        "--config.eval.lengths=32",
+        "--config.eval.max_tokens=64",
+    )
+    init = json.loads((tuned / "init.json").read_text())
+    assert init["step"] == 1 and os.path.samefile(init["init_from"], workdir)
+    assert load_eval(str(tuned))["results"][0]["tokens"] == 64
 
 
 # posenc-trained models and the family each is exported as.

@@ -6,9 +6,9 @@ scaling type of the Llama family) this script builds a tiny randomly initialised
 ``model.safetensors``; the first folder of each decoder-only family, llama, gpt_neox, gpt2 and
 bloom, also gets a small ``tokenizer.json`` for the import and extrapolation tests), stores its
 float32 logits on random ids in ``golden.npz`` beside it, at a length within the model's
-``max_position_embeddings`` and one beyond it (learned tables, GPT-2's, BERT's and RoBERTa's, have
-no row beyond it, so both of their lengths are within). The tests (``tests/hf/``) import these folders with posenc and compare;
-they need neither torch nor transformers.
+``max_position_embeddings`` and one beyond it (the learned tables of GPT-2, BERT and RoBERTa have no
+row beyond it, so both of their lengths are within). The tests (``tests/hf/``) import these
+folders with posenc and compare; they need neither torch nor transformers.
 
     pip install torch==2.13.0 transformers   # not posenc's test extras: CI uses the files
     python tests/hf/make_golden.py            # rewrites tests/hf/golden/
