@@ -8,7 +8,9 @@
 2. The families a run directory does not hold (T5 and Flan-T5, BERT, RoBERTa): loaded with
    ``posenc.hf.load_pretrained``, written with ``posenc.hf.save_pretrained``, loaded by
    transformers, logits compared with the golden ones.
-3. posenc-trained models: a tiny RoPE, ALiBi and learned-position model trained a few steps by
+3. posenc's own T5-bias encoder-decoders (built, not trained: T5's parts with posenc's
+   ``sqrt(D)`` embedding scale), saved and loaded by transformers, against posenc's logits.
+4. posenc-trained models: a tiny RoPE, ALiBi and learned-position model trained a few steps by
    posenc on a generated text folder, exported (as GPT-NeoX, BLOOM and GPT-2), loaded by
    transformers; its logits are compared with posenc's own on random ids.
 
@@ -21,6 +23,7 @@ through posenc's import (which tests/hf/test_golden.py ties to transformers).
 Measured (torch 2.13.0, transformers 5.23.0, CPU): relative error 0 for every round trip (the
 exported tensors are the golden ones); saved T5 5e-8 (its folded scales divided out again),
 Flan-T5 0, BERT 7e-7 and RoBERTa 5e-7 (the token-type row written into the position table);
+posenc's T5-bias models 3.2e-7 (ReLU) and 6.1e-7 (gated GELU);
 trained models 2.9e-7 (RoPE as GPT-NeoX), 3.6e-7 (ALiBi as BLOOM), 2.3e-7 (learned as GPT-2).
 """
 
@@ -36,6 +39,7 @@ import transformers
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))  # tests/, for the tiny run configs
+sys.path.insert(0, HERE)  # tests/hf, for test_export's posenc T5
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository, for posenc
 
 import _train_helpers as helpers  # noqa: E402
@@ -125,6 +129,32 @@ def saved(tmp: str) -> list[tuple[str, float]]:
     return out
 
 
+def posenc_t5(tmp: str) -> list[tuple[str, float]]:
+    """posenc-built T5-bias encoder-decoders (tests/hf/test_export.py) saved and loaded."""
+    import jax.numpy as jnp
+    from test_export import posenc_t5 as build
+
+    from posenc.hf import save_pretrained
+
+    out = []
+    rng = np.random.default_rng(0)
+    src, tgt = rng.integers(0, 64, (2, 12)), rng.integers(0, 64, (2, 9))
+    for mlp, tie in (("relu", True), ("geglu", False)):
+        model, spec = build(mlp, tie)
+        exported = os.path.join(tmp, f"posenc_t5_{mlp}")
+        save_pretrained(model, spec, exported)
+        want = np.asarray(model(jnp.asarray(src), jnp.asarray(tgt)))
+        reference = transformers.T5ForConditionalGeneration.from_pretrained(
+            exported, dtype=torch.float32, attn_implementation="eager"
+        ).eval()
+        with torch.no_grad():
+            got = reference(
+                input_ids=torch.from_numpy(src), decoder_input_ids=torch.from_numpy(tgt)
+            ).logits.numpy()
+        out.append((f"posenc t5 ({mlp}) as t5", relative_error(got, want)))
+    return out
+
+
 def trained(tmp: str) -> list[tuple[str, float]]:
     from posenc.train import train
 
@@ -158,7 +188,7 @@ def trained(tmp: str) -> list[tuple[str, float]]:
 def main() -> int:
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
-        results = round_trips(tmp) + saved(tmp) + trained(tmp)
+        results = round_trips(tmp) + saved(tmp) + posenc_t5(tmp) + trained(tmp)
     failed = 0
     for what, error in results:
         ok = error < TOLERANCE

@@ -8,6 +8,9 @@ final decoder norm of v1.0), so its export divides them out again: equal to floa
 BERT's token-type row 0 lives in posenc's position table; the export writes the table with it
 and the token-type table as zeros, so their sum (what the model adds to every embedding) is
 compared there.
+
+posenc's own T5-bias encoder-decoder (T5's parts with posenc's ``sqrt(D)`` embedding scale) is
+saved as T5 and gives its own logits back (slow; check_export.py: transformers' too).
 """
 
 from __future__ import annotations
@@ -64,3 +67,53 @@ def test_save_pretrained_writes_transformers_folder_back(tmp_path, name):
         )
         types = next(v for k, v in got.items() if k.endswith(_EMBEDDINGS[1]))
         assert not types.any()
+
+
+def posenc_t5(mlp: str, tie: bool):
+    """An encoder-decoder posenc builds with T5's bias and T5's parts (RMSNorm, no biases), and
+    posenc's own sqrt(D) embedding scale: ``(model, spec)``."""
+    from flax import nnx
+
+    from posenc import encodings
+    from posenc.hf import Spec
+    from posenc.layers.config import ModelConfig
+    from posenc.models.encdec import EncoderDecoder
+
+    config = ModelConfig(
+        vocab_size=64,
+        num_layers=2,
+        model_dim=32,
+        num_heads=4,
+        mlp_dim=48,
+        norm="rmsnorm",
+        dtype="float32",
+        mlp=mlp,
+        mlp_bias=False,
+        tie_embeddings=tie,
+    )
+    encoding = encodings.get("t5", num_buckets=8, max_distance=20)
+    model = EncoderDecoder(config, encoding, rngs=nnx.Rngs(0))
+    return model, Spec(config, "encoder_decoder", "t5", encoding.hparams(), 64)
+
+
+@pytest.mark.slow  # about 10 s: two compilations of an encoder-decoder
+@pytest.mark.parametrize("mlp,tie", [("relu", True), ("geglu", False)])
+def test_posenc_t5_model_saved_gives_its_logits(tmp_path, mlp, tie):
+    """A T5-bias model of posenc's (embeddings scaled by sqrt(D), which T5 does not do: the
+    export writes the scaled table and the unscaled head) comes back with its own logits."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    model, spec = posenc_t5(mlp, tie)
+    assert save_pretrained(model, spec, str(tmp_path / "out")) == "t5"
+    loaded, _ = load_pretrained(str(tmp_path / "out"))
+    rng = np.random.default_rng(0)
+    src, tgt = jnp.asarray(rng.integers(0, 64, (2, 12))), jnp.asarray(rng.integers(0, 64, (2, 9)))
+
+    def logits(m):
+        graphdef, state = nnx.split(m)
+        return np.asarray(jax.jit(lambda s: nnx.merge(graphdef, s)(src, tgt))(state))
+
+    want = logits(model)
+    np.testing.assert_allclose(logits(loaded), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
