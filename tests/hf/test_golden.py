@@ -65,3 +65,19 @@ def test_logits_equal_transformers(name):
     # The longer length is beyond what the model was trained at (GPT-2's table ends there).
     lengths = [int(k.split("_")[1]) for k in golden.files if k.startswith(("ids_", "src_"))]
     assert max(lengths) > spec.train_len or spec.encoding != "rope"
+
+
+@pytest.mark.slow
+def test_bfloat16_parameters_and_compute_stay_near_transformers(tmp_path):
+    """``param_dtype="bfloat16"`` keeps every parameter in bfloat16 (half the memory) and
+    ``dtype="bfloat16"`` computes in it; logits stay float32 and near the float32 reference
+    (bfloat16 has 8 bits of mantissa: a few percent of the largest logit)."""
+    folder = os.path.join(GOLDEN, "llama")
+    golden = np.load(os.path.join(folder, "golden.npz"))
+    model, _ = load_pretrained(folder, dtype="bfloat16", param_dtype="bfloat16")
+    dtypes = {p.dtype for p in jax.tree.leaves(nnx.state(model, nnx.Param))}
+    assert dtypes == {jnp.dtype(jnp.bfloat16)}
+    got = forward(model)(jnp.asarray(golden["ids_24"]))
+    assert got.dtype == jnp.float32
+    error = relative_error(np.asarray(got), golden["logits_24"])
+    assert 1e-4 < error < 5e-2  # bfloat16's rounding shows, and nothing else
