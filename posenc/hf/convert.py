@@ -15,6 +15,7 @@ import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
@@ -49,6 +50,7 @@ def fill(
     *,
     dtype: str | None = None,
     param_dtype: str | None = None,
+    sharding: jax.sharding.Sharding | None = None,
 ) -> Transformer | EncoderDecoder:
     """The model of ``spec`` with the checkpoint's parameters (module docstring).
 
@@ -58,6 +60,8 @@ def fill(
       reader: the checkpoint's tensors.
       dtype: compute dtype (default the spec's).
       param_dtype: the parameters' dtype; None keeps posenc's float32.
+      sharding: where each parameter is placed as it is read (e.g. a mesh's replicated
+        ``NamedSharding``); None: the default device.
 
     Raises:
       ValueError: a tensor is missing, has another shape than the config says, or is not used.
@@ -79,7 +83,7 @@ def fill(
                 raise RuntimeError(f"{family.name} maps {rule.hf!r} onto {_name(path)}, twice")
             if tuple(value.shape) != tuple(slot.shape):
                 raise RuntimeError(f"{rule.hf!r} -> {_name(path)}: {value.shape} != {slot.shape}")
-            filled[path] = slot.replace(jnp.asarray(value, target))
+            filled[path] = slot.replace(jax.device_put(np.asarray(value).astype(target), sharding))
         del arrays
     read = {r.hf for r in rules} | {name for r in rules for name, _ in r.also}
     unused = sorted(n for n in names - read if not n.endswith(family.ignored_suffixes))

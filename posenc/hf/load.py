@@ -10,6 +10,8 @@ import json
 import os
 from typing import Any
 
+import jax
+
 from posenc.hf import convert
 from posenc.hf.family import Family, Spec, for_model_type
 from posenc.hf.fields import HFConfig
@@ -56,7 +58,10 @@ def read_spec(path: str) -> tuple[Family, Spec, TensorReader]:
 
 
 def load_pretrained(
-    path: str, dtype: str = "float32", param_dtype: str | None = None
+    path: str,
+    dtype: str = "float32",
+    param_dtype: str | None = None,
+    sharding: jax.sharding.Sharding | None = None,
 ) -> tuple[Transformer | EncoderDecoder, Spec]:
     """A local Hugging Face model as a posenc model.
 
@@ -68,6 +73,9 @@ def load_pretrained(
       dtype: the compute dtype (``"float32"``, ``"bfloat16"``, ``"float16"``).
       param_dtype: the parameters' dtype; None: float32 (posenc's); ``"bfloat16"`` halves the
         memory of a bfloat16 checkpoint.
+      sharding: where each parameter goes as it is read (e.g. ``NamedSharding(mesh, P())``,
+        replicated over a mesh); None: the default device. Tensors are read, converted, cast
+        and placed one at a time, so the host never holds the whole checkpoint.
 
     Returns:
       ``(model, spec)``: the spec holds the :class:`~posenc.layers.config.ModelConfig`
@@ -79,5 +87,7 @@ def load_pretrained(
         shape does not match the config (one line each).
     """
     family, spec, reader = read_spec(path)
-    model = convert.fill(family, spec, reader, dtype=dtype, param_dtype=param_dtype)
+    model = convert.fill(
+        family, spec, reader, dtype=dtype, param_dtype=param_dtype, sharding=sharding
+    )
     return model, spec

@@ -81,3 +81,39 @@ def test_bfloat16_parameters_and_compute_stay_near_transformers(tmp_path):
     assert got.dtype == jnp.float32
     error = relative_error(np.asarray(got), golden["logits_24"])
     assert 1e-4 < error < 5e-2  # bfloat16's rounding shows, and nothing else
+
+
+_SHARDED = """
+import jax, numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+from flax import nnx
+from posenc.distributed import make_mesh
+from posenc.hf import load_pretrained
+mesh = make_mesh()
+assert mesh.size == 2
+replicated = NamedSharding(mesh, P())
+model, _ = load_pretrained({folder!r}, sharding=replicated)
+params = jax.tree.leaves(nnx.state(model, nnx.Param))
+assert all(p.sharding.is_equivalent_to(replicated, p.ndim) for p in params)
+golden = np.load({golden!r})
+got = np.asarray(model(jax.device_put(golden["ids_24"], NamedSharding(mesh, P("data")))))
+print(float(np.abs(got - golden["logits_24"]).max() / np.abs(golden["logits_24"]).max()))
+"""
+
+
+@pytest.mark.slow
+def test_loading_onto_a_mesh_places_each_parameter(tmp_path):
+    """``sharding=``: parameters land replicated on a 2-device mesh as they are read, and the
+    model computes transformers' logits there (a fresh process with two CPU devices)."""
+    import subprocess
+    import sys
+
+    folder = os.path.join(GOLDEN, "llama")
+    code = _SHARDED.format(folder=folder, golden=os.path.join(folder, "golden.npz"))
+    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2"}
+    env["JAX_PLATFORMS"] = "cpu"
+    done = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert float(done.stdout.strip().splitlines()[-1]) < TOLERANCE
