@@ -49,7 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("models", nargs="*", help="Hugging Face model folders or posenc runs")
     parser.add_argument("--variant", choices=("tiny",), default=None)
-    parser.add_argument("--data", default=None, help="text source, e.g. tfds:pg19 or textdir:DIR")
+    parser.add_argument(
+        "--data", default=None, help="text Hugging Face models score: tfds:pg19, textdir:DIR"
+    )
     parser.add_argument("--data-dir", default=None, help="data directory (default posenc's)")
     parser.add_argument("--workdir", help="experiment directory")
     parser.add_argument("--multiples", type=_ints, default=(1, 2, 4, 8), help="e.g. 1,2,4,8")
@@ -67,8 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         data = data or tiny_texts(os.path.join(workdir, "texts"))
         train_len = 32
         args.max_tokens = args.max_tokens or 2048
-    if not models or not data:
-        parser.error("give model folders and --data (or --variant tiny)")
+    if not models:
+        parser.error("give model folders (and --data for Hugging Face ones), or --variant tiny")
     plan = pe.Plan(
         multiples=args.multiples,
         factor=args.factor,

@@ -84,15 +84,20 @@ class Row:
     results: dict[int, dict[str, Any]]  # multiple -> the evaluation's result at that length
 
 
-def prepare(model: str, workdir: str, data: str, data_dir: str | None) -> str:
+def prepare(model: str, workdir: str, data: str | None, data_dir: str | None) -> str:
     """The run directory of ``model``: itself when it is a posenc run, else its import under
-    ``workdir`` (made once)."""
+    ``workdir`` (made once, scoring ``data``)."""
     if RunDir(model).has_checkpoints():
         return model
     from posenc.hf.rundir import import_hf
 
     run_dir = os.path.join(workdir, os.path.basename(os.path.normpath(model)))
     if not RunDir(run_dir).has_checkpoints():
+        if data is None:
+            raise ValueError(
+                f"{model} is not a posenc run directory: give the text it scores (--data, e.g. "
+                "tfds:pg19 or textdir:<folder>)"
+            )
         overrides = [f"data.data_dir={data_dir}"] if data_dir else []
         import_hf(model, run_dir, data=data, overrides=overrides)
     return run_dir
@@ -150,7 +155,7 @@ def score_model(
 def run(
     models: Sequence[str],
     workdir: str,
-    data: str,
+    data: str | None,
     plan: Plan = Plan(),
     *,
     data_dir: str | None = None,
@@ -161,7 +166,8 @@ def run(
     Args:
       models: Hugging Face model folders or posenc run directories.
       workdir: the experiment directory (imports and the report).
-      data: the text source imported models score (``tfds:pg19``, ``textdir:<path>``, ...).
+      data: the text source imported models score (``tfds:pg19``, ``textdir:<path>``, ...);
+        None when every model is a posenc run directory (scored on its own data).
       plan: lengths and methods.
       data_dir: the data directory (None: posenc's default).
       progress: print what is being done.
@@ -184,14 +190,14 @@ def _cell(result: dict[str, Any] | None) -> str:
     return f"{result['perplexity']:.2f}" if math.isfinite(result["perplexity"]) else "inf"
 
 
-def write_report(workdir: str, rows: Sequence[Row], plan: Plan, data: str) -> list[str]:
+def write_report(workdir: str, rows: Sequence[Row], plan: Plan, data: str | None) -> list[str]:
     """``report.md``, ``report.csv`` and the plot of ``rows``."""
     multiples = plan.multiples
     md = [
         "# Pretrained models past their training length: perplexity",
         "",
-        f"- Data: {data}; non-overlapping windows of m x L tokens, every token scored"
-        + (f" (at most {plan.max_tokens} per length)." if plan.max_tokens else "."),
+        f"- Data: {data or 'each run its own'}; non-overlapping windows of m x L tokens, every "
+        "token scored" + (f" (at most {plan.max_tokens} per length)." if plan.max_tokens else "."),
         f"- RoPE scaling zero-shot with factor s = {plan.scaling_factor} and original length L; "
         "other encoders as they are. — : the model cannot read that length (a learned table).",
         "",

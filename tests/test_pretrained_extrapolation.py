@@ -79,3 +79,8 @@ def test_a_missing_model_folder_is_one_line(tmp_path):
         pe.run([str(tmp_path / "pythia-160m")], str(tmp_path / "exp"), "pystdlib")
     assert "\n" not in str(error.value)
     assert not os.path.exists(tmp_path / "exp" / "pythia-160m")
+
+
+def test_a_hugging_face_folder_needs_data(tmp_path):
+    with pytest.raises(ValueError, match="is not a posenc run directory: give the text it scores"):
+        pe.run([str(GOLDEN / "llama")], str(tmp_path / "exp"), None)
