@@ -33,7 +33,7 @@ from posenc.workdir import RunDir
 GOLDEN = Path(__file__).resolve().parent / "hf" / "golden"
 # Decoder-only golden folders (T5, BERT and RoBERTa are load_pretrained's only); one per family in
 # the default suite (about 0.4 s each), the other variants in the slow step.
-FAST = ("llama", "gpt_neox", "gpt2", "bloom")
+FAST = ("llama", "gpt_neox", "gpt2", "bloom", "opt")
 DECODERS = [
     name if name in FAST else pytest.param(name, marks=pytest.mark.slow)
     for name in sorted(os.listdir(GOLDEN))
@@ -81,7 +81,14 @@ def assert_same_folder(exported: Path, golden: Path) -> None:
     assert sorted(got) == sorted(want)
     for name, array in want.items():
         assert got[name].dtype == array.dtype, name
-        np.testing.assert_array_equal(got[name], array, err_msg=name)
+        unread = UNREAD_ROWS.get(name, 0)
+        np.testing.assert_array_equal(got[name][unread:], array[unread:], err_msg=name)
+        assert not got[name][:unread].any(), name
+
+
+# Rows of a table the model never reads (OPT's position table starts at row 2), which posenc
+# does not keep and writes as zeros.
+UNREAD_ROWS = {"model.decoder.embed_positions.weight": 2}
 
 
 @pytest.mark.parametrize("name", DECODERS)

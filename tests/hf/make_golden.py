@@ -3,11 +3,11 @@
 The reference is ``transformers`` itself: for every family posenc imports (and every RoPE
 scaling type of the Llama family) this script builds a tiny randomly initialised model with
 ``transformers``' PyTorch code, saves it as a Hugging Face folder (``config.json``,
-``model.safetensors``; the first folder of each decoder-only family, llama, gpt_neox, gpt2 and
-bloom, also gets a small ``tokenizer.json`` for the import and extrapolation tests), stores its
+``model.safetensors``; the first folder of each decoder-only family, llama, gpt_neox, gpt2, bloom
+and opt, also gets a small ``tokenizer.json`` for the import and extrapolation tests), stores its
 float32 logits on random ids in ``golden.npz`` beside it, at a length within the model's
-``max_position_embeddings`` and one beyond it (the learned tables of GPT-2, BERT and RoBERTa have no
-row beyond it, so both of their lengths are within). The tests (``tests/hf/``) import these
+``max_position_embeddings`` and one beyond it (the learned tables of GPT-2, OPT, BERT and RoBERTa
+have no row beyond it, so both of their lengths are within). The tests (``tests/hf/``) import these
 folders with posenc and compare; they need neither torch nor transformers.
 
     pip install torch==2.13.0 transformers   # not posenc's test extras: CI uses the files
@@ -309,6 +309,23 @@ def bert() -> None:
         language_model(name, config, cls, seed=100 + i, lengths=(24, 32), avoid=pad)
 
 
+def opt() -> None:
+    """OPT, pre-norm (most sizes) and post-norm (``do_layer_norm_before=false``, OPT-350m)."""
+    for i, (name, pre) in enumerate((("opt", True), ("opt_post", False))):
+        config = transformers.OPTConfig(
+            vocab_size=VOCAB,
+            hidden_size=32,
+            word_embed_proj_dim=32,
+            num_hidden_layers=2,
+            ffn_dim=64,
+            num_attention_heads=4,
+            max_position_embeddings=32,
+            do_layer_norm_before=pre,
+        )
+        language_model(name, config, transformers.OPTForCausalLM, seed=120 + i, lengths=(24, 32))
+    _tokenizer(os.path.join(GOLDEN, "opt"))
+
+
 FAMILIES = {
     "llama": llama_family,
     "gpt_neox": gpt_neox,
@@ -316,6 +333,7 @@ FAMILIES = {
     "bloom": bloom,
     "t5": t5,
     "bert": bert,
+    "opt": opt,
 }
 
 if __name__ == "__main__":

@@ -35,8 +35,9 @@ def test_alibi_slopes_are_blooms_for_every_head_count(heads):
 
 
 def test_every_family_is_registered():
-    assert list(families()) == ["bert", "bloom", "gpt2", "gpt_neox", "llama", "t5"]
+    assert list(families()) == ["bert", "bloom", "gpt2", "gpt_neox", "llama", "opt", "t5"]
     expected = {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "bloom", "t5", "bert", "roberta"}
+    expected.add("opt")
     assert expected <= set(model_types())
 
 
@@ -52,7 +53,7 @@ def _edited(tmp_path, name, edit):
 @pytest.mark.parametrize(
     "name,edit,match",
     [
-        ("llama", lambda c: c.update(model_type="opt"), "model_type 'opt' is not supported"),
+        ("llama", lambda c: c.update(model_type="mpt"), "model_type 'mpt' is not supported"),
         ("llama", lambda c: c.update(quantization_config={"bits": 4}), "quantization_config"),
         ("llama", lambda c: c.update(hidden_act="gelu"), "hidden_act='gelu'"),
         ("mistral", lambda c: c.update(sliding_window=16), "sliding_window=16"),
