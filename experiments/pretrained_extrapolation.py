@@ -7,9 +7,9 @@ and under PI, NTK, dynamic NTK, YaRN and Llama 3 scaling (zero-shot), the others
     # tiny: the test suite's random tiny models (tests/hf/golden) on a few stdlib files, CPU
     python experiments/pretrained_extrapolation.py --variant tiny
 
-Writes ``report.md``, ``report.csv`` and ``perplexity_vs_length.png`` to ``--workdir`` (default
-``runs/pretrained_extrapolation[_tiny]``), beside each model's imported run directory. Run again
-to resume: imports and evaluations already made are kept.
+Writes ``extrapolation.md``, ``extrapolation.csv`` and ``extrapolation.png`` to ``--workdir``
+(default ``runs/pretrained_extrapolation[_tiny]``), beside each model's imported run directory.
+Run again to resume: imports and evaluations already made are kept.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from posenc import pretrained_extrapolation as pe
 REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 # The tiny variant: one randomly initialised folder per family (tests/hf/make_golden.py), read at
 # L = 32 (their max_position_embeddings; BLOOM states none), scored on these stdlib modules.
-TINY_MODELS = ("llama", "gpt_neox", "bloom", "gpt2")
+TINY_MODELS = ("llama", "gpt_neox", "bloom", "gpt2", "opt")
 TINY_TEXTS = ("textwrap", "string", "bisect", "heapq", "colorsys", "fnmatch", "glob", "shlex")
 
 

@@ -16,8 +16,9 @@ Every model is a local folder: a Hugging Face model (imported once with ``posenc
 run directory (scored on its own data). Nothing downloads. Every evaluation is kept in its run
 directory as ``eval-<settings>.json`` and skipped when run again.
 
-Outputs in the work directory: ``report.md`` (perplexity by model, method and multiple of ``L``),
-``report.csv`` and ``perplexity_vs_length.png`` (one line per model and method).
+Outputs in the work directory (named apart from ``posenc report``'s, which reads the imported runs
+there too): ``extrapolation.md`` (perplexity by model, method and multiple of ``L``),
+``extrapolation.csv`` and ``extrapolation.png`` (one line per model and method).
 """
 
 from __future__ import annotations
@@ -173,7 +174,7 @@ def run(
       progress: print what is being done.
 
     Returns:
-      The report's files (report.md first).
+      The report's files (extrapolation.md first).
     """
     os.makedirs(workdir, exist_ok=True)
     rows = []
@@ -191,7 +192,7 @@ def _cell(result: dict[str, Any] | None) -> str:
 
 
 def write_report(workdir: str, rows: Sequence[Row], plan: Plan, data: str | None) -> list[str]:
-    """``report.md``, ``report.csv`` and the plot of ``rows``."""
+    """``extrapolation.md``, ``extrapolation.csv`` and the plot of ``rows``."""
     multiples = plan.multiples
     md = [
         "# Pretrained models past their training length: perplexity",
@@ -207,10 +208,14 @@ def write_report(workdir: str, rows: Sequence[Row], plan: Plan, data: str | None
     for row in rows:
         cells = [_cell(row.results.get(m)) for m in multiples]
         md.append(f"| {row.model} | {row.train_len} | {row.method} | " + " | ".join(cells) + " |")
-    plot = os.path.join(workdir, "perplexity_vs_length.png")
+    plot = os.path.join(workdir, "extrapolation.png")
     _plot(plot, rows)
     md += ["", f"![perplexity against evaluation length]({os.path.basename(plot)})"]
-    paths = [os.path.join(workdir, "report.md"), os.path.join(workdir, "report.csv"), plot]
+    paths = [
+        os.path.join(workdir, "extrapolation.md"),
+        os.path.join(workdir, "extrapolation.csv"),
+        plot,
+    ]
     with open(paths[0], "w") as f:
         f.write("\n".join(md) + "\n")
     with open(paths[1], "w", newline="") as f:

@@ -40,7 +40,7 @@ def test_tiny_variant_table_and_invariants(tmp_path, capsys):
         "--batch-tokens=512",
     ]
     assert _script().main(argv) == 0
-    with open(workdir / "report.csv") as f:
+    with open(workdir / "extrapolation.csv") as f:
         rows = list(csv.DictReader(f))
     ppl = {(r["model"], r["method"], int(r["multiple"])): float(r["perplexity"]) for r in rows}
     llama = {method for model, method, _ in ppl if model == "llama"}
@@ -50,12 +50,12 @@ def test_tiny_variant_table_and_invariants(tmp_path, capsys):
         ("gpt2", "learned", 1),
         ("gpt2", "learned", 2),
     ]
-    assert "| gpt2 | 32 | learned |" in (workdir / "report.md").read_text()
+    assert "| gpt2 | 32 | learned |" in (workdir / "extrapolation.md").read_text()
     # Dynamic NTK leaves lengths up to L unscaled; PI (positions / 4) does not.
     assert ppl[("llama", "dynamic NTK", 1)] == ppl[("llama", "none", 1)]
     assert ppl[("llama", "PI", 1)] != ppl[("llama", "none", 1)]
     assert ppl[("llama", "dynamic NTK", 2)] != ppl[("llama", "none", 2)]
-    assert (workdir / "perplexity_vs_length.png").stat().st_size > 0
+    assert (workdir / "extrapolation.png").stat().st_size > 0
 
     # Run again: the imports and evaluations are reused, and the table is the same.
     reports = sorted((workdir / "llama").glob("eval*.json"))
