@@ -404,8 +404,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read a local Hugging Face model folder (config.json, model.safetensors or "
         "its shards and index, tokenizer.json) and write a run directory that posenc eval, "
         "posenc report, posenc.load_run and posenc train --init-from accept. Families: Llama "
-        "(Llama 2/3/3.1/3.2, Mistral, Qwen2), GPT-NeoX/Pythia, GPT-2, OPT, BLOOM (T5, BERT and "
-        "RoBERTa through posenc.hf.load_pretrained). --config.<field>=<value> overrides the "
+        "(Llama 2/3/3.1/3.2, Mistral, Qwen2), Phi-3, GPT-NeoX/Pythia, GPT-2, OPT, BLOOM (T5, BERT "
+        "and RoBERTa through posenc.hf.load_pretrained). --config.<field>=<value> overrides the "
         "base run config (e.g. data.data_dir, eval.lengths); the model, encoding and "
         "train.seq_len are the pretrained model's. Nothing downloads: fetch the folder with "
         "your own tools.",

@@ -37,7 +37,8 @@ FAST = ("llama", "gpt_neox", "gpt2", "bloom", "opt")
 DECODERS = [
     name if name in FAST else pytest.param(name, marks=pytest.mark.slow)
     for name in sorted(os.listdir(GOLDEN))
-    if not name.endswith("t5") and name not in ("bert", "roberta")  # tests/hf/test_export.py
+    # T5, BERT, RoBERTa: tests/hf/test_export.py; Phi-3 exports as Llama: its own test below.
+    if not name.endswith("t5") and name not in ("bert", "roberta") and not name.startswith("phi3")
 ]
 WORDS = "def add return the quick brown fox jumps over lazy dog a b".split()
 
@@ -101,6 +102,35 @@ def test_import_then_export_gives_transformers_folder_back(tmp_path, name):
     assert config["model_type"] == json.loads((GOLDEN / name / "config.json").read_text()).get(
         "model_type"
     ) or (name == "mistral" and config["model_type"] == "llama")
+
+
+@pytest.mark.parametrize("name", ["phi3", pytest.param("phi3_longrope", marks=pytest.mark.slow)])
+def test_phi3_exports_as_llama_with_its_fused_rows_split(tmp_path, name):
+    workdir, out = tmp_path / "run", tmp_path / "out"
+    _import(GOLDEN / name, workdir, "--no-tokenizer")
+    _ok("export-hf", "--workdir", str(workdir), "--out", str(out))
+    assert json.loads((out / "config.json").read_text())["model_type"] == "llama"
+    _, spec, _ = read_spec(str(GOLDEN / name))
+    _, spec_out, _ = read_spec(str(out))
+    assert (spec_out.model, spec_out.hparams, spec_out.train_len) == (
+        spec.model,
+        spec.hparams,
+        spec.train_len,
+    )
+    want, got = load_file(GOLDEN / name / "model.safetensors"), load_file(out / "model.safetensors")
+    for i in range(spec.model.num_layers):
+        at = f"model.layers.{i}."
+        fused = {
+            "self_attn.qkv_proj.weight": ("q_proj", "k_proj", "v_proj"),
+            "mlp.gate_up_proj.weight": ("gate_proj", "up_proj"),
+        }
+        for name_, parts in fused.items():
+            where = at + name_.split(".")[0] + "."
+            split = np.concatenate([got[where + p + ".weight"] for p in parts])
+            np.testing.assert_array_equal(split, want[at + name_])
+    unfused = {k for k in want if "qkv_proj" not in k and "gate_up_proj" not in k}
+    for key in unfused:
+        np.testing.assert_array_equal(got[key], want[key], err_msg=key)
 
 
 def _reference_losses(corpus: Path, data_dir: Path, lengths, max_tokens: int) -> list[float]:

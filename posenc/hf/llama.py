@@ -53,7 +53,11 @@ class Llama(Family):
     ignored_suffixes = ("rotary_emb.inv_freq",)
 
     def read(self, hf: HFConfig, names: set[str]) -> Spec:
-        kind = hf.take("model_type")
+        return self.read_as(hf, names, hf.take("model_type"))
+
+    def read_as(self, hf: HFConfig, names: set[str], kind: str) -> Spec:
+        """:meth:`read` with the fields of ``model_type`` ``kind`` (a family built on Llama's
+        fields, e.g. Phi-3, reads them as ``"llama"``)."""
         d, h = hf.take("hidden_size"), hf.take("num_attention_heads")
         dh = hf.take("head_dim", d // h)
         hf.expect("hidden_act", ("silu",), "silu")

@@ -106,9 +106,9 @@ def read_rope(
     hparams: dict[str, Any] = {"base": float(base), "layout": "half"}
     if fraction != 1.0:
         hparams["fraction"] = float(fraction)
-    original = params.get("original_max_position_embeddings") or hf.take(
-        "original_max_position_embeddings", max_len
-    )
+    # Phi-3 states it beside the other fields too; rope_parameters' value comes first.
+    stated = hf.take("original_max_position_embeddings", max_len)
+    original = params.get("original_max_position_embeddings") or stated
     if kind == "default":
         return hparams, max_len
     hparams["scaling"] = kind

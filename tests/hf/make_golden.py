@@ -326,6 +326,36 @@ def opt() -> None:
     _tokenizer(os.path.join(GOLDEN, "opt"))
 
 
+def phi3() -> None:
+    """Phi-3: fused qkv and gate/up rows; plain RoPE and LongRoPE (the 128k models)."""
+    common = dict(
+        vocab_size=VOCAB,
+        hidden_size=32,
+        intermediate_size=48,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        pad_token_id=0,
+        bos_token_id=1,
+        eos_token_id=2,
+    )
+    cases = {
+        "phi3": dict(max_position_embeddings=32, original_max_position_embeddings=32),
+        "phi3_longrope": dict(
+            max_position_embeddings=64,
+            original_max_position_embeddings=32,
+            rope_scaling={
+                "rope_type": "longrope",
+                "short_factor": [1.0, 1.2, 1.5, 2.0],
+                "long_factor": [1.0, 2.0, 4.0, 8.0],
+            },
+        ),
+    }
+    for i, (name, extra) in enumerate(cases.items()):
+        config = transformers.Phi3Config(**common, **extra)
+        language_model(name, config, transformers.Phi3ForCausalLM, seed=130 + i, lengths=(24, 80))
+
+
 FAMILIES = {
     "llama": llama_family,
     "gpt_neox": gpt_neox,
@@ -334,6 +364,7 @@ FAMILIES = {
     "t5": t5,
     "bert": bert,
     "opt": opt,
+    "phi3": phi3,
 }
 
 if __name__ == "__main__":

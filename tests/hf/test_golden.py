@@ -23,9 +23,9 @@ from posenc.hf import load_pretrained
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 TOLERANCE = 1e-5
 # One folder per family in the default suite (about 3 s each, compiling two lengths); the other
-# variants (Qwen2, Mistral, every rope_scaling type, sequential NeoX, Flan-T5, RoBERTa) and OPT
-# (learned positions, as GPT-2; its import and export are in the default suite's round trips) in
-# the slow step.
+# variants (Qwen2, Mistral, every rope_scaling type, sequential NeoX, Flan-T5, RoBERTa), OPT
+# (learned positions, as GPT-2) and Phi-3 (Llama's parts, fused) in the slow step; their import
+# and export are in the default suite (tests/test_hf_rundir.py).
 FAST = ("llama", "gpt_neox", "gpt2", "bloom", "t5", "bert")
 FOLDERS = [
     name if name in FAST else pytest.param(name, marks=pytest.mark.slow)
