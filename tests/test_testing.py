@@ -23,11 +23,15 @@ from posenc.testing import _harness, checks
 # The encoder-decoder check builds and decodes a second model: one encoder per hook kind in the
 # default suite, every registered encoder in the slow step.
 ENCDEC_DEFAULT = ("sinusoidal", "rope", "t5", "shaw", "xl", "conv", "cope")
+# The classifier check likewise: a rotation and a causal-only encoder's refusal in the default
+# suite (about 3 s of CPU each), every registered encoder in the slow step.
+CLASSIFIER_DEFAULT = ("rope", "cope")
+SLOW_EXCEPT = {"encoder_decoder": ENCDEC_DEFAULT, "classifier": CLASSIFIER_DEFAULT}
 
 
 def _contract_cases():
     for name, check in testing.cases():
-        slow = check == "encoder_decoder" and name not in ENCDEC_DEFAULT
+        slow = name not in SLOW_EXCEPT.get(check, (name,))
         yield pytest.param(name, check, marks=pytest.mark.slow) if slow else (name, check)
 
 
