@@ -396,6 +396,20 @@ def _validate_memory(config: ml_collections.ConfigDict) -> None:
         )
 
 
+def _validate_batch_split(batch_size: int, num_devices: int | None, process_count: int) -> None:
+    """``train.batch_size`` divides over the devices and the processes."""
+    if num_devices is not None and batch_size % num_devices:
+        raise ValueError(
+            f"train.batch_size={batch_size} must be divisible by the number of devices "
+            f"({num_devices}); use a multiple of {num_devices}"
+        )
+    if batch_size % process_count:
+        raise ValueError(
+            f"train.batch_size={batch_size} must be divisible by the number of processes "
+            f"({process_count})"
+        )
+
+
 def validate(
     config: ml_collections.ConfigDict,
     *,
@@ -411,6 +425,12 @@ def validate(
     """
     if assembly(config) == "encoder_decoder":
         _validate_translation(config, num_devices, process_count)
+        return
+    if assembly(config) == "classifier":
+        from posenc import classify
+
+        classify.validate(config)
+        _validate_batch_split(config.train.batch_size, num_devices, process_count)
         return
     m = config.model
     _require_choice("model.norm", m.norm, NORMS)
@@ -434,16 +454,7 @@ def validate(
         encoding.check_length(t.seq_len)
     _validate_positions(config, encoding, lengths=not task)
     _validate_memory(config)
-    if num_devices is not None and t.batch_size % num_devices:
-        raise ValueError(
-            f"train.batch_size={t.batch_size} must be divisible by the number of devices "
-            f"({num_devices}); use a multiple of {num_devices}"
-        )
-    if t.batch_size % process_count:
-        raise ValueError(
-            f"train.batch_size={t.batch_size} must be divisible by the number of processes "
-            f"({process_count})"
-        )
+    _validate_batch_split(t.batch_size, num_devices, process_count)
 
     _validate_optim(config.optim)
 
