@@ -110,6 +110,9 @@ def _lengths_text(config) -> str:
     if is_translation(config):
         e = config.eval
         return f"the {e.split} split (beam {e.beam_size}, alpha {e.alpha}; BLEU, chrF)"
+    if config.model.get("assembly") == "classifier":
+        lengths = ", ".join(str(x) for x in eval_lengths(config))
+        return f"the {config.eval.split} split, length buckets up to {lengths} tokens"
     return ", ".join(str(x) for x in eval_lengths(config))
 
 
@@ -133,7 +136,7 @@ def _cmd_eval(args, overrides) -> int:
             extra.append(f"eval.{field}={value!r}")
     config = apply_overrides(config, extra)
     what = "input lengths" if config.data.source.startswith("synthetic:") else config.eval.mode
-    if config.model.get("assembly") == "encoder_decoder":
+    if config.model.get("assembly") in ("encoder_decoder", "classifier"):
         print(f"evaluating {args.workdir} on {_lengths_text(config)}")
     else:
         print(f"evaluating {args.workdir} at {_lengths_text(config)} ({what})")
@@ -144,6 +147,8 @@ def _cmd_eval(args, overrides) -> int:
             f"{report['train_steps']} (training has not finished)"
         )
     print(f"wrote {os.path.join(args.workdir, report['file'])}")
+    if report.get("objective") == "classification":
+        print(_classification_summary(report))
     if "hypotheses" in report:
         overall = report["overall"]
         print(
@@ -152,6 +157,23 @@ def _cmd_eval(args, overrides) -> int:
             f"{os.path.join(args.workdir, report['hypotheses'])}"
         )
     return 0
+
+
+def _classification_summary(report: dict) -> str:
+    """One line per bucket of a classification report: its headline metric and examples."""
+    metric = report["metric"]
+    overall = report["overall"]
+    lines = [
+        f"{metric} {overall[metric]:.4f} over {overall['examples']} examples at the training "
+        f"length ({overall['truncated']} truncated)"
+    ]
+    for row in report["results"]:
+        value = "—" if row.get("unrepresentable") else f"{row[metric]:.4f}"
+        lines.append(
+            f"  {row['label']:>8} (<= {row['length']} tokens): {metric} {value} over "
+            f"{row['examples']} examples"
+        )
+    return "\n".join(lines)
 
 
 def _cmd_analyze(args, overrides) -> int:
