@@ -493,11 +493,16 @@ themselves (narrow the sweep with --only instead) is refused in one line.""",
             "accuracy",
             "exact_match",
             "sequence_accuracy",
+            "f1",
+            "matthews",
+            "pearson",
+            "spearman",
         ),
         default="perplexity",
         help="accuracy: masked-LM runs (train.objective=masked_lm), or algorithmic-task runs "
         "(data.source=synthetic:<task>; their default), with exact_match (greedy generation) "
-        "and sequence_accuracy",
+        "and sequence_accuracy; classification runs (model.assembly=classifier) default to "
+        "their task's GLUE metric (accuracy, f1, matthews, pearson, spearman)",
     )
     p.set_defaults(func=_cmd_report)
     return parser

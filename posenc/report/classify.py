@@ -1,0 +1,169 @@
+"""Reports of classification runs (``model.assembly = "classifier"``), laid out like RoFormer's
+GLUE table (Table 2) and its long-document table (Table 5).
+
+:func:`write_classify_report` writes ``report.md`` with
+
+- **the task table**: one row per configuration (encoder, and the fields that tell
+  configurations apart, e.g. ``train.init_from``), with the split's metrics at the training
+  length (accuracy, F1, Matthews correlation; Pearson, Spearman for a regression) and the loss;
+  several seeds are ``mean ± sample standard deviation``;
+- **by example length**, per training length: rows are length buckets (within it, 1x-2x,
+  2x-4x, examples read whole), columns configurations, the task's headline metric (or
+  ``--metric``); ``—`` where an encoder cannot read the length (a learned table); and a plot
+  ``<metric>_by_length_L<n>.png``.
+
+``report.csv`` holds the task table with full precision; ``runs.csv`` every run's bucket rows.
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import os
+import statistics
+from collections.abc import Sequence
+
+from posenc.classify_metrics import CLASSIFICATION_METRICS, REGRESSION_METRICS
+from posenc.report.runs import Column, Run, cell, group_runs, table_lengths
+from posenc.report.tables import describe, format_table, write_runs_csv
+from posenc.report.translation import bucket_table
+
+CLASSIFY_METRICS = tuple(dict.fromkeys((*CLASSIFICATION_METRICS, *REGRESSION_METRICS)))
+
+
+def is_classify_run(run: Run) -> bool:
+    return run.eval.get("objective") == "classification"
+
+
+def _stat(values: Sequence[float], scale: float) -> str:
+    if not values:
+        return "—"
+    mean = math.fsum(values) / len(values) * scale
+    if len(values) == 1:
+        return f"{mean:.2f}"
+    return f"{mean:.2f} ± {statistics.stdev(values) * scale:.2f}"
+
+
+def _overall(column: Column, key: str) -> list[float]:
+    values = [(run.eval.get("overall") or {}).get(key) for run in column.runs]
+    return [float(v) for v in values if v is not None and not math.isnan(v)]
+
+
+def _metrics_of(runs: Sequence[Run]) -> list[str]:
+    have = {k for r in runs for k in (r.eval.get("overall") or {})}
+    return [m for m in CLASSIFY_METRICS if m in have]
+
+
+def task_table(columns: Sequence[Column], metrics: Sequence[str]) -> list[list[str]]:
+    """Rows of the task table (metrics x 100, as GLUE tables print them; the loss as is)."""
+    rows = [["configuration", "n", *(f"{m} (x100)" for m in metrics), "loss", "examples"]]
+    for column in columns:
+        entries = [_stat(_overall(column, m), 100.0) for m in metrics]
+        examples = sorted({int(r.eval["overall"]["examples"]) for r in column.runs})
+        rows.append(
+            [
+                column.label,
+                str(len(column.runs)),
+                *entries,
+                _stat(_overall(column, "loss"), 1.0),
+                ", ".join(map(str, examples)),
+            ]
+        )
+    return rows
+
+
+def _plot(path: str, columns: Sequence[Column], metric: str, train_len: int) -> None:
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for column in columns:
+        xs, ys, errs = [], [], []
+        for length in table_lengths([column]):
+            entry = cell(column, length, metric)
+            if entry is None or entry.mean is None:
+                continue
+            xs.append(length / train_len)
+            ys.append(entry.mean)
+            errs.append(entry.spread or 0.0)
+        ax.errorbar(
+            xs, ys, yerr=errs, marker="o", capsize=3, label=f"{column.label} (n={len(column.runs)})"
+        )
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("example length bucket (upper bound, multiples of the training length)")
+    ax.set_ylabel(metric)
+    ax.axvline(1, color="grey", linestyle=":", linewidth=1)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def _describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
+    lines = [
+        line
+        for line in describe(runs, columns)
+        if not line.startswith(("- Training:", "- Evaluation:"))
+    ]
+    first = runs[0].eval
+    classes = first.get("classes")
+    kind = "a regression" if classes is None else f"{len(classes)} classes {classes}"
+    steps = sorted({r.eval.get("train_steps") for r in runs})
+    seeds = sorted({r.seed for r in runs})
+    lengths = sorted({r.train_len for r in runs})
+    lines.append(
+        f"- Training: {kind}, rows of at most {', '.join(map(str, lengths))} tokens, "
+        f"{', '.join(map(str, steps))} steps; seeds {', '.join(map(str, seeds))}."
+    )
+    lines.append(
+        f"- Evaluation: the {first.get('split')} split; the task table truncates each example to "
+        "the training length (as training does), the length table reads each example whole in "
+        "the bucket of its length."
+    )
+    return lines
+
+
+def write_classify_report(sweep_dir: str, runs: Sequence[Run], metric: str) -> list[str]:
+    """Writes the classification report of ``runs`` under ``sweep_dir`` (module docstring);
+    ``metric`` (None: the runs' headline metric) is the one tabled by length. Returns the paths
+    written, ``report.md`` first."""
+    have = _metrics_of(runs)
+    metric = metric or runs[0].eval.get("metric", "accuracy")
+    if metric not in have:
+        raise ValueError(f"--metric {metric}: these classification runs have {', '.join(have)}")
+    tables = group_runs(runs)
+    all_columns = [c for cols in tables.values() for c in cols]
+    name = os.path.basename(os.path.abspath(sweep_dir))
+    md = [f"# {name}: classification ({runs[0].eval.get('data', {}).get('source')})", ""]
+    md += _describe(runs, all_columns) + [""]
+    md += ["## At the training length", ""]
+    rows = task_table(all_columns, have)
+    md += format_table(rows[0], rows[1:]) + [""]
+    plots = []
+    for train_len, columns in tables.items():
+        md += [f"## By example length, trained at {train_len} tokens: {metric}", ""]
+        rows = bucket_table(columns, metric)
+        rows[0][0] = "example length"
+        md += format_table(rows[0], rows[1:]) + [""]
+        plot = f"{metric}_by_length_L{train_len}.png"
+        _plot(os.path.join(sweep_dir, plot), columns, metric, train_len)
+        plots.append(plot)
+        md += [f"![{metric} by example length]({plot})", ""]
+        md += ["*Error bars: sample standard deviation over seeds (none for n = 1).*", ""]
+    paths = [os.path.join(sweep_dir, n) for n in ("report.md", "report.csv", "runs.csv")]
+    with open(paths[0], "w") as f:
+        f.write("\n".join(md))
+    _write_csv(paths[1], all_columns, have)
+    write_runs_csv(paths[2], runs, sweep_dir)
+    return paths + [os.path.join(sweep_dir, p) for p in plots]
+
+
+def _write_csv(path: str, columns: Sequence[Column], metrics: Sequence[str]) -> None:
+    keys = (*metrics, "loss")
+    with open(path, "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["configuration", "n", *keys, *(f"{k} spread" for k in keys)])
+        for column in columns:
+            values = [_overall(column, k) for k in keys]
+            means = [math.fsum(v) / len(v) if v else "" for v in values]
+            spreads = [statistics.stdev(v) if len(v) > 1 else "" for v in values]
+            writer.writerow([column.label, len(column.runs), *means, *spreads])
