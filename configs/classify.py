@@ -4,8 +4,8 @@ evaluated per length bucket.
 
 Variants (``--config configs/classify.py:VARIANT``):
 
-- ``tiny`` (default): 2 layers, width 64, the embedded word-order task (``labelled:default``:
-  is a standard-library snippet's word order original or reversed; 50 % without position
+- ``tiny`` (default): 2 layers, width 64, the embedded text-order task (``labelled:default``:
+  is a standard-library snippet as written or reversed; 50 % without position
   information), train length 64, 400 steps of 32 examples; about two minutes on a 2-core CPU,
   evaluated at 64, 128 and 256 tokens.
 - ``mlm_tiny``: the masked-LM pre-training run whose model ``tiny`` fine-tunes (same shapes, the
@@ -59,7 +59,7 @@ def _classifier(config: ml_collections.ConfigDict) -> None:
     config.model.pooler = True
     # What is trained: the classes (or the regression) of labelled examples.
     config.train.objective = "classification"
-    # "labelled:default" (the embedded word-order task), "tsv:<dir>" (train.tsv, validation.tsv,
+    # "labelled:default" (the embedded text-order task), "tsv:<dir>" (train.tsv, validation.tsv,
     # optionally test.tsv; header text[, text_b], label) or a prepared "tfds:glue/<task>".
     config.data.source = "labelled:default"
     # Length buckets of the evaluation, in tokens: eval.multiples x train.seq_len.

@@ -9,7 +9,7 @@ in one line naming it. Sources (``data.source``):
   with a header row naming the columns ``text`` (and ``text_b`` for pairs) and ``label``; other
   columns are ignored, and ``test.tsv`` may leave ``label`` out (unlabelled).
 - ``tfds:glue/<task>``: a prepared TFDS GLUE config (:mod:`posenc.data.labelled_tfds`).
-- ``labelled:default``: the embedded word-order task built from the embedded corpus
+- ``labelled:default``: the embedded text-order task built from the embedded corpus
   (:mod:`posenc.data.labelled_default`).
 
 Labels (:func:`label_classes`, :func:`encode_labels`): a classification's classes are those of
@@ -283,10 +283,10 @@ def get_labelled_source(spec: str, data_dir: str | Path | None = None) -> Labell
 
         return TfdsLabelledSource(resolve_data_dir(data_dir), spec[len("tfds:") :], spec)
     if spec == DEFAULT_SPEC:
-        from posenc.data.labelled_default import WordOrderSource
+        from posenc.data.labelled_default import TextOrderSource
 
-        return WordOrderSource(resolve_data_dir(data_dir))
+        return TextOrderSource(resolve_data_dir(data_dir))
     raise ValueError(
         f"{SOURCE_FIELD}={spec!r} is not a labelled source; a classifier reads "
-        f"'{DEFAULT_SPEC}' (the embedded word-order task), 'tsv:<dir>' or 'tfds:glue/<task>'"
+        f"'{DEFAULT_SPEC}' (the embedded text-order task), 'tsv:<dir>' or 'tfds:glue/<task>'"
     )

@@ -1,5 +1,5 @@
 """Labelled sources and BERT rows: tsv: folders read and refused row by row, labels, the
-embedded word-order task, truncation, batches."""
+embedded text-order task, truncation, batches."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from posenc.data.classify_batching import (
     eval_batches,
 )
 from posenc.data.labelled import encode_labels, get_labelled_source, label_classes
-from posenc.data.labelled_default import CLASSES, word_order_examples
+from posenc.data.labelled_default import CLASSES, text_order_examples
 from posenc.data.tokenizer import SEP_ID
 
 
@@ -104,18 +104,18 @@ def test_an_unlabelled_test_split_reads_as_unlabelled(tmp_path):
     assert encode_labels(test, ("1",), "test").tolist() == [-1]
 
 
-def test_word_order_examples_hold_the_same_bytes_either_way():
+def test_text_order_examples_hold_the_same_bytes_either_way():
     words = b" ".join(b"w%d" % (i % 37) + b"x" * (i % 5) for i in range(3000))
     stream = np.frombuffer(words, np.uint8).astype(np.uint16)
-    examples = word_order_examples(stream, 400, (16, 62), seed=0, where="t")
-    again = word_order_examples(stream, 400, (16, 62), seed=0, where="t")
+    examples = text_order_examples(stream, 400, (16, 62), seed=0, where="t")
+    again = text_order_examples(stream, 400, (16, 62), seed=0, where="t")
     assert [e.text for e in examples] == [e.text for e in again]
     counts = collections.Counter(e.label for e in examples)
     assert set(counts) == set(CLASSES) and abs(counts["reversed"] - 200) < 40
     for e in examples:
         assert 16 <= len(e.text.encode()) <= 62
-        assert e.text.split(" ") != e.text.split(" ")[::-1], "a palindrome has no order to tell"
-    long = word_order_examples(stream, 400, (16, 254), seed=1, where="t")
+        assert e.text != e.text[::-1], "a palindrome has no order to tell"
+    long = text_order_examples(stream, 400, (16, 254), seed=1, where="t")
     sizes = np.array([len(e.text) for e in long])
     assert (sizes <= 64).mean() > 0.3 and (sizes > 128).mean() > 0.2, "log-uniform lengths"
 
