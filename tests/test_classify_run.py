@@ -27,6 +27,7 @@ SHRINK = (
     "train.checkpoint_every=2",
     "train.progress=False",
     "optim.warmup_steps=1",
+    "eval.batch_tokens=256",
 )
 
 
