@@ -17,7 +17,6 @@ GLUE table (Table 2) and its long-document table (Table 5).
 
 from __future__ import annotations
 
-import csv
 import math
 import os
 import statistics
@@ -26,7 +25,7 @@ from collections.abc import Sequence
 from posenc.classify_metrics import CLASSIFICATION_METRICS, REGRESSION_METRICS
 from posenc.report.runs import Column, Run, cell, group_runs, table_lengths
 from posenc.report.tables import describe, format_table, write_runs_csv
-from posenc.report.translation import bucket_table
+from posenc.report.translation import bucket_table, write_overall_csv
 
 CLASSIFY_METRICS = tuple(dict.fromkeys((*CLASSIFICATION_METRICS, *REGRESSION_METRICS)))
 
@@ -152,18 +151,6 @@ def write_classify_report(sweep_dir: str, runs: Sequence[Run], metric: str) -> l
     paths = [os.path.join(sweep_dir, n) for n in ("report.md", "report.csv", "runs.csv")]
     with open(paths[0], "w") as f:
         f.write("\n".join(md))
-    _write_csv(paths[1], all_columns, have)
+    write_overall_csv(paths[1], all_columns, (*have, "loss"), _overall)
     write_runs_csv(paths[2], runs, sweep_dir)
     return paths + [os.path.join(sweep_dir, p) for p in plots]
-
-
-def _write_csv(path: str, columns: Sequence[Column], metrics: Sequence[str]) -> None:
-    keys = (*metrics, "loss")
-    with open(path, "w", newline="") as f:
-        writer = csv.writer(f)
-        writer.writerow(["configuration", "n", *keys, *(f"{k} spread" for k in keys)])
-        for column in columns:
-            values = [_overall(column, k) for k in keys]
-            means = [math.fsum(v) / len(v) if v else "" for v in values]
-            spreads = [statistics.stdev(v) if len(v) > 1 else "" for v in values]
-            writer.writerow([column.label, len(column.runs), *means, *spreads])

@@ -24,7 +24,7 @@ import csv
 import math
 import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from posenc.report.runs import Column, Run, cell, group_runs, table_lengths
 from posenc.report.tables import describe, format_table, write_runs_csv
@@ -214,12 +214,22 @@ def write_translation_report(
 
 
 def _write_csv(path: str, columns: Sequence[Column]) -> None:
-    keys = (*TRANSLATION_METRICS, "loss")
+    write_overall_csv(path, columns, (*TRANSLATION_METRICS, "loss"), _overall)
+
+
+def write_overall_csv(
+    path: str,
+    columns: Sequence[Column],
+    keys: Sequence[str],
+    values: Callable[[Column, str], list[float]],
+) -> None:
+    """``report.csv`` of a table with one row per configuration: ``values(column, key)`` (one
+    per seed) as the mean and sample standard deviation of each key, full precision."""
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["configuration", "n", *keys, *(f"{k} spread" for k in keys)])
         for column in columns:
-            values = [_overall(column, k) for k in keys]
-            means = [math.fsum(v) / len(v) if v else "" for v in values]
-            spreads = [statistics.stdev(v) if len(v) > 1 else "" for v in values]
+            per_key = [values(column, k) for k in keys]
+            means = [math.fsum(v) / len(v) if v else "" for v in per_key]
+            spreads = [statistics.stdev(v) if len(v) > 1 else "" for v in per_key]
             writer.writerow([column.label, len(column.runs), *means, *spreads])
