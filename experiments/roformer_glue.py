@@ -13,7 +13,8 @@ evaluated at the training length and per length bucket (1x, 2x, 4x the training 
 
 - ``tiny``: the embedded text-order task (``labelled:default``, 50 % without positions),
   rows of 64 tokens; the learned table has 256 rows (BERT's is as long as its longest input),
-  so the 2x and 4x buckets read rows it never trained.
+  so the 2x and 4x buckets read rows it never trained, drawn on the token embeddings' scale
+  (``--learned-init-std``, :data:`LEARNED_INIT_STD`).
 - ``glue``: BERT-base's shape, ``tfds:glue/<task>`` (prepare it first: ``tfds build
   glue/<task> --data_dir=<dir> --file_format=array_record``), rows of 128 tokens;
   ``--pretrain-steps`` masked-LM steps on ``--pretrain-source`` (a prepared corpus; ``pystdlib``
@@ -42,6 +43,11 @@ CONFIG = os.path.normpath(
 )
 # The learned table's rows: 4x the tiny training length, so that every bucket can be read.
 LEARNED_ROWS = {"tiny": 256, "glue": 512}
+# The learned table's initial scale: that of the token embeddings, as in BERT (both tables
+# N(0, 0.02)). posenc scales token embeddings by sqrt(D) (entries ~ N(0, 1)), so the encoder's
+# default 0.02 would start positions 50x smaller than tokens: at the tiny scale they are then
+# never learned (chance on the text-order task, the bag-of-bytes plateau of masked LM).
+LEARNED_INIT_STD = 1.0
 
 
 def _run(spec: str, workdir: str, overrides: list[str]) -> None:
@@ -68,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pretrain-steps", type=int, default=None)
     parser.add_argument("--pretrain-source", default="pystdlib")
     parser.add_argument("--init-from", help="a masked-LM run to fine-tune instead of pre-training")
+    parser.add_argument("--learned-init-std", type=float, default=LEARNED_INIT_STD)
     parser.add_argument("--workdir", help="default runs/roformer_glue_<variant>[_<task>]")
     args = parser.parse_args(rest)
     glue = args.variant == "glue"
@@ -86,8 +93,11 @@ def main(argv: list[str] | None = None) -> int:
     start = time.perf_counter()
     for name in args.encoders.split(","):
         encoding = [f"encoding.name={name}"]
-        if name == "learned":
-            encoding.append(f"encoding.hparams.max_len={LEARNED_ROWS[args.variant]}")
+        if name == "learned":  # see LEARNED_INIT_STD
+            encoding += [
+                f"encoding.hparams.max_len={LEARNED_ROWS[args.variant]}",
+                f"encoding.hparams.init_std={args.learned_init_std}",
+            ]
         for seed in args.seeds.split(","):
             point = [*encoding, f"seed={seed}", *data]
             mlm = args.init_from or os.path.join(workdir, "mlm", f"{name}__seed-{seed}")
