@@ -98,7 +98,11 @@ def _cmd_train(args, overrides) -> int:
         print(f"step {result.step}: train loss {result.history[-1]['loss']:.4f}")
     if not args.no_eval and result.step == config.train.steps:
         print(f"evaluating {args.workdir} at {_lengths_text(config)}")
-        evaluate_workdir(args.workdir, overrides=config, model=result.model, step=result.step)
+        report = evaluate_workdir(
+            args.workdir, overrides=config, model=result.model, step=result.step
+        )
+        if report.get("objective") == "classification":
+            print(_classification_summary(report))
     return 0
 
 

@@ -315,7 +315,10 @@ class Trainer:
 
     def local_batch(
         self,
-        windows: data_lib.TrainWindows | data_lib.StreamSegments | tasks.TaskBatches,
+        windows: data_lib.TrainWindows
+        | data_lib.StreamSegments
+        | tasks.TaskBatches
+        | classify.ClassifyBatches,
         step: int,
     ) -> dict[str, np.ndarray]:
         """This process's rows of step ``step``'s batch: ``inputs``, ``targets`` (for a task,
