@@ -34,7 +34,6 @@ from flax import nnx
 
 from posenc import classify_metrics
 from posenc.data.classify_batching import (
-    VOCAB_SIZE,
     ClassifyBatches,
     EncodedExamples,
     encode_examples,
@@ -251,53 +250,3 @@ def evaluate_classifier(
         "results": results,
         "seconds": time.perf_counter() - start,
     }
-
-
-# --- config -------------------------------------------------------------------------------------
-
-
-def validate(config: ml_collections.ConfigDict) -> None:
-    """Checks a classification run's config; one line naming the first bad field."""
-    from posenc.config import _require_int, _validate_optim, eval_lengths
-    from posenc.models.build import make_encoding, model_config
-
-    m, t, e = config.model, config.train, config.eval
-    if t.get("objective") != "classification":
-        raise ValueError(
-            f"train.objective={t.get('objective')!r} with model.assembly='classifier': a "
-            "classifier trains on labels; use train.objective=classification"
-        )
-    head_config(config)  # num_labels, pool, num_segments, pooler
-    model_cfg = model_config(config)  # shapes and rates
-    if model_cfg.causal:
-        raise ValueError(
-            "model.causal must be False for model.assembly='classifier': every token reads both "
-            "sides, as in the masked-LM model it is fine-tuned from"
-        )
-    if model_cfg.mem_len:
-        raise ValueError("model.mem_len must be 0 for model.assembly='classifier'")
-    if m.vocab_size < VOCAB_SIZE:
-        raise ValueError(
-            f"model.vocab_size={m.vocab_size} has no id for [CLS] (id {VOCAB_SIZE - 1}, after "
-            f"the bytes, the separator and the mask token); use model.vocab_size >= {VOCAB_SIZE}"
-        )
-    encoding = make_encoding(config)
-    encoding.bind(model_cfg.dims)
-    encoding.check_causal(False)
-    for field in ("steps", "log_every", "checkpoint_every", "keep_checkpoints", "batch_size"):
-        _require_int(f"train.{field}", t[field])
-    _require_int("train.seq_len", t.seq_len, 4)
-    encoding.check_length(t.seq_len)
-    for field, value in (("train.positions", t.positions), ("eval.positions", e.positions)):
-        if value == "randomized":
-            raise ValueError(
-                f"{field}='randomized' applies to decoder-only runs; a classifier reads "
-                "contiguous positions"
-            )
-    _validate_optim(config.optim)
-    if e.split not in ("validation", "test"):
-        raise ValueError(f"eval.split must be one of ['validation', 'test'], got {e.split!r}")
-    lengths = eval_lengths(config)
-    if not lengths or any(not isinstance(n, int) or n < 4 for n in lengths):
-        raise ValueError(f"eval.lengths must be integers >= 4, got {list(lengths)}")
-    _require_int("eval.batch_tokens", e.batch_tokens)

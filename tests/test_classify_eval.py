@@ -10,7 +10,7 @@ from flax import nnx
 from test_classify_run import CONFIG, SHRINK
 
 from posenc import classify, classify_metrics
-from posenc.config import apply_overrides, load_config
+from posenc.config import apply_overrides, load_config, validate
 from posenc.data.classify_batching import encode_row
 from posenc.models import build
 
@@ -28,7 +28,7 @@ def test_buckets_read_each_example_whole_and_overall_truncates(tmp_path):
         load_config(f"{CONFIG}:tiny"),
         [*SHRINK, f"data.source='tsv:{tmp_path}'", "model.num_labels=1", "eval.lengths=16,32"],
     )
-    classify.validate(config)
+    validate(config)
     source, classes = classify.open_data(config)
     model = build(config)
     fields = classify.evaluate_classifier(
