@@ -31,6 +31,11 @@ def _model(name="rope", **head) -> Classifier:
     return Classifier(CONFIG, encodings.get(name), HeadConfig(**head), rngs=nnx.Rngs(0))
 
 
+# One compilation per model and shape: eager execution compiles every operation on first use.
+_call = nnx.jit(lambda model, *args: model(*args))
+_encode = nnx.jit(lambda model, *args: model.encode(*args))
+
+
 def _tokens(seed=0, shape=(2, 9)):
     return jnp.asarray(np.random.default_rng(seed).integers(1, 40, shape), jnp.int32)
 
@@ -39,27 +44,23 @@ def test_mean_pooling_is_the_mean_of_the_real_tokens_states():
     model = _model(pool="mean", pooler=False)
     tokens = _tokens()
     mask = jnp.arange(9)[None, :] < jnp.array([[6], [9]])
-    states = model.encode(tokens, mask=mask)  # [B, T, D]
+    states = _encode(model, tokens, None, mask)  # [B, T, D]
     naive = jnp.stack([states[0, :6].mean(0), states[1].mean(0)])
     expected = naive @ model.head.out.kernel[...] + model.head.out.bias[...]
-    np.testing.assert_allclose(model(tokens, mask=mask), expected, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(_call(model, tokens, None, mask), expected, rtol=1e-5, atol=1e-5)
 
 
-def test_first_token_pooling_with_the_pooler_is_tanh_dense_then_out():
+def test_first_token_pooling_with_the_pooler_is_tanh_dense_then_out_and_reads_segments():
     model = _model(num_labels=3)
     tokens = _tokens(1)
-    first = model.encode(tokens)[:, 0]
+    first = _encode(model, tokens)[:, 0]
     pooled = jnp.tanh(first @ model.head.pooler.kernel[...] + model.head.pooler.bias[...])
     expected = pooled @ model.head.out.kernel[...] + model.head.out.bias[...]
-    assert model(tokens).shape == (2, 3)
-    np.testing.assert_allclose(model(tokens), expected, rtol=1e-5, atol=1e-5)
-
-
-def test_segments_change_the_output():
-    model = _model()
-    tokens = _tokens(2)
+    outputs = _call(model, tokens, jnp.zeros_like(tokens))  # segment 0 throughout, as None
+    assert outputs.shape == (2, 3)
+    np.testing.assert_allclose(outputs, expected, rtol=1e-5, atol=1e-5)
     segments = (jnp.arange(9)[None, :] >= 4).astype(jnp.int32).repeat(2, 0)
-    assert np.abs(model(tokens, segments) - model(tokens)).max() > 1e-5
+    assert np.abs(_call(model, tokens, segments) - outputs).max() > 1e-5, "segments are read"
 
 
 @pytest.mark.parametrize("name,blind", [("nope", True), ("rope", False)])
@@ -69,7 +70,7 @@ def test_text_order_is_invisible_without_positions(name, blind):
     model = _model(name, num_segments=0)
     tokens = _tokens(3, (1, 9))
     swapped = tokens.at[0, 1:].set(tokens[0, 1:][::-1])
-    difference = float(np.abs(model(tokens) - model(swapped)).max())
+    difference = float(np.abs(_call(model, tokens) - _call(model, swapped)).max())
     assert (difference < 1e-5) == blind, difference
 
 
