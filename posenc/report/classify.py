@@ -23,9 +23,9 @@ import statistics
 from collections.abc import Sequence
 
 from posenc.classify_metrics import CLASSIFICATION_METRICS, REGRESSION_METRICS
-from posenc.report.runs import Column, Run, cell, group_runs, table_lengths
+from posenc.report.runs import Column, Run, group_runs
 from posenc.report.tables import describe, format_table, write_runs_csv
-from posenc.report.translation import bucket_table, write_overall_csv
+from posenc.report.translation import bucket_table, plot_buckets, write_overall_csv
 
 CLASSIFY_METRICS = tuple(dict.fromkeys((*CLASSIFICATION_METRICS, *REGRESSION_METRICS)))
 
@@ -69,32 +69,6 @@ def task_table(columns: Sequence[Column], metrics: Sequence[str]) -> list[list[s
             ]
         )
     return rows
-
-
-def _plot(path: str, columns: Sequence[Column], metric: str, train_len: int) -> None:
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for column in columns:
-        xs, ys, errs = [], [], []
-        for length in table_lengths([column]):
-            entry = cell(column, length, metric)
-            if entry is None or entry.mean is None:
-                continue
-            xs.append(length / train_len)
-            ys.append(entry.mean)
-            errs.append(entry.spread or 0.0)
-        ax.errorbar(
-            xs, ys, yerr=errs, marker="o", capsize=3, label=f"{column.label} (n={len(column.runs)})"
-        )
-    ax.set_xscale("log", base=2)
-    ax.set_xlabel("example length bucket (upper bound, multiples of the training length)")
-    ax.set_ylabel(metric)
-    ax.axvline(1, color="grey", linestyle=":", linewidth=1)
-    ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
 
 
 def _describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
@@ -144,7 +118,14 @@ def write_classify_report(sweep_dir: str, runs: Sequence[Run], metric: str) -> l
         rows[0][0] = "example length"
         md += format_table(rows[0], rows[1:]) + [""]
         plot = f"{metric}_by_length_L{train_len}.png"
-        _plot(os.path.join(sweep_dir, plot), columns, metric, train_len)
+        plot_buckets(
+            os.path.join(sweep_dir, plot),
+            columns,
+            metric,
+            lambda column, length, n=train_len: length / n,
+            "example length bucket (upper bound, multiples of the training length)",
+            metric,
+        )
         plots.append(plot)
         md += [f"![{metric} by example length]({plot})", ""]
         md += ["*Error bars: sample standard deviation over seeds (none for n = 1).*", ""]

@@ -93,6 +93,35 @@ def bucket_table(columns: Sequence[Column], metric: str) -> list[list[str]]:
 
 
 def _plot(path: str, columns: Sequence[Column], metric: str) -> None:
+    def multiple(column: Column, length: int) -> float:
+        return next(
+            r["max_multiple"]
+            for run in column.runs
+            for r in run.eval["results"]
+            if r["length"] == length
+        )
+
+    plot_buckets(
+        path,
+        columns,
+        metric,
+        multiple,
+        "source length bucket (upper bound, multiples of the training length)",
+        _METRIC_TEXT[metric],
+    )
+
+
+def plot_buckets(
+    path: str,
+    columns: Sequence[Column],
+    metric: str,
+    x_of: Callable[[Column, int], float],
+    xlabel: str,
+    ylabel: str,
+) -> None:
+    """``metric`` per length bucket, one line per column with error bars over seeds; the x of a
+    bucket (upper bound ``length``) is ``x_of(column, length)``, a multiple of the training
+    length (log scale, the training length marked)."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -102,21 +131,15 @@ def _plot(path: str, columns: Sequence[Column], metric: str) -> None:
             entry = cell(column, length, metric)
             if entry is None or entry.mean is None:
                 continue
-            multiple = next(
-                r["max_multiple"]
-                for run in column.runs
-                for r in run.eval["results"]
-                if r["length"] == length
-            )
-            xs.append(multiple)
+            xs.append(x_of(column, length))
             ys.append(entry.mean)
             errs.append(entry.spread or 0.0)
         ax.errorbar(
             xs, ys, yerr=errs, marker="o", capsize=3, label=f"{column.label} (n={len(column.runs)})"
         )
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("source length bucket (upper bound, multiples of the training length)")
-    ax.set_ylabel(_METRIC_TEXT[metric])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.axvline(1, color="grey", linestyle=":", linewidth=1)
     ax.legend(fontsize=7)
     fig.tight_layout()
