@@ -58,6 +58,11 @@ def open_data(config: ml_collections.ConfigDict) -> tuple[LabelledSource, tuple[
     """The run's labelled source and its classes (None for a regression), checked against
     ``model.num_labels``."""
     source = get_labelled_source(config.data.source, config.data.data_dir)
+    if source.pair and head_config(config).num_segments == 1:
+        raise ValueError(
+            f"model.num_segments=1, but data.source={config.data.source!r} holds sentence pairs "
+            "(segments 0 and 1); use model.num_segments=2, or 0 for no segment embedding"
+        )
     if regression(config):
         return source, None
     classes = label_classes(source, source.examples("train"))
@@ -234,7 +239,9 @@ def evaluate_classifier(
     for k, hi in enumerate(bounds):
         row: dict[str, Any] = {"length": hi, "lo": lo, "label": _bucket_label(lo, hi, train_len)}
         if k < len(readable):
-            members = bucket == k
+            # Longer examples truncated into the last readable bucket belong to later buckets
+            # when those exist (an encoder that cannot read them: reported unrepresentable).
+            members = (bucket == k) & ((lengths_all <= hi) | (k == len(bounds) - 1))
             row.update(_scores(outputs[members], examples.labels[members], num_classes))
             row["truncated"] = int((members & (lengths_all > hi)).sum())
         else:

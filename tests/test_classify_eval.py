@@ -69,3 +69,26 @@ def test_buckets_read_each_example_whole_and_overall_truncates(tmp_path):
     assert fields["overall"]["mse"] == pytest.approx(at_train["mse"], rel=1e-4)
     assert fields["overall"]["truncated"] == (lengths > 16).sum()
     assert fields["metric"] == "pearson" and fields["classes"] is None
+
+
+@pytest.mark.slow  # about 3 s of CPU: a model and its compilation
+def test_lengths_a_learned_table_cannot_read_are_unrepresentable_and_not_counted_twice(tmp_path):
+    rows = [("a" * n, "0" if n % 2 else "1") for n in (3, 5, 8, 20, 25)]  # 5 .. 27 tokens
+    for split in ("train", "validation"):
+        lines = ["text\tlabel", *("\t".join(r) for r in rows)]
+        (tmp_path / f"{split}.tsv").write_text("\n".join(lines) + "\n")
+    config = apply_overrides(
+        load_config(f"{CONFIG}:tiny"),
+        [*SHRINK, f"data.source='tsv:{tmp_path}'", "encoding.name=learned",
+         "encoding.hparams.max_len=16", "eval.lengths=16,32"],
+    )  # fmt: skip
+    validate(config)
+    source, classes = classify.open_data(config)
+    fields = classify.evaluate_classifier(
+        build(config), config, source, classes, (16, 32), split="validation"
+    )
+    first, second = fields["results"]
+    assert first["examples"] == 3 and first["truncated"] == 0, "only rows of <= 16 tokens"
+    assert second == {"length": 32, "lo": 16, "label": "1x-2x", "unrepresentable": True,
+                      "examples": 2}  # fmt: skip
+    assert fields["overall"]["examples"] == 5 and fields["overall"]["truncated"] == 2

@@ -58,6 +58,7 @@ def _pairs_folder(folder, rows=24):
         (("model.vocab_size=258",), r"model.vocab_size >= 259"),
         (("model.pool='max'",), r"model.pool must be one of \['first', 'mean'\]"),
         (("train.objective='masked_lm'",), r"use train.objective=classification"),
+        (("model.num_segments=1",), r"holds sentence pairs .*use model.num_segments=2"),
     ],
 )
 def test_bad_classification_configs_are_one_line(tmp_path, overrides, match):
