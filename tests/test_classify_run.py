@@ -130,3 +130,11 @@ def test_fine_tune_from_a_masked_lm_run_resumes_evaluates_and_reports(tmp_path):
     assert code == 0, err
     md = open(os.path.join(straight, "report.md")).read()
     assert "## By example length, trained at 16 tokens: accuracy" in md
+
+
+def test_analyze_refuses_a_classifier_in_one_line():
+    from posenc.analysis.run import check_analyzable
+    from posenc.config import load_config
+
+    with pytest.raises(ValueError, match=r"is a classifier \(model.assembly='classifier'\)"):
+        check_analyzable(load_config(f"{CONFIG}:tiny"), "runs/cls")
