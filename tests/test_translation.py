@@ -39,7 +39,7 @@ def _model(name="rope", seed=0) -> EncoderDecoder:
 
 
 @pytest.mark.parametrize(
-    "name", ["rope", *(pytest.param(n, marks=pytest.mark.slow) for n in ("t5", "sinusoidal"))]
+    "name", [pytest.param(n, marks=pytest.mark.slow) for n in ("rope", "t5", "sinusoidal")]
 )
 def test_cached_beam_search_equals_recomputation(name):
     """The search over the decoder's caches picks what a search that reruns the whole decoder
@@ -68,6 +68,7 @@ def test_cached_beam_search_equals_recomputation(name):
     np.testing.assert_allclose(scores_c, scores_r, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_translations_come_back_in_order_and_within_their_limits():
     model = _model()
     pairs = PAIRS[1:3]  # two buckets: the outputs are sorted back into order
