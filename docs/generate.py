@@ -203,10 +203,34 @@ def checks() -> str:
     return "\n".join(items)
 
 
+def settings() -> str:
+    """``testing.Settings``: each field, its default and its line of the class docstring."""
+    from posenc import testing
+
+    meaning: dict[str, str] = {}
+    names: list[str] = []
+    attributes = inspect.getdoc(testing.Settings).split("Attributes:\n", 1)[1]
+    for line in attributes.splitlines():
+        if line.startswith("  ") and not line.startswith("    "):  # "  a, b: what they are"
+            head, text = line.strip().split(": ", 1)
+            names = [n.strip() for n in head.split(",")]
+            for name in names:
+                meaning[name] = text
+        elif line.strip():  # a continuation of the entry above
+            for name in names:
+                meaning[name] += " " + line.strip()
+    rows = ["| field | default | meaning |", "|---|---|---|"]
+    for field in dataclasses.fields(testing.Settings):
+        what = meaning.get(field.name, "")
+        rows.append(_row([f"`{field.name}`", f"`{field.default!r}`", rst_to_markdown(what)]))
+    return "\n".join(rows)
+
+
 REGIONS: dict[str, Callable[[], str]] = {
     "encoders": encoders,
     "contract": contract,
     "checks": checks,
+    "settings": settings,
 }
 
 
