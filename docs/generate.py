@@ -11,9 +11,10 @@ A page marks a generated region with two HTML comments (invisible on GitHub)::
 
 and ``REGIONS`` says what fills it: the encoder registry (each encoder's paper, hooks, learned
 parameters, declarations and hyperparameters), the contract (``posenc/encodings/base.py``'s
-module docstring) and the contract battery's checks (``posenc.testing.CHECKS`` and their
-docstrings). Text outside the markers is hand-written and left alone. ``tests/test_docs.py``
-fails when a committed page differs from what this script writes now.
+module docstring), and the contract battery's checks (``posenc.testing.CHECKS`` and their
+docstrings), settings and per-encoder hyperparameters. Text outside the markers is
+hand-written and left alone. ``tests/test_docs.py`` fails when a committed page differs from
+what this script writes now.
 """
 
 from __future__ import annotations
@@ -226,11 +227,26 @@ def settings() -> str:
     return "\n".join(rows)
 
 
+def battery_hparams() -> str:
+    """``testing.HPARAMS`` and ``testing.BIDIRECTIONAL_HPARAMS``, one row per encoder."""
+    from posenc import testing
+
+    def said(hparams: dict) -> str:
+        return ", ".join(f"`{k}={v!r}`" for k, v in hparams.items()) or "—"
+
+    rows = ["| encoder | every check | the `bidirectional` check |", "|---|---|---|"]
+    for name in sorted(testing.HPARAMS.keys() | testing.BIDIRECTIONAL_HPARAMS.keys()):
+        both = (testing.HPARAMS.get(name, {}), testing.BIDIRECTIONAL_HPARAMS.get(name, {}))
+        rows.append(_row([f"`{name}`", *map(said, both)]))
+    return "\n".join(rows)
+
+
 REGIONS: dict[str, Callable[[], str]] = {
     "encoders": encoders,
     "contract": contract,
     "checks": checks,
     "settings": settings,
+    "battery-hparams": battery_hparams,
 }
 
 

@@ -86,7 +86,9 @@ def test_the_generated_regions_come_from_the_code():
     from posenc import encodings, testing
 
     generate = _generator()
-    empty = "".join(f"<!-- generated: {n} -->\n<!-- end generated: {n} -->\n" for n in generate.REGIONS)
+    empty = "".join(
+        f"<!-- generated: {n} -->\n<!-- end generated: {n} -->\n" for n in generate.REGIONS
+    )
     page = generate.render(empty)
     for name in encodings.names():
         if not encodings.get_class(name).__module__.startswith("posenc.encodings."):
