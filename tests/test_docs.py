@@ -1,4 +1,4 @@
-"""The README and docs/ pages hold together: every relative link reaches a file (and heading),
+"""The README, experiments/README.md and the docs/ pages hold together: every relative link reaches a file (and heading),
 and the generated regions are what ``docs/generate.py`` writes from the code today."""
 
 import importlib.util
@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from _train_helpers import REPO
 
-PAGES = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md"))]
+PAGES = [REPO / "README.md", REPO / "experiments/README.md", *sorted((REPO / "docs").glob("*.md"))]
 
 _FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 _CODE_SPAN = re.compile(r"`[^`\n]*`")
