@@ -1,5 +1,6 @@
-"""The README, experiments/README.md and the docs/ pages hold together: every relative link reaches a file (and heading),
-and the generated regions are what ``docs/generate.py`` writes from the code today."""
+"""The README, experiments/README.md and the docs/ pages hold together: every relative link
+reaches a file (and heading), and the generated regions are what ``docs/generate.py`` writes
+from the code today."""
 
 import importlib.util
 import re
