@@ -182,7 +182,8 @@ def contract() -> str:
     """The contract as ``posenc/encodings/base.py`` states it."""
     from posenc.encodings import base
 
-    return rst_to_markdown(inspect.getdoc(base) or "")
+    title, *rest = _paragraphs(inspect.getdoc(base) or "")  # the page has its own heading
+    return rst_to_markdown("\n\n".join(rest))
 
 
 def checks() -> str:
