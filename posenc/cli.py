@@ -222,6 +222,11 @@ def _cmd_translate(args, overrides) -> int:
 def _cmd_data_prepare(args, overrides) -> int:
     from posenc import data
 
+    if _is_parallel(args):
+        source = data.prepare_parallel(
+            args.spec, args.data_dir, src_lang=args.src_lang, tgt_lang=args.tgt_lang
+        )
+        return _show_parallel(source, args)
     source = data.prepare(args.spec, data_dir=args.data_dir, text_field=args.text_field)
     return _show_source(source, args)
 
@@ -229,8 +234,51 @@ def _cmd_data_prepare(args, overrides) -> int:
 def _cmd_data_info(args, overrides) -> int:
     from posenc import data
 
+    if _is_parallel(args):
+        source = data.get_parallel_source(
+            args.spec, args.data_dir, src_lang=args.src_lang, tgt_lang=args.tgt_lang
+        )
+        return _show_parallel(source, args)
     source = data.get_source(args.spec, data_dir=args.data_dir, text_field=args.text_field)
     return _show_source(source, args)
+
+
+def _is_parallel(args) -> bool:
+    """Whether `posenc data` names a translation source: `parallel:...`, languages given, or a
+    TFDS builder whose features are one `Translation` (WMT, TED, ...). Building a TFDS builder
+    object reads its registered class only; nothing downloads here."""
+    if args.spec.startswith("parallel:") or args.src_lang or args.tgt_lang:
+        return True
+    if not args.spec.startswith("tfds:"):
+        return False
+    from posenc.data.base import resolve_data_dir
+    from posenc.data.tfds_source import import_tfds, tfds_builder
+
+    tfds = import_tfds()
+    try:
+        builder = tfds_builder(args.spec[len("tfds:") :], resolve_data_dir(args.data_dir))
+    except Exception:  # an unknown builder: the text path says so in its own words
+        return False
+    return isinstance(builder.info.features, tfds.features.Translation)
+
+
+def _show_parallel(source, args) -> int:
+    """A parallel source's languages and pairs per split, or its info as JSON."""
+    for split in source.splits:  # reads (and caches the counts of) every split once
+        source.pairs(split)
+    info = source.info()
+    if args.json:
+        print(json.dumps(_brief(info), indent=2))
+        return 0
+    print(f"{info['spec']}: {info['src_lang']} -> {info['tgt_lang']}")
+    for split, entry in info["splits"].items():
+        dropped = entry.get("dropped_empty", 0)
+        print(
+            f"  {split}: {entry['pairs']:,} pairs" + f" ({dropped:,} empty dropped)" * bool(dropped)
+        )
+    if "content_sha256" in info:
+        print(f"  content sha256 {info['content_sha256']}")
+    return 0
 
 
 def _show_source(source, args) -> int:
@@ -404,7 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
         ("info", _cmd_data_info, "print a prepared source's splits, sizes and content hash"),
     ):
         q = data_sub.add_parser(name, help=text, description=text + splits)
-        q.add_argument("spec", help="pystdlib | textdir:<path> | tfds:<name>[/<config>]")
+        q.add_argument(
+            "spec",
+            help="pystdlib | textdir:<path> | tfds:<name>[/<config>] | parallel:<dir|default>",
+        )
         # The underscore spellings are what DataNotFoundError's messages print (TFDS's style).
         q.add_argument(
             "--data-dir",
@@ -418,6 +469,13 @@ def build_parser() -> argparse.ArgumentParser:
             default=None,
             help="tfds: the text feature (default text)",
         )
+        for side in ("src", "tgt"):
+            q.add_argument(
+                f"--{side}-lang",
+                f"--{side}_lang",
+                default=None,
+                help=f"translation sources: the {side} language (default the source's)",
+            )
         q.add_argument(
             "--longest",
             type=_length,
