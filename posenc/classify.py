@@ -242,7 +242,10 @@ def evaluate_classifier(
             # Longer examples truncated into the last readable bucket belong to later buckets
             # when those exist (an encoder that cannot read them: reported unrepresentable).
             members = (bucket == k) & ((lengths_all <= hi) | (k == len(bounds) - 1))
-            row.update(_scores(outputs[members], examples.labels[members], num_classes))
+            if members.any():  # an empty bucket has no metrics (a table shows "—")
+                row.update(_scores(outputs[members], examples.labels[members], num_classes))
+            else:
+                row["examples"] = 0
             row["truncated"] = int((members & (lengths_all > hi)).sum())
         else:
             row["unrepresentable"] = True

@@ -172,7 +172,7 @@ def _classification_summary(report: dict) -> str:
         f"length ({overall['truncated']} truncated)"
     ]
     for row in report["results"]:
-        value = "—" if row.get("unrepresentable") else f"{row[metric]:.4f}"
+        value = f"{row[metric]:.4f}" if metric in row else "—"
         lines.append(
             f"  {row['label']:>8} (<= {row['length']} tokens): {metric} {value} over "
             f"{row['examples']} examples"
