@@ -6,6 +6,7 @@
     posenc sweep --config configs/sweeps/alibi_table2.py:tiny --workdir runs/table2
     posenc report runs/table2
     posenc analyze --workdir runs/alibi --lengths 64,1024
+    posenc retrieval --workdir runs/alibi --tasks passkey,niah_single_1 --lengths 256,1024
 
 Config overrides are given as ``--config.<field>=<value>`` (any number, applied in order).
 Errors are one line on stderr (exit status 2; 3 when training diverged; 130 when interrupted);
@@ -171,6 +172,43 @@ def _cmd_analyze(args, overrides) -> int:
     )
     print("\n".join(summary_lines(record, args.workdir)))
     return 0
+
+
+def _cmd_retrieval(args, overrides) -> int:
+    from posenc.retrieval.rundir import retrieval_workdir, summary_lines
+
+    print(f"retrieval on {args.workdir}: {', '.join(args.tasks)}")
+    record = retrieval_workdir(
+        args.workdir,
+        tasks=args.tasks,
+        lengths=args.lengths,
+        depths=args.depths,
+        trials=args.trials,
+        seed=args.seed,
+        haystack=args.haystack,
+        batch_size=args.batch_size,
+        threshold=args.threshold,
+        overrides=overrides,
+        progress=True,
+    )
+    print("\n".join(summary_lines(record, args.workdir)))
+    return 0
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x for x in text.replace(" ", "").split(",") if x)
+
+
+def _float_list(text: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in text.replace(" ", "").split(",") if x)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"expected comma-separated numbers, got {text!r}"
+        ) from None
+    if not values:
+        raise argparse.ArgumentTypeError("expected at least one number")
+    return values
 
 
 def _cmd_translate(args, overrides) -> int:
@@ -347,6 +385,52 @@ def build_parser() -> argparse.ArgumentParser:
         help="queries per block; memory grows as L x block (default 128)",
     )
     p.set_defaults(func=_cmd_analyze)
+
+    p = sub.add_parser(
+        "retrieval",
+        help="passkey and needle-in-a-haystack accuracy by context length and needle depth",
+        description="Score greedy retrieval of the newest intact checkpoint of a decoder-only "
+        "run (trained, or imported from Hugging Face) with its own tokenizer: Landmark "
+        "Attention's passkey prompt and RULER's needle-in-a-haystack tasks (niah_single_1..3, "
+        "niah_multikey_1..3, niah_multivalue, niah_multiquery), prompts of exactly each length "
+        "in the model's tokens with the needle at each depth. Evaluation-time overrides apply "
+        "(e.g. --config.encoding.hparams.scaling=yarn). Writes retrieval.json, retrieval.jsonl "
+        "(every trial: prompt, answer, output), retrieval.md, retrieval.png (heat map) and "
+        "retrieval_length.png in the work directory (retrieval-<changes>.* under changed "
+        "settings), with RULER's effective length.",
+    )
+    p.add_argument("--workdir", required=True, help="a run directory")
+    p.add_argument(
+        "--tasks",
+        type=_names,
+        default=("passkey",),
+        help="comma-separated task names (default passkey)",
+    )
+    p.add_argument(
+        "--lengths", type=_int_list, help="prompt lengths in tokens (default the eval lengths)"
+    )
+    p.add_argument(
+        "--depths",
+        type=_float_list,
+        default=(0.0, 0.25, 0.5, 0.75, 1.0),
+        help="needle depths, fractions of the context in [0, 1] (default 0,0.25,0.5,0.75,1)",
+    )
+    p.add_argument("--trials", type=_count, default=10, help="trials per length and depth")
+    p.add_argument("--seed", type=int, default=0, help="seed of the prompts (default 0)")
+    p.add_argument(
+        "--haystack",
+        default=None,
+        help="text source of essay haystacks (pystdlib, textdir:<folder>, tfds:<name>; default "
+        "the run's data source, or pystdlib for a synthetic run)",
+    )
+    p.add_argument("--batch-size", type=_count, default=16, help="trials decoded together")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=85.6,
+        help="effective length threshold in percent (default RULER's 85.6)",
+    )
+    p.set_defaults(func=_cmd_retrieval)
 
     p = sub.add_parser(
         "translate",

@@ -18,7 +18,7 @@ from posenc.retrieval.run import (
     model_generator,
     trial_rng,
 )
-from posenc.retrieval.score import RULER_THRESHOLD, effective_length, score
+from posenc.retrieval.score import RULER_THRESHOLD, effective_length, score_output
 from posenc.retrieval.tasks import NAMES, TASKS, Task, draw
 
 __all__ = [
@@ -36,6 +36,6 @@ __all__ = [
     "effective_length",
     "evaluate_retrieval",
     "model_generator",
-    "score",
+    "score_output",
     "trial_rng",
 ]

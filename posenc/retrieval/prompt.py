@@ -135,6 +135,30 @@ class Haystack:
         return np.concatenate(parts)[:n] if parts else np.zeros((0,), np.int64)
 
 
+def pieces(
+    tokenizer: Any, draw: Draw, prefix: Sequence[int] = (), suffix: Sequence[int] = ()
+) -> tuple[np.ndarray, list[np.ndarray], np.ndarray]:
+    """The token ids of a trial's fixed parts: ``prefix + head``, each needle, ``tail + suffix``.
+
+    Raises:
+      ValueError: a needle the tokenizer cannot encode (its answer does not decode back).
+    """
+    head = np.concatenate([np.asarray(prefix, np.int64), _ids(tokenizer, draw.head)])
+    tail = np.concatenate([_ids(tokenizer, draw.tail), np.asarray(suffix, np.int64)])
+    needles = [_ids(tokenizer, text) for text in draw.needles]
+    for text, ids in zip(draw.needles, needles, strict=True):
+        _check_encodable(tokenizer, text, ids, draw.answers)
+    return head, needles, tail
+
+
+def fixed_tokens(
+    tokenizer: Any, draw: Draw, prefix: Sequence[int] = (), suffix: Sequence[int] = ()
+) -> int:
+    """The tokens of a trial's prompt without filler: the shortest length it fits."""
+    head, needles, tail = pieces(tokenizer, draw, prefix, suffix)
+    return len(head) + len(tail) + sum(len(n) for n in needles)
+
+
 def build(
     task: Task,
     draw: Draw,
@@ -162,12 +186,7 @@ def build(
         small, a needle the tokenizer cannot encode; one line each.
     """
     depth = check_depth(depth)
-    tok = haystack.tokenizer
-    head = np.concatenate([np.asarray(prefix, np.int64), _ids(tok, draw.head)])
-    tail = np.concatenate([_ids(tok, draw.tail), np.asarray(suffix, np.int64)])
-    needles = [_ids(tok, text) for text in draw.needles]
-    for text, ids in zip(draw.needles, needles, strict=True):
-        _check_encodable(tok, text, ids, draw.answers)
+    head, needles, tail = pieces(haystack.tokenizer, draw, prefix, suffix)
     fixed = len(head) + len(tail) + sum(len(n) for n in needles)
     filler = int(length) - fixed
     if filler < 0:
@@ -184,16 +203,16 @@ def build(
         hay = haystack.distractors(task, rng, filler)
     else:
         hay = haystack.tokens(task.haystack, filler)
-    pieces, starts, at, cursor = [head], [0] * len(needles), len(head), 0
+    parts, starts, at, cursor = [head], [0] * len(needles), len(head), 0
     for i in order:
         cut = hay[: points[i] - cursor] if restart else hay[cursor : points[i]]
-        pieces += [cut, needles[i]]
+        parts += [cut, needles[i]]
         at += len(cut)
         starts[i] = at
         at += len(needles[i])
         cursor = points[i]
-    pieces += [hay[: filler - cursor] if restart else hay[cursor:filler], tail]
-    ids = np.concatenate(pieces).astype(np.int32)
+    parts += [hay[: filler - cursor] if restart else hay[cursor:filler], tail]
+    ids = np.concatenate(parts).astype(np.int32)
     assert len(ids) == length, (len(ids), length)  # the construction above, not input
     return Prompt(ids, tuple(starts), starts[draw.answer_needle], filler, fixed)
 

@@ -121,11 +121,17 @@ def evaluate_retrieval(
     tasks, lengths, depths = check_request(task_names, lengths, depths, trials)
     haystack = haystack or _prompt.Haystack(tokenizer)
     record: dict[str, Any] = {"tasks": {}}
+    # Every trial's draws first, so a length too short for any of them is refused before work.
+    plan = {
+        (task.name, length): _num_new(task, tokenizer, length, seed, trials, prefix, suffix)
+        for task in tasks
+        for length in lengths
+    }
     for task in tasks:
         cells, by_length = [], []
         for length in lengths:
             start = time.perf_counter()
-            num_new, drawn = _num_new(task, tokenizer, length, seed, trials)
+            num_new, drawn = plan[task.name, length]
             try:
                 if check_length is not None:
                     check_length(length + num_new)
@@ -192,10 +198,20 @@ def evaluate_retrieval(
     return record
 
 
-def _num_new(task, tokenizer, length, seed, trials) -> tuple[int, list[_tasks.Draw]]:
+def _num_new(task, tokenizer, length, seed, trials, prefix, suffix) -> tuple[int, list]:
     """The trials' draws at one length and the tokens to generate: the task's count, or the
-    longest answer's tokens plus 2 where that is more (a byte-level model spells a UUID)."""
+    longest answer's tokens plus 2 where that is more (a byte-level model spells a UUID).
+
+    Raises:
+      ValueError: ``length`` is shorter than some trial's prompt without filler.
+    """
     drawn = [_tasks.draw(task, trial_rng(task.name, length, seed, t)) for t in range(trials)]
+    need = max(_prompt.fixed_tokens(tokenizer, d, prefix, suffix) for d in drawn)
+    if length < need:
+        raise ValueError(
+            f"retrieval length {length} is too short for {task.name}: its prompts without filler "
+            f"take up to {need} tokens in this tokenizer; use lengths >= {need}"
+        )
     longest = max(len(tokenizer.encode(" " + ", ".join(d.answers))) for d in drawn)
     return max(task.tokens_to_generate, longest + 2), drawn
 
@@ -229,7 +245,7 @@ def _trial_record(task, length, depth, t, seed, row, draw, out, tokenizer, stop_
     if stop_id is not None and (ids == stop_id).any():
         ids = ids[: int(np.argmax(ids == stop_id))]
     output = tokenizer.decode(ids)
-    value = _score.score(task.metric, output, draw.answers)
+    value = _score.score_output(task.metric, output, draw.answers)
     return {
         "task": task.name,
         "length": length,

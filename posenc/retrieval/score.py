@@ -22,7 +22,7 @@ RULER_THRESHOLD = 85.6
 _DIGITS = re.compile(r"\d+")
 
 
-def score(metric: str, output: str, answers: Sequence[str]) -> float:
+def score_output(metric: str, output: str, answers: Sequence[str]) -> float:
     """The score in [0, 1] of ``output`` against the expected ``answers`` (module docstring).
 
     Raises:

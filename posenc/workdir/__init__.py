@@ -32,6 +32,8 @@ from posenc.workdir.files import (
     METRICS_FILE,
     OWNED_NAMES,
     POINT_FILE,
+    RETRIEVAL_STEM,
+    RETRIEVAL_SUFFIXES,
     STATUS_FILE,
     SWEEP_FILE,
     TENSORBOARD_DIR,
@@ -62,11 +64,14 @@ from posenc.workdir.run import (
     eval_file_name,
     hypotheses_name,
     matches,
+    retrieval_names,
 )
 
 __all__ = [
     "ANALYSIS_STEM",
     "ANALYSIS_SUFFIXES",
+    "RETRIEVAL_STEM",
+    "RETRIEVAL_SUFFIXES",
     "CHECKPOINT_DIR",
     "CONFIG_FILE",
     "CORRUPT_DIR",
@@ -93,6 +98,7 @@ __all__ = [
     "WorkdirError",
     "append_jsonl",
     "analysis_names",
+    "retrieval_names",
     "atomic_write_bytes",
     "config_from_dict",
     "config_sha256",
