@@ -39,7 +39,7 @@ def markdown(record: dict[str, Any], title: str = "") -> list[str]:
     lines.append(
         f"Score (%) of greedy outputs, {record['trials']} trials per cell, seed {record['seed']}; "
         f"lengths in the model's tokens; depth = the needle's fraction of the context. "
-        f"Effective length: the longest length up to which the mean over tasks stays >= "
+        f"Effective length: the longest length up to which the mean over tasks stays > "
         f"{record['threshold']} % (RULER's threshold)."
     )
     for name, task in record["tasks"].items():

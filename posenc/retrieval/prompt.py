@@ -124,11 +124,14 @@ class Haystack:
         self._cache[kind] = ids
         return ids
 
-    def distractors(self, task: Task, rng: np.random.Generator, n: int) -> np.ndarray:
-        """``n`` tokens of a ``needle`` haystack: fresh needles, one per line (per trial)."""
+    def distractors(
+        self, task: Task, rng: np.random.Generator, n: int, exclude: tuple[str, ...] = ()
+    ) -> np.ndarray:
+        """``n`` tokens of a ``needle`` haystack: fresh needles, one per line, none with a key in
+        ``exclude`` (tokenised per trial: every trial has its own distractors)."""
         parts, total = [], 0
         while total < n:
-            lines = [_tasks.distractor(task, rng) for _ in range(_LINES)]
+            lines = [_tasks.distractor(task, rng, exclude) for _ in range(_LINES)]
             ids = _ids(self.tokenizer, "\n".join(lines) + "\n")
             parts.append(ids)
             total += len(ids)
@@ -200,9 +203,12 @@ def build(
     order = sorted(range(len(needles)), key=lambda i: (points[i], i))
     restart = task.haystack == "passkey"
     if task.haystack == "needle":
-        hay = haystack.distractors(task, rng, filler)
+        hay = haystack.distractors(task, rng, filler, draw.keys)
     else:
-        hay = haystack.tokens(task.haystack, filler)
+        try:
+            hay = haystack.tokens(task.haystack, filler)
+        except ValueError as e:
+            raise ValueError(f"retrieval length {length} ({task.name}): {e}") from None
     parts, starts, at, cursor = [head], [0] * len(needles), len(head), 0
     for i in order:
         cut = hay[: points[i] - cursor] if restart else hay[cursor : points[i]]

@@ -123,7 +123,7 @@ def evaluate_retrieval(
     record: dict[str, Any] = {"tasks": {}}
     # Every trial's draws first, so a length too short for any of them is refused before work.
     plan = {
-        (task.name, length): _num_new(task, tokenizer, length, seed, trials, prefix, suffix)
+        (task.name, length): _plan(task, tokenizer, haystack, length, seed, trials, prefix, suffix)
         for task in tasks
         for length in lengths
     }
@@ -198,20 +198,26 @@ def evaluate_retrieval(
     return record
 
 
-def _num_new(task, tokenizer, length, seed, trials, prefix, suffix) -> tuple[int, list]:
+def _plan(task, tokenizer, haystack, length, seed, trials, prefix, suffix) -> tuple[int, list]:
     """The trials' draws at one length and the tokens to generate: the task's count, or the
     longest answer's tokens plus 2 where that is more (a byte-level model spells a UUID).
 
     Raises:
-      ValueError: ``length`` is shorter than some trial's prompt without filler.
+      ValueError: ``length`` is shorter than some trial's prompt without filler, or longer than
+        the text haystack can fill.
     """
     drawn = [_tasks.draw(task, trial_rng(task.name, length, seed, t)) for t in range(trials)]
-    need = max(_prompt.fixed_tokens(tokenizer, d, prefix, suffix) for d in drawn)
-    if length < need:
+    fixed = [_prompt.fixed_tokens(tokenizer, d, prefix, suffix) for d in drawn]
+    if length < max(fixed):
         raise ValueError(
             f"retrieval length {length} is too short for {task.name}: its prompts without filler "
-            f"take up to {need} tokens in this tokenizer; use lengths >= {need}"
+            f"take up to {max(fixed)} tokens in this tokenizer; use lengths >= {max(fixed)}"
         )
+    if task.needs_text:  # tokenised now, once per length at most, and checked before any trial
+        try:
+            haystack.tokens(task.haystack, length - min(fixed))
+        except ValueError as e:
+            raise ValueError(f"retrieval length {length} ({task.name}): {e}") from None
     longest = max(len(tokenizer.encode(" " + ", ".join(d.answers))) for d in drawn)
     return max(task.tokens_to_generate, longest + 2), drawn
 

@@ -166,6 +166,6 @@ def summary_lines(record: dict[str, Any], workdir: str) -> list[str]:
         for r in record["by_length"]
     ]
     effective = record["effective_length"]
-    lines.append(f"effective length (>= {record['threshold']} %): {effective or 'none'}")
+    lines.append(f"effective length (> {record['threshold']} %): {effective or 'none'}")
     lines += [f"wrote {os.path.join(workdir, name)}" for name in record["files"].values()]
     return lines

@@ -7,8 +7,8 @@
 - ``part`` (RULER's ``string_match_part``): 1 if any expected string is found, else 0.
 
 A trial is ``correct`` when its score is 1. The effective length (RULER, Sec. 4) is the longest
-evaluated length up to which the average score stays at or above a threshold; RULER's is
-Llama-2-7B's average at 4k, 85.6 (%).
+evaluated length up to which the average score stays above a threshold (strictly: RULER's
+"exceeds"); RULER's threshold is Llama-2-7B's average at 4k, 85.6 (%).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ def score_output(metric: str, output: str, answers: Sequence[str]) -> float:
 def effective_length(
     averages: Mapping[int, float], threshold: float = RULER_THRESHOLD
 ) -> int | None:
-    """The longest length ``L`` such that every evaluated length ``<= L`` averages at least
+    """The longest length ``L`` such that every evaluated length ``<= L`` averages above
     ``threshold`` (percent); None when the shortest does not.
 
     Args:
@@ -53,7 +53,7 @@ def effective_length(
     """
     best = None
     for length in sorted(averages):
-        if not averages[length] >= threshold:  # NaN (no trials) fails too
+        if not averages[length] > threshold:  # NaN (no trials) fails too
             break
         best = length
     return best

@@ -165,6 +165,7 @@ class Draw:
         should follow.
       answers: the strings the output must contain (all of them, RULER; the key, passkey).
       joiner: what separates filler and needles (``"\\n"`` for line haystacks, ``" "`` for text).
+      keys: the needles' keys (distractors never reuse one).
     """
 
     head: str
@@ -174,11 +175,23 @@ class Draw:
     tail: str
     answers: tuple[str, ...]
     joiner: str
+    keys: tuple[str, ...] = ()
 
 
-def random_value(kind: str, rng: np.random.Generator) -> str:
+# The longest value of each kind (bounds on a prompt's fixed part).
+LONGEST = {
+    "words": max(WORDS, key=len),
+    "numbers": "9999999",
+    "uuids": "ffffffff-ffff-4fff-bfff-ffffffffffff",
+    "passkey": str(PASSKEY_MAX),
+}
+
+
+def random_value(kind: str, rng: np.random.Generator | None) -> str:
     """A key or value of ``kind``: an adjective-noun word, a 7-digit number (RULER's) or a
-    version-4 UUID."""
+    version-4 UUID; with ``rng=None`` the longest of its kind (:data:`LONGEST`)."""
+    if rng is None:
+        return LONGEST[kind]
     if kind == "words":
         return WORDS[int(rng.integers(len(WORDS)))]
     if kind == "numbers":
@@ -188,10 +201,16 @@ def random_value(kind: str, rng: np.random.Generator) -> str:
     raise ValueError(f"needle kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
-def draw(task: Task, rng: np.random.Generator) -> Draw:
-    """The parts of one trial of ``task`` drawn from ``rng`` (module docstring)."""
+def draw(task: Task, rng: np.random.Generator | None) -> Draw:
+    """The parts of one trial of ``task`` drawn from ``rng`` (module docstring); with
+    ``rng=None`` every key and value is the longest of its kind, the first keys are queried and
+    the other needles sit at depth 0 (a bound on the fixed part of the task's prompts)."""
     if task.name == "passkey":
-        key = str(int(rng.integers(1, PASSKEY_MAX + 1)))
+        key = (
+            random_value("passkey", None)
+            if rng is None
+            else str(int(rng.integers(1, PASSKEY_MAX + 1)))
+        )
         return Draw(
             head=PASSKEY_DESCRIPTION + "\n",
             needles=("\n" + PASSKEY_LINE.format(key=key) + "\n",),
@@ -204,10 +223,13 @@ def draw(task: Task, rng: np.random.Generator) -> Draw:
     keys: list[str] = []
     while len(keys) < task.num_keys:  # distinct keys, so a query names one needle's key
         key = random_value(task.key_type, rng)
-        if key not in keys:
+        if key not in keys or rng is None:
             keys.append(key)
     values = [[random_value(task.value_type, rng) for _ in range(task.num_values)] for _ in keys]
-    queried = sorted(int(i) for i in rng.choice(len(keys), task.num_queries, replace=False))
+    if rng is None:
+        queried = list(range(task.num_queries))
+    else:
+        queried = sorted(int(i) for i in rng.choice(len(keys), task.num_queries, replace=False))
     joiner = " " if task.haystack == "essay" else "\n"
     needles, first_answer = [], None
     for i, key in enumerate(keys):
@@ -216,7 +238,8 @@ def draw(task: Task, rng: np.random.Generator) -> Draw:
                 first_answer = len(needles)
             needles.append(NEEDLE.format(type_v=task.value_type, key=key, value=value))
     needles = [joiner + n + joiner for n in needles]
-    others = tuple(float(x) for x in rng.uniform(0.0, 1.0, len(needles) - 1))
+    count = len(needles) - 1
+    others = (0.0,) * count if rng is None else tuple(float(x) for x in rng.uniform(0, 1, count))
     query_keys = [keys[i] for i in queried]
     query = (
         query_keys[0]
@@ -236,11 +259,15 @@ def draw(task: Task, rng: np.random.Generator) -> Draw:
         tail=tail.format(type_v=type_v, query=query),
         answers=tuple(v for i in queried for v in values[i]),
         joiner=joiner,
+        keys=tuple(keys),
     )
 
 
-def distractor(task: Task, rng: np.random.Generator) -> str:
-    """One line of a ``needle`` haystack: a needle with a fresh key and value (RULER's)."""
+def distractor(task: Task, rng: np.random.Generator, exclude: tuple[str, ...] = ()) -> str:
+    """One line of a ``needle`` haystack: a needle with a fresh key (none of ``exclude``, the
+    trial's own keys, so the question has one answer) and value (RULER's)."""
     key = random_value(task.key_type, rng)
+    while key in exclude:
+        key = random_value(task.key_type, rng)
     value = random_value(task.value_type, rng)
     return NEEDLE.format(type_v=task.value_type, key=key, value=value)
