@@ -17,7 +17,7 @@ def _fmt(x: float | None) -> str:
     return "—" if x is None else f"{x:.1f}"
 
 
-def _length_text(n: int) -> str:
+def length_text(n: int) -> str:
     return f"{n // 1024}k" if n >= 1024 and n % 1024 == 0 else str(n)
 
 
@@ -33,7 +33,7 @@ def markdown(record: dict[str, Any], title: str = "") -> list[str]:
     """The tables: per task, score by depth (rows) and length (columns) with the depth mean;
     then the mean over tasks by length and the effective lengths."""
     lengths, depths = record["lengths"], record["depths"]
-    head = "| depth | " + " | ".join(_length_text(n) for n in lengths) + " |"
+    head = "| depth | " + " | ".join(length_text(n) for n in lengths) + " |"
     rule = "|---|" + "---:|" * len(lengths)
     lines = [f"# Retrieval{': ' + title if title else ''}", ""]
     lines.append(
@@ -53,7 +53,7 @@ def markdown(record: dict[str, Any], title: str = "") -> list[str]:
         errors = [r for r in task["by_length"] if "error" in r]
         lines += [f"- length {r['length']}: not scored: {r['error']}" for r in errors]
         lines.append(f"- effective length: {task['effective_length'] or 'none'}")
-    lines += ["", "## Mean over tasks", "", "| | " + " | ".join(map(_length_text, lengths)) + " |"]
+    lines += ["", "## Mean over tasks", "", "| | " + " | ".join(map(length_text, lengths)) + " |"]
     lines.append("|---|" + "---:|" * len(lengths))
     lines.append("| score | " + " | ".join(_fmt(r["score"]) for r in record["by_length"]) + " |")
     effective = record["effective_length"]
@@ -66,7 +66,7 @@ def markdown(record: dict[str, Any], title: str = "") -> list[str]:
     return lines
 
 
-def _figure(panels: int, width: float, height: float):
+def figure(panels: int, width: float, height: float):
     import matplotlib
 
     matplotlib.use("Agg")
@@ -82,7 +82,7 @@ def _figure(panels: int, width: float, height: float):
     return fig, list(axes.flat[:panels])
 
 
-def _png(fig) -> bytes:
+def png(fig) -> bytes:
     import matplotlib.pyplot as plt
 
     out = io.BytesIO()
@@ -96,14 +96,14 @@ def plot_heatmap(record: dict[str, Any], title: str = "") -> bytes:
     written in (PNG bytes)."""
     lengths, depths = record["lengths"], record["depths"]
     names = list(record["tasks"])
-    fig, axes = _figure(len(names), 0.55 * len(lengths) + 2.2, 0.32 * len(depths) + 1.6)
+    fig, axes = figure(len(names), 0.55 * len(lengths) + 2.2, 0.32 * len(depths) + 1.6)
     for ax, name in zip(axes, names, strict=True):
         g = grid(record["tasks"][name], lengths, depths)
         image = ax.imshow(g, cmap="RdYlGn", vmin=0, vmax=100, aspect="auto")
         for (i, j), x in np.ndenumerate(g):
             if not np.isnan(x):
                 ax.text(j, i, f"{x:.0f}", ha="center", va="center", fontsize=7)
-        ax.set_xticks(range(len(lengths)), [_length_text(n) for n in lengths], fontsize=8)
+        ax.set_xticks(range(len(lengths)), [length_text(n) for n in lengths], fontsize=8)
         ax.set_yticks(range(len(depths)), [f"{d:g}" for d in depths], fontsize=8)
         ax.set_xlabel("context length (tokens)")
         ax.set_ylabel("needle depth")
@@ -114,13 +114,13 @@ def plot_heatmap(record: dict[str, Any], title: str = "") -> bytes:
     fig.colorbar(image, ax=axes, label="score (%)", shrink=0.8)
     if title:
         fig.suptitle(title, fontsize=10)
-    return _png(fig)
+    return png(fig)
 
 
 def plot_curve(record: dict[str, Any], title: str = "") -> bytes:
     """Score (mean over depths) against length, one line per task and the mean over tasks; the
     threshold and the training length dashed (PNG bytes)."""
-    fig, (ax,) = _figure(1, 5.2, 3.4)
+    fig, (ax,) = figure(1, 5.2, 3.4)
     for name, task in record["tasks"].items():
         rows = [r for r in task["by_length"] if "score" in r]
         ax.plot([r["length"] for r in rows], [r["score"] for r in rows], marker="o", label=name)
@@ -136,4 +136,4 @@ def plot_curve(record: dict[str, Any], title: str = "") -> bytes:
     ax.set_ylabel("score (%)")
     ax.legend(fontsize=7)
     ax.set_title(title or "retrieval", fontsize=9)
-    return _png(fig)
+    return png(fig)

@@ -406,6 +406,19 @@ class RunDir:
         """An evaluation report, or None if there is none."""
         return read_json(self.file(name))
 
+    def retrieval_files(self) -> Iterator[str]:
+        """The names of the retrieval records in the directory (``retrieval.json`` first, then
+        ``retrieval-<changes>.json``)."""
+        if not os.path.isdir(self.path):
+            return
+        names = sorted(os.listdir(self.path))
+        first = RETRIEVAL_STEM + RETRIEVAL_SUFFIXES["json"]
+        if first in names:
+            yield first
+        for name in names:
+            if name.startswith(RETRIEVAL_STEM + "-") and name.endswith(RETRIEVAL_SUFFIXES["json"]):
+                yield name
+
     def eval_files(self) -> Iterator[str]:
         """The names of the evaluation reports in the directory: ``eval.json`` first."""
         if not os.path.isdir(self.path):
