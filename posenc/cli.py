@@ -49,16 +49,18 @@ def _split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return rest, overrides
 
 
-def _int_list(text: str) -> tuple[int, ...]:
+def _int_list(text: str, parse=int, what: str = "integers") -> tuple[int, ...]:
     try:
-        values = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+        values = tuple(parse(x) for x in text.replace(" ", "").split(",") if x)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
     if not values:
-        raise argparse.ArgumentTypeError("expected at least one integer")
+        raise argparse.ArgumentTypeError(f"expected at least one value ({what})")
     return values
+
+
+def _float_list(text: str) -> tuple[float, ...]:
+    return _int_list(text, float, "numbers")
 
 
 def _load(spec: str, overrides: Sequence[str]):
@@ -197,18 +199,6 @@ def _cmd_retrieval(args, overrides) -> int:
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(x for x in text.replace(" ", "").split(",") if x)
-
-
-def _float_list(text: str) -> tuple[float, ...]:
-    try:
-        values = tuple(float(x) for x in text.replace(" ", "").split(",") if x)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated numbers, got {text!r}"
-        ) from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one number")
-    return values
 
 
 def _cmd_translate(args, overrides) -> int:

@@ -6,11 +6,12 @@ Plots are drawn with matplotlib's Agg backend and returned as PNG bytes.
 
 from __future__ import annotations
 
-import io
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+
+from posenc.analysis.output import figure, png
 
 
 def _fmt(x: float | None) -> str:
@@ -64,31 +65,6 @@ def markdown(record: dict[str, Any], title: str = "") -> list[str]:
     if record.get("train_seq_len"):
         lines.append(f"Training length: {record['train_seq_len']}")
     return lines
-
-
-def figure(panels: int, width: float, height: float):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    cols = min(panels, 3)
-    rows = -(-panels // cols)
-    fig, axes = plt.subplots(
-        rows, cols, figsize=(width * cols, height * rows), squeeze=False, layout="constrained"
-    )
-    for ax in axes.flat[panels:]:
-        ax.set_visible(False)
-    return fig, list(axes.flat[:panels])
-
-
-def png(fig) -> bytes:
-    import matplotlib.pyplot as plt
-
-    out = io.BytesIO()
-    fig.savefig(out, format="png", dpi=110)
-    plt.close(fig)
-    return out.getvalue()
 
 
 def plot_heatmap(record: dict[str, Any], title: str = "") -> bytes:
