@@ -68,6 +68,34 @@ class PairTokenizer:
         return out.decode("utf-8", errors="replace")
 
 
+class BPETokenizer:
+    """A byte-level BPE trained here with the ``tokenizers`` library (the library Hugging Face
+    tokenizer.json files are read with): merges span the pieces' text, so a piece's tokens
+    differ from the tokens of the same text inside a longer one."""
+
+    def __init__(self):
+        tokenizers = pytest.importorskip("tokenizers")
+        from tokenizers import decoders, models, pre_tokenizers, trainers
+
+        tok = tokenizers.Tokenizer(models.BPE())
+        tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        tok.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=400,
+            special_tokens=["<eos>"],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        )
+        text = [T.NOISE, T.PASSKEY_DESCRIPTION, T.NIAH_TEMPLATE, T.NEEDLE, ESSAY[:300]]
+        tok.train_from_iterator(text, trainer)
+        self.tok, self.sep_id = tok, tok.token_to_id("<eos>")
+
+    def encode(self, text: str) -> np.ndarray:
+        return np.asarray(self.tok.encode(text, add_special_tokens=False).ids, np.int64)
+
+    def decode(self, ids) -> str:
+        return self.tok.decode([int(i) for i in np.asarray(ids)], skip_special_tokens=False)
+
+
 def _build(name, length, depth, *, tokenizer=BYTES, seed=0, trial=0, **kw):
     task = T.get(name)
     draw = T.draw(task, R.trial_rng(name, length, seed, trial))
@@ -134,9 +162,15 @@ def test_ruler_singular_and_plural_templates():
     assert "A special magic uuid is hidden" in BYTES.decode(prompt.ids)
 
 
-@pytest.mark.parametrize("tokenizer", [BYTES, PairTokenizer()], ids=["bytes", "pairs"])
+@pytest.fixture(scope="module")
+def bpe():
+    return BPETokenizer()
+
+
+@pytest.mark.parametrize("kind", ["bytes", "pairs", "bpe"])
 @pytest.mark.parametrize("name", T.NAMES)
-def test_exact_length_and_depth_in_the_models_tokens(name, tokenizer):
+def test_exact_length_and_depth_in_the_models_tokens(name, kind, bpe):
+    tokenizer = {"bytes": BYTES, "pairs": PairTokenizer(), "bpe": bpe}[kind]
     for length, depth in ((900, 0.0), (1333, 0.37), (2000, 1.0)):
         task, draw, prompt = _build(name, length, depth, tokenizer=tokenizer)
         assert prompt.ids.shape == (length,) and prompt.ids.dtype == np.int32
@@ -222,8 +256,10 @@ def _oracle(tokenizer):
     return generate
 
 
-@pytest.mark.parametrize("tokenizer", [BYTES, PairTokenizer()], ids=["bytes", "pairs"])
-def test_oracle_scores_100_silent_and_wrong_models_0(tokenizer):
+@pytest.mark.parametrize("kind", ["bytes", "pairs", "bpe"])
+def test_oracle_scores_100_silent_and_wrong_models_0(kind, bpe):
+    tokenizer = {"bytes": BYTES, "pairs": PairTokenizer(), "bpe": bpe}[kind]
+
     def run(generate):
         return R.evaluate_retrieval(
             generate,
