@@ -40,6 +40,13 @@ RULER_SINGULAR = (
     "the provided text is"
 )
 RULER_NEEDLE = "One of the special magic {v} for {key} is: {value}."
+# variable_tracking.py (the chain) and constants.py (template + answer_prefix).
+RULER_VT = (
+    "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
+    "{context}\nQuestion: Find all variables that are assigned the value {query} in the text "
+    "above. Answer: According to the chain(s) of variable assignment in the text above, {num_v} "
+    "variables are assigned the value {query}, they are: "
+)
 
 BYTES = ByteTokenizer()
 ESSAY = "Alpha beta gamma. Delta epsilon zeta eta theta. Iota kappa lambda mu.\n" * 400
@@ -162,6 +169,22 @@ def test_ruler_singular_and_plural_templates():
     assert "A special magic uuid is hidden" in BYTES.decode(prompt.ids)
 
 
+@pytest.mark.parametrize("depth", [0.0, 0.6, 1.0])
+def test_variable_tracking_is_rulers_chain_in_order(depth):
+    _, draw, prompt = _build("vt", 1200, depth)
+    text = BYTES.decode(prompt.ids)
+    first = re.search(r"\nVAR ([A-Z]{5}) = (\d{5})\n", text)
+    names, value = [first.group(1)], first.group(2)
+    for _ in range(4):  # each hop names the previous variable, later in the text
+        hop = re.search(rf"\nVAR ([A-Z]{{5}}) = VAR {names[-1]} \n", text)
+        assert hop.start() > text.index(f"VAR {names[-1]} =")
+        names.append(hop.group(1))
+    assert list(draw.answers) == names and len(set(names)) == 5
+    head, tail = RULER_VT.format(context="\x00", query=value, num_v=5).split("\x00")
+    assert text.startswith(head) and text.endswith(tail)
+    assert prompt.answer_start - len(head) == round(depth * prompt.filler)
+
+
 @pytest.fixture(scope="module")
 def bpe():
     return BPETokenizer()
@@ -239,8 +262,14 @@ def _oracle(tokenizer):
         for row in prompts:
             text = tokenizer.decode(row)
             key = re.search(r"The pass key is (\d+)\. Remember it\.", text)
+            chain = re.search(r"assigned the value (\d+) in the text above", text)
             if key:
                 answer = " " + key.group(1) + "."
+            elif chain:  # follow the assignments from the value
+                names = [re.search(rf"VAR (\w+) = {chain.group(1)}\n", text).group(1)]
+                while hop := re.search(rf"VAR (\w+) = VAR {names[-1]} ", text):
+                    names.append(hop.group(1))
+                answer = " " + " ".join(names)
             else:
                 query = re.findall(r"magic \w+ for (.+) mentioned in the provided text\?", text)[0]
                 values = [

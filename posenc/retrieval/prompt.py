@@ -198,6 +198,8 @@ def build(
             f"takes {fixed} tokens in this tokenizer; use lengths >= {fixed}"
         )
     depths = list(draw.other_depths)
+    if draw.ordered:  # a chain: the answer needle first, the others after it, in order
+        depths = [depth + (1.0 - depth) * d for d in sorted(depths)]
     depths.insert(draw.answer_needle, depth)
     points = [round(d * filler) for d in depths]
     order = sorted(range(len(needles)), key=lambda i: (points[i], i))

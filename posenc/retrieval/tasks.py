@@ -31,6 +31,13 @@ per line: RULER's "multikey" distractors). Keys are adjective-noun words, 7-digi
 UUIDs; values 7-digit numbers or UUIDs. Scored with RULER's ``string_match_all``: the share of
 expected values found (case-insensitive substring) in the output.
 
+**vt** (RULER's variable tracking, one chain of four hops): ``VAR ABCDE = 12345`` and then
+``VAR FGHIJ = VAR ABCDE`` ... one statement per line of the noise haystack, in order, the
+template ``"Memorize and track the chain(s) of variable assignment hidden in the following
+text.\n\n{context}\nQuestion: Find all variables that are assigned the value {query} in the
+text above."`` with its answer prefix; every name of the chain is expected (``string_match_all``).
+RULER prepends an in-context example; we do not.
+
 Departures, all deliberate: keys are drawn from our own word lists (RULER uses wonderwords'
 adjective and noun lists); filler is cut at a token rather than at a whole sentence, so the
 prompt has exactly the requested length in the model's tokens; the needle being asked about
@@ -63,6 +70,17 @@ NIAH_TEMPLATE = (
     "magic {type_v} for {query} mentioned in the provided text?"
 )
 NIAH_ANSWER_PREFIX = " The special magic {type_v} for {query} mentioned in the provided text are"
+
+# -- RULER's variable tracking (variable_tracking.py; constants.py's template and prefix) -------
+VT_TEMPLATE = (
+    "Memorize and track the chain(s) of variable assignment hidden in the following text.\n\n"
+    "{context}\nQuestion: Find all variables that are assigned the value {query} in the text "
+    "above."
+)
+VT_ANSWER_PREFIX = (
+    " Answer: According to the chain(s) of variable assignment in the text above, {num_v} "
+    "variables are assigned the value {query}, they are: "
+)
 
 HAYSTACKS = ("passkey", "noise", "essay", "needle")
 KINDS = ("words", "numbers", "uuids")
@@ -104,6 +122,8 @@ class Task:
         RULER's niah: 128); raised to the answer's own length plus 2 where that is longer.
       metric: ``"first_integer"`` (Landmark), ``"all"`` (RULER's ``string_match_all``) or
         ``"part"`` (``string_match_part``).
+      hops: variable tracking's assignments after the first (RULER's ``num_hops``; 0: a needle
+        task).
     """
 
     name: str
@@ -115,6 +135,7 @@ class Task:
     num_queries: int = 1
     tokens_to_generate: int = 128
     metric: str = "all"
+    hops: int = 0
 
     @property
     def needs_text(self) -> bool:
@@ -138,6 +159,7 @@ TASKS: dict[str, Task] = {
         _niah("niah_multikey_3", "needle", key="uuids", value="uuids"),
         _niah("niah_multivalue", "essay", v=4),
         _niah("niah_multiquery", "essay", q=4),
+        Task("vt", "noise", tokens_to_generate=50, hops=4),
     )
 }
 NAMES: tuple[str, ...] = tuple(TASKS)
@@ -166,6 +188,9 @@ class Draw:
       answers: the strings the output must contain (all of them, RULER; the key, passkey).
       joiner: what separates filler and needles (``"\\n"`` for line haystacks, ``" "`` for text).
       keys: the needles' keys (distractors never reuse one).
+      ordered: the needles keep their order in the context (a chain of assignments): the
+        answer needle is the first, at the depth, and ``other_depths`` are fractions of the
+        context after it.
     """
 
     head: str
@@ -176,6 +201,7 @@ class Draw:
     answers: tuple[str, ...]
     joiner: str
     keys: tuple[str, ...] = ()
+    ordered: bool = False
 
 
 # The longest value of each kind (bounds on a prompt's fixed part).
@@ -220,6 +246,8 @@ def draw(task: Task, rng: np.random.Generator | None) -> Draw:
             answers=(key,),
             joiner="\n",
         )
+    if task.hops:
+        return _variable_tracking(task, rng)
     keys: list[str] = []
     while len(keys) < task.num_keys:  # distinct keys, so a query names one needle's key
         key = random_value(task.key_type, rng)
@@ -260,6 +288,37 @@ def draw(task: Task, rng: np.random.Generator | None) -> Draw:
         answers=tuple(v for i in queried for v in values[i]),
         joiner=joiner,
         keys=tuple(keys),
+    )
+
+
+def _variable_tracking(task: Task, rng: np.random.Generator | None) -> Draw:
+    """RULER's variable tracking without its in-context example: one chain ``VAR A = 12345``,
+    ``VAR B = VAR A``, ... of ``hops + 1`` distinct five-letter names, one statement per line of
+    a noise haystack, in order; the answer is every name in the chain."""
+    names: list[str] = []
+    while len(names) < task.hops + 1:
+        if rng is None:
+            name = "WWWWW"
+        else:
+            name = "".join(chr(65 + int(i)) for i in rng.integers(0, 26, 5))
+        if name not in names or rng is None:
+            names.append(name)
+    value = "99999" if rng is None else str(int(rng.integers(10000, 100000)))
+    chain = [f"VAR {names[0]} = {value}"]
+    chain += [f"VAR {names[j + 1]} = VAR {names[j]} " for j in range(task.hops)]
+    count = len(chain) - 1
+    others = (0.0,) * count if rng is None else tuple(float(x) for x in rng.uniform(0, 1, count))
+    head, tail = (VT_TEMPLATE + VT_ANSWER_PREFIX).split("{context}")
+    return Draw(
+        head=head,
+        needles=tuple("\n" + c + "\n" for c in chain),
+        answer_needle=0,
+        other_depths=others,
+        tail=tail.format(query=value, num_v=len(names)),
+        answers=tuple(names),
+        joiner="\n",
+        keys=tuple(names),
+        ordered=True,
     )
 
 

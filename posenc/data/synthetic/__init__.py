@@ -47,6 +47,7 @@ digits, terms, variables, actions; `max_input_length` bounds the input).
 | niah_single_1 | printable ASCII | " 1234567." (RULER's noise haystack) | prompt bytes |
 | niah_multikey_2 | printable ASCII | " 1234567." (distractor needles) | prompt bytes |
 | niah_multikey_3 | printable ASCII | a UUID and "." (UUID keys, distractors) | prompt bytes |
+| vt | printable ASCII | " ABCDE, FGHIJ, ... ." (RULER's variable chain) | prompt bytes |
 
 The retrieval tasks (`retrieval.py`) are :mod:`posenc.retrieval`'s prompts at a length in byte
 tokens (the separator before the target included), the needle at a uniform depth; `posenc

@@ -1,5 +1,5 @@
 """The retrieval tasks as ``synthetic:`` training sources: passkey and RULER's needle tasks whose
-haystack needs no text source (``niah_single_1``: noise; ``niah_multikey_2`` and
+haystack needs no text source (``niah_single_1`` and ``vt``: noise; ``niah_multikey_2`` and
 ``niah_multikey_3``: distractor needles), so a small model can learn retrieval in range on a CPU
 and be scored beyond its training length with ``posenc retrieval``.
 
@@ -20,7 +20,7 @@ import numpy as np
 from posenc.data.tokenizer import SEP_ID, ByteTokenizer
 
 # The retrieval tasks that are also synthetic training tasks.
-TRAINABLE = ("passkey", "niah_single_1", "niah_multikey_2", "niah_multikey_3")
+TRAINABLE = ("passkey", "niah_single_1", "niah_multikey_2", "niah_multikey_3", "vt")
 
 
 @functools.cache
