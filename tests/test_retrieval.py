@@ -379,3 +379,37 @@ def test_refusals_are_one_line():
     with pytest.raises(ValueError) as e:
         R.evaluate_retrieval(gen, NoDigits(), ["passkey"], [900])
     _one_line(e, "cannot encode the needle", "The pass key is")
+
+
+@pytest.mark.parametrize("name", ["passkey", "niah_single_1", "niah_multikey_2", "vt"])
+def test_synthetic_examples_hold_the_prompt_and_its_answer(name):
+    from posenc.data import synthetic
+
+    shortest = synthetic.tasks.get_task(name).min_length
+    for length in (shortest, shortest + 37):
+        for index in range(4):
+            inp, tgt = synthetic.example(name, length, 0, index)
+            assert len(inp) + 1 == length  # the separator before the target completes it
+            assert tgt.startswith(" ") and tgt.endswith(".")
+            # The answer read out of the prompt by its sentence, independently of the draw.
+            if name == "passkey":
+                found = re.search(r"The pass key is (\d+)\. Remember", inp).group(1)
+            elif name == "vt":
+                value = re.search(r"assigned the value (\d+) in", inp).group(1)
+                names = [re.search(rf"VAR (\w+) = {value}\n", inp).group(1)]
+                while hop := re.search(rf"VAR (\w+) = VAR {names[-1]} ", inp):
+                    names.append(hop.group(1))
+                found = ", ".join(names)
+            else:
+                key = re.search(r"number for (\S+) mentioned", inp).group(1)
+                found = re.search(rf"for {key} is: (\d+)\.", inp).group(1)
+            assert tgt == f" {found}."
+    assert synthetic.example(name, shortest, 3, 1) == synthetic.example(name, shortest, 3, 1)
+    assert synthetic.example(name, shortest, 3, 1) != synthetic.example(name, shortest, 4, 1)
+    with pytest.raises(ValueError, match=f"lengths >= {shortest}"):
+        synthetic.example(name, shortest - 1, 0, 0)
+    batch = synthetic.train_batch(name, 4, shortest + 20, 0, 0)
+    # The loss covers the prompt too (a language model's), up to the end of the target.
+    lengths = batch["prompt_len"] + batch["target_len"]
+    assert all(batch["weights"][r, : lengths[r] - 1].all() for r in range(4))
+    assert all(not batch["weights"][r, lengths[r] - 1 :].any() for r in range(4))
