@@ -10,6 +10,13 @@ effective length, score against length, each encoder's heat map by length x dept
     python experiments/retrieval.py --variant tiny --encoders rope,alibi,nope,t5
     # about 15 minutes per encoder on a 2-core CPU it has to itself; reruns skip finished runs
 
+``--variant bench``: the cost of one passkey trial at 4k and 16k tokens for a tiny (untrained)
+model per encoder: trials per second (batch 1, after a compiling warm-up) and the bytes XLA's
+compiled greedy program needs (``memory_analysis``: arguments, outputs and temporaries), which
+grows linearly in L where the prefill runs on the blocked attention path.
+
+    python experiments/retrieval.py --variant bench --encoders rope,alibi,t5
+
 (b) Real checkpoints (PI / YaRN's passkey table) need no training: import a Llama-family model
 (``posenc import-hf``), then one command per setting, e.g.::
 
@@ -53,14 +60,59 @@ VARIANTS = {
 }
 
 
+BENCH_LENGTHS = (4096, 16384)
+
+
+def bench(encoders: list[str], trials: int = 3) -> list[dict]:
+    """Trials per second and compiled bytes of one passkey trial per encoder and length."""
+    import time
+
+    import jax
+    import numpy as np
+    from flax import nnx
+
+    from posenc.benchmark.measure import compiled_memory
+    from posenc.data import ByteTokenizer
+    from posenc.decoding.lm import greedy_generate
+    from posenc.models import build
+    from posenc.retrieval import evaluate_retrieval, model_generator
+
+    rows = []
+    for name in encoders:
+        config = apply_overrides(
+            load_config(f"{CONFIG}:tiny"),
+            [f"encoding.name={name!r}", "data.source='pystdlib'", "train.max_position=32768"],
+        )
+        model = build(config)
+        graphdef, state = nnx.split(model)
+        for length in BENCH_LENGTHS:
+            run = dict(generate=model_generator(model), tokenizer=ByteTokenizer(), depths=(0.5,))
+            run.update(task_names=("passkey",), lengths=(length,), batch_size=1, stop_id=256)
+            evaluate_retrieval(**run, trials=1)  # compiles
+            start = time.perf_counter()
+            evaluate_retrieval(**run, trials=trials)
+            seconds = time.perf_counter() - start
+            generate = jax.jit(lambda s, p, g=graphdef: greedy_generate(nnx.merge(g, s), p, 10))
+            prompts = jax.ShapeDtypeStruct((1, length), np.int32)
+            memory = compiled_memory(generate.lower(state, prompts).compile())
+            rows.append(
+                {"encoding": name, "length": length, "trials_per_second": trials / seconds} | memory
+            )
+            print(rows[-1], flush=True)
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--variant", choices=tuple(VARIANTS), default="tiny")
+    parser.add_argument("--variant", choices=(*VARIANTS, "bench"), default="tiny")
     parser.add_argument("--workdir", help="output directory (default runs/retrieval_<variant>)")
     parser.add_argument(
         "--encoders", help="comma-separated encoder names (default: every registered encoder)"
     )
     args = parser.parse_args(argv)
+    if args.variant == "bench":
+        bench(args.encoders.split(",") if args.encoders else ["rope", "alibi"])
+        return 0
     variant = VARIANTS[args.variant]
     workdir = args.workdir or os.path.join("runs", f"retrieval_{args.variant}")
     names = args.encoders.split(",") if args.encoders else list(encodings.names())
