@@ -13,6 +13,15 @@ import pytest
 from posenc.workdir import RunDir, read_jsonl, retrieval_names
 
 
+def test_help_lists_the_flags():
+    code, out, err = helpers.run_cli("retrieval", "--help")
+    assert code == 0, err
+    flags = "--workdir --tasks --lengths --depths --trials --seed --haystack --threshold"
+    for flag in flags.split():
+        assert flag in out, flag
+    assert "retrieval" in helpers.run_cli("--help")[1]
+
+
 def test_unknown_task_is_refused_in_one_line(tmp_path):
     code, _, err = helpers.run_cli(
         "retrieval", "--workdir", str(tmp_path), "--tasks", "passkey,haystack_9"
