@@ -622,7 +622,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rest, overrides = _split_overrides(argv)
     parser = build_parser()
     args = parser.parse_args(rest)
-    if overrides and args.command not in ("train", "eval", "sweep", "analyze"):
+    if overrides and args.command not in ("train", "eval", "sweep", "analyze", "retrieval"):
         parser.error(f"--config.* overrides do not apply to `posenc {args.command}`")
     if not os.environ.get("POSENC_TRACEBACK"):
         warnings.showwarning = _one_line_warning
