@@ -130,7 +130,6 @@ def evaluate_retrieval(
     for task in tasks:
         cells, by_length = [], []
         for length in lengths:
-            start = time.perf_counter()
             num_new, drawn = plan[task.name, length]
             try:
                 if check_length is not None:
@@ -138,32 +137,24 @@ def evaluate_retrieval(
             except ValueError as e:
                 by_length.append({"length": length, "error": str(e)})
                 continue
-            scores = []
+            start = time.perf_counter()
             for depth in depths:
                 rows = [
                     _trial_prompt(task, drawn[t], length, depth, haystack, seed, t, prefix, suffix)
                     for t in range(trials)
                 ]
                 outputs = _generate_all(generate, [r.ids for r in rows], num_new, batch_size)
-                cell = []
-                for t, (row, out) in enumerate(zip(rows, outputs, strict=True)):
-                    trial = _trial_record(
+                records = [
+                    _trial_record(
                         task, length, depth, t, seed, row, drawn[t], out, tokenizer, stop_id
                     )
-                    cell.append(trial["score"])
-                    if on_trial is not None:
-                        on_trial(trial)
-                cells.append(
-                    {
-                        "length": length,
-                        "depth": depth,
-                        "trials": trials,
-                        "correct": int(sum(s == 1.0 for s in cell)),
-                        "score": 100.0 * float(np.mean(cell)),
-                    }
-                )
-                scores.append(cells[-1]["score"])
+                    for t, (row, out) in enumerate(zip(rows, outputs, strict=True))
+                ]
+                for trial in records if on_trial is not None else ():
+                    on_trial(trial)
+                cells.append(_cell(length, depth, [r["score"] for r in records]))
             seconds = time.perf_counter() - start
+            scores = [c["score"] for c in cells if c["length"] == length]
             by_length.append(
                 {
                     "length": length,
@@ -196,6 +187,17 @@ def evaluate_retrieval(
         seed,
     )
     return record
+
+
+def _cell(length: int, depth: float, scores: list[float]) -> dict[str, Any]:
+    """One (length, depth) cell: its trials, the correct ones and the mean score in percent."""
+    return {
+        "length": length,
+        "depth": depth,
+        "trials": len(scores),
+        "correct": int(sum(x == 1.0 for x in scores)),
+        "score": 100.0 * float(np.mean(scores)),
+    }
 
 
 def _plan(task, tokenizer, haystack, length, seed, trials, prefix, suffix) -> tuple[int, list]:
