@@ -84,9 +84,10 @@ def plot_heatmap(record: dict[str, Any], title: str = "") -> bytes:
         ax.set_xlabel("context length (tokens)")
         ax.set_ylabel("needle depth")
         ax.set_title(name, fontsize=9)
-        train = record.get("train_seq_len")
-        if train and lengths[0] <= train <= lengths[-1]:  # between the columns it separates
-            ax.axvline(np.interp(train, lengths, range(len(lengths))), color="k", lw=1, ls="--")
+        # The training length: a dashed line between the last length within it and the next.
+        inside = sum(n <= (record.get("train_seq_len") or 0) for n in lengths)
+        if 0 < inside < len(lengths):
+            ax.axvline(inside - 0.5, color="k", lw=1, ls="--")
     fig.colorbar(image, ax=axes, label="score (%)", shrink=0.8)
     if title:
         fig.suptitle(title, fontsize=10)
