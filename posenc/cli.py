@@ -135,6 +135,11 @@ def _cmd_eval(args, overrides) -> int:
         if value is not None:
             extra.append(f"eval.{field}={value!r}")
     config = apply_overrides(config, extra)
+    if args.tasks:  # an unknown retrieval task is refused before anything runs
+        from posenc.retrieval.tasks import get as get_task
+
+        for name in args.tasks:
+            get_task(name)
     what = "input lengths" if config.data.source.startswith("synthetic:") else config.eval.mode
     if config.model.get("assembly") == "encoder_decoder":
         print(f"evaluating {args.workdir} on {_lengths_text(config)}")
@@ -147,6 +152,8 @@ def _cmd_eval(args, overrides) -> int:
             f"{report['train_steps']} (training has not finished)"
         )
     print(f"wrote {os.path.join(args.workdir, report['file'])}")
+    if args.tasks:
+        _eval_retrieval(args, overrides, report["file"])
     if "hypotheses" in report:
         overall = report["overall"]
         print(
@@ -155,6 +162,20 @@ def _cmd_eval(args, overrides) -> int:
             f"{os.path.join(args.workdir, report['hypotheses'])}"
         )
     return 0
+
+
+def _eval_retrieval(args, overrides, report_name: str) -> None:
+    """``posenc eval --tasks``: retrieval at the evaluation's lengths, its scores added to the
+    report just written, its cells and trials in the retrieval files beside it."""
+    from posenc.retrieval.rundir import attach_to_eval, retrieval_workdir, summary_lines
+
+    print(f"retrieval: {', '.join(args.tasks)}")
+    record = retrieval_workdir(
+        args.workdir, tasks=args.tasks, lengths=args.lengths, overrides=overrides, progress=True
+    )
+    attach_to_eval(args.workdir, report_name, record)
+    print("\n".join(summary_lines(record, args.workdir)))
+    print(f"added the retrieval scores to {os.path.join(args.workdir, report_name)}")
 
 
 def _cmd_analyze(args, overrides) -> int:
@@ -333,6 +354,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--mode", choices=("nonoverlapping", "sliding"), help="window mode")
     p.add_argument("--stride", type=int, help="sliding mode: tokens scored per window")
     p.add_argument("--max-tokens", type=int, help="score at most this many tokens per length")
+    p.add_argument(
+        "--tasks",
+        type=_names,
+        default=None,
+        help="also score retrieval tasks at the same lengths (passkey, niah_single_1, ...; see "
+        "posenc retrieval): their scores go into the report, cells and trials into "
+        "retrieval.json / retrieval.jsonl",
+    )
     p.add_argument(
         "--output",
         default=None,

@@ -30,6 +30,16 @@ def test_unknown_task_is_refused_in_one_line(tmp_path):
     assert code == 2 and "haystack_9" in line and "niah_multikey_1" in line
 
 
+def test_eval_refuses_an_unknown_retrieval_task_before_scoring(tmp_path):
+    data = tmp_path / "data"
+    run = RunDir(tmp_path / "run")
+    run.create()
+    run.record_config(helpers.tiny_config(data))
+    code, _, err = helpers.run_cli("eval", "--workdir", str(tmp_path / "run"), "--tasks", "pk")
+    line = helpers.one_line_error(err, "eval")
+    assert code == 2 and "'pk'" in line and "passkey" in line
+
+
 def test_bad_depths_are_refused_in_one_line(tmp_path):
     code, _, err = helpers.run_cli("retrieval", "--workdir", str(tmp_path), "--depths", "0,x")
     assert code == 2 and "--depths" in err and "comma-separated numbers" in err
@@ -76,6 +86,17 @@ def test_retrieval_writes_beside_the_run_and_reports(tmp_path):
     )  # fmt: skip
     assert code == 0, err
     assert len(list(RunDir(workdir).retrieval_files())) == 2
+    # posenc eval --tasks: the retrieval scores beside perplexity in eval.json.
+    code, out, err = helpers.run_cli(
+        "eval", "--workdir", str(workdir), "--lengths", "420", "--tasks", "passkey",
+    )  # fmt: skip
+    assert code == 0, err
+    report = json.loads((workdir / "eval.json").read_text())
+    assert [r["length"] for r in report["results"]] == [420]
+    retrieval = report["retrieval"]
+    assert [r["length"] for r in retrieval["by_length"]] == [420]
+    assert retrieval["files"] == {"record": names["json"], "trials": names["trials"]}
+    assert len(read_jsonl(workdir / names["trials"])) == 5 * 10  # default depths and trials
     code, out, err = helpers.run_cli("report", str(workdir))
     assert code == 0, err
     report = (workdir / "report.md").read_text()

@@ -157,6 +157,41 @@ def retrieval_workdir(
     return record
 
 
+def attach_to_eval(workdir: str, report_name: str, record: dict[str, Any]) -> dict[str, Any]:
+    """Adds a retrieval record's scores to an evaluation report (what ``posenc eval --tasks``
+    writes into ``eval.json`` beside perplexity): per task and length, the mean over tasks, the
+    effective length, the prompt set and the files holding the cells and every trial. Returns
+    the summary added."""
+    from posenc.workdir import RunDir
+
+    summary = {
+        "tasks": {
+            name: {
+                "by_length": [
+                    {"length": r["length"], "score": r.get("score"), "error": r.get("error")}
+                    for r in task["by_length"]
+                ],
+                "effective_length": task["effective_length"],
+            }
+            for name, task in record["tasks"].items()
+        },
+        "by_length": record["by_length"],
+        "effective_length": record["effective_length"],
+        "threshold": record["threshold"],
+        "depths": record["depths"],
+        "trials": record["trials"],
+        "seed": record["seed"],
+        "prompt_set": record["prompt_set"],
+        "files": {"record": record["files"]["json"], "trials": record["files"]["trials"]},
+    }
+    run = RunDir(workdir)
+    with run.lock():
+        report = run.read_eval(report_name)
+        report["retrieval"] = summary
+        run.write_eval(report, report_name)
+    return summary
+
+
 def summary_lines(record: dict[str, Any], workdir: str) -> list[str]:
     """What ``posenc retrieval`` prints: the mean score per length, the effective length and the
     files written."""
