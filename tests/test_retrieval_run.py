@@ -91,7 +91,8 @@ def test_retrieval_writes_beside_the_run_and_reports(tmp_path):
         "eval", "--workdir", str(workdir), "--lengths", "420", "--tasks", "passkey",
     )  # fmt: skip
     assert code == 0, err
-    report = json.loads((workdir / "eval.json").read_text())
+    (name,) = [n for n in RunDir(workdir).eval_files()]  # eval-lengths-420.json
+    report = json.loads((workdir / name).read_text())
     assert [r["length"] for r in report["results"]] == [420]
     retrieval = report["retrieval"]
     assert [r["length"] for r in retrieval["by_length"]] == [420]
