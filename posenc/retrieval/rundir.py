@@ -96,8 +96,12 @@ def retrieval_workdir(
         get_task(name)  # an unknown name is refused before the checkpoint is read
     run = load_run(workdir, list(overrides))
     config = run.config
-    if config.model.get("assembly", "decoder") == "encoder_decoder":
-        raise ValueError(f"{workdir} is an encoder-decoder run; retrieval needs a decoder-only LM")
+    kind = config.model.get("assembly", "lm")
+    if kind != "lm":
+        raise ValueError(
+            f"{workdir} is a model.assembly={kind!r} run; retrieval needs a decoder-only LM "
+            "(model.assembly='lm')"
+        )
     task_run = task_of(config)
     if haystack is None:
         own = config.data.source
