@@ -6,6 +6,7 @@
     posenc sweep --config configs/sweeps/alibi_table2.py:tiny --workdir runs/table2
     posenc report runs/table2
     posenc analyze --workdir runs/alibi --lengths 64,1024
+    posenc retrieval --workdir runs/alibi --tasks passkey,niah_single_1 --lengths 256,1024
 
 Config overrides are given as ``--config.<field>=<value>`` (any number, applied in order).
 Errors are one line on stderr (exit status 2; 3 when training diverged; 130 when interrupted);
@@ -48,16 +49,18 @@ def _split_overrides(argv: Sequence[str]) -> tuple[list[str], list[str]]:
     return rest, overrides
 
 
-def _int_list(text: str) -> tuple[int, ...]:
+def _int_list(text: str, parse=int, what: str = "integers") -> tuple[int, ...]:
     try:
-        values = tuple(int(x) for x in text.replace(" ", "").split(",") if x)
+        values = tuple(parse(x) for x in text.replace(" ", "").split(",") if x)
     except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"expected comma-separated integers, got {text!r}"
-        ) from None
+        raise argparse.ArgumentTypeError(f"expected comma-separated {what}, got {text!r}") from None
     if not values:
-        raise argparse.ArgumentTypeError("expected at least one integer")
+        raise argparse.ArgumentTypeError(f"expected at least one value ({what})")
     return values
+
+
+def _float_list(text: str) -> tuple[float, ...]:
+    return _int_list(text, float, "numbers")
 
 
 def _load(spec: str, overrides: Sequence[str]):
@@ -139,6 +142,11 @@ def _cmd_eval(args, overrides) -> int:
         if value is not None:
             extra.append(f"eval.{field}={value!r}")
     config = apply_overrides(config, extra)
+    if args.tasks:  # an unknown retrieval task is refused before anything runs
+        from posenc.retrieval.tasks import get as get_task
+
+        for name in args.tasks:
+            get_task(name)
     what = "input lengths" if config.data.source.startswith("synthetic:") else config.eval.mode
     if config.model.get("assembly") in ("encoder_decoder", "classifier"):
         print(f"evaluating {args.workdir} on {_lengths_text(config)}")
@@ -153,6 +161,8 @@ def _cmd_eval(args, overrides) -> int:
     print(f"wrote {os.path.join(args.workdir, report['file'])}")
     if report.get("objective") == "classification":
         print(_classification_summary(report))
+    if args.tasks:
+        _eval_retrieval(args, overrides, report["file"])
     if "hypotheses" in report:
         overall = report["overall"]
         print(
@@ -161,6 +171,20 @@ def _cmd_eval(args, overrides) -> int:
             f"{os.path.join(args.workdir, report['hypotheses'])}"
         )
     return 0
+
+
+def _eval_retrieval(args, overrides, report_name: str) -> None:
+    """``posenc eval --tasks``: retrieval at the evaluation's lengths, its scores added to the
+    report just written, its cells and trials in the retrieval files beside it."""
+    from posenc.retrieval.rundir import attach_to_eval, retrieval_workdir, summary_lines
+
+    print(f"retrieval: {', '.join(args.tasks)}")
+    record = retrieval_workdir(
+        args.workdir, tasks=args.tasks, lengths=args.lengths, overrides=overrides, progress=True
+    )
+    attach_to_eval(args.workdir, report_name, record)
+    print("\n".join(summary_lines(record, args.workdir)))
+    print(f"added the retrieval scores to {os.path.join(args.workdir, report_name)}")
 
 
 def _classification_summary(report: dict) -> str:
@@ -197,6 +221,31 @@ def _cmd_analyze(args, overrides) -> int:
     )
     print("\n".join(summary_lines(record, args.workdir)))
     return 0
+
+
+def _cmd_retrieval(args, overrides) -> int:
+    from posenc.retrieval.rundir import retrieval_workdir, summary_lines
+
+    print(f"retrieval on {args.workdir}: {', '.join(args.tasks)}")
+    record = retrieval_workdir(
+        args.workdir,
+        tasks=args.tasks,
+        lengths=args.lengths,
+        depths=args.depths,
+        trials=args.trials,
+        seed=args.seed,
+        haystack=args.haystack,
+        batch_size=args.batch_size,
+        threshold=args.threshold,
+        overrides=overrides,
+        progress=True,
+    )
+    print("\n".join(summary_lines(record, args.workdir)))
+    return 0
+
+
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(x for x in text.replace(" ", "").split(",") if x)
 
 
 def _cmd_translate(args, overrides) -> int:
@@ -411,6 +460,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stride", type=int, help="sliding mode: tokens scored per window")
     p.add_argument("--max-tokens", type=int, help="score at most this many tokens per length")
     p.add_argument(
+        "--tasks",
+        type=_names,
+        default=None,
+        help="also score retrieval tasks at the same lengths (passkey, niah_single_1, ...; see "
+        "posenc retrieval): their scores go into the report, cells and trials into "
+        "retrieval.json / retrieval.jsonl",
+    )
+    p.add_argument(
         "--output",
         default=None,
         help="a .json file name written in the work directory, never one of the run's own "
@@ -452,6 +509,53 @@ def build_parser() -> argparse.ArgumentParser:
         help="queries per block; memory grows as L x block (default 128)",
     )
     p.set_defaults(func=_cmd_analyze)
+
+    p = sub.add_parser(
+        "retrieval",
+        help="passkey and needle-in-a-haystack accuracy by context length and needle depth",
+        description="Score greedy retrieval of the newest intact checkpoint of a decoder-only "
+        "run (trained, or imported from Hugging Face) with its own tokenizer: Landmark "
+        "Attention's passkey prompt and RULER's needle-in-a-haystack tasks (niah_single_1..3, "
+        "niah_multikey_1..3, niah_multivalue, niah_multiquery; vt, variable tracking), prompts "
+        "of exactly each length in the model's tokens with the needle at each depth. "
+        "Evaluation-time overrides apply "
+        "(e.g. --config.encoding.hparams.scaling=yarn). Writes retrieval.json, retrieval.jsonl "
+        "(every trial: prompt, answer, output), retrieval.md, retrieval.png (heat map) and "
+        "retrieval_length.png in the work directory (retrieval-<changes>.* under changed "
+        "settings), with RULER's effective length.",
+    )
+    p.add_argument("--workdir", required=True, help="a run directory")
+    p.add_argument(
+        "--tasks",
+        type=_names,
+        default=("passkey",),
+        help="comma-separated task names (default passkey)",
+    )
+    p.add_argument(
+        "--lengths", type=_int_list, help="prompt lengths in tokens (default the eval lengths)"
+    )
+    p.add_argument(
+        "--depths",
+        type=_float_list,
+        default=(0.0, 0.25, 0.5, 0.75, 1.0),
+        help="needle depths, fractions of the context in [0, 1] (default 0,0.25,0.5,0.75,1)",
+    )
+    p.add_argument("--trials", type=_count, default=10, help="trials per length and depth")
+    p.add_argument("--seed", type=int, default=0, help="seed of the prompts (default 0)")
+    p.add_argument(
+        "--haystack",
+        default=None,
+        help="text source of essay haystacks (pystdlib, textdir:<folder>, tfds:<name>; default "
+        "the run's data source, or pystdlib for a synthetic run)",
+    )
+    p.add_argument("--batch-size", type=_count, default=16, help="trials decoded together")
+    p.add_argument(
+        "--threshold",
+        type=float,
+        default=85.6,
+        help="effective length threshold in percent (default RULER's 85.6)",
+    )
+    p.set_defaults(func=_cmd_retrieval)
 
     p = sub.add_parser(
         "translate",
@@ -714,7 +818,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     rest, overrides = _split_overrides(argv)
     parser = build_parser()
     args = parser.parse_args(rest)
-    if overrides and args.command not in ("train", "eval", "sweep", "analyze", "import-hf"):
+    if overrides and args.command not in (
+        "train",
+        "eval",
+        "sweep",
+        "analyze",
+        "import-hf",
+        "retrieval",
+    ):
         parser.error(f"--config.* overrides do not apply to `posenc {args.command}`")
     if not os.environ.get("POSENC_TRACEBACK"):
         warnings.showwarning = _one_line_warning

@@ -160,7 +160,8 @@ def _csv(rows: Sequence[Sequence[Any]]) -> bytes:
     return out.getvalue().encode()
 
 
-def _png(fig) -> bytes:
+def png(fig) -> bytes:
+    """A matplotlib figure as PNG bytes (the figure is closed)."""
     import matplotlib.pyplot as plt
 
     out = io.BytesIO()
@@ -169,7 +170,9 @@ def _png(fig) -> bytes:
     return out.getvalue()
 
 
-def _figure(panels: int, width: float = 4.2, height: float = 3.2):
+def figure(panels: int, width: float = 4.2, height: float = 3.2):
+    """An Agg figure with ``panels`` axes, three per row (unused axes hidden); returns
+    ``(figure, axes)``."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -191,7 +194,7 @@ def plot_distance(record: dict[str, Any]) -> bytes:
     import matplotlib
 
     measured = _measured(record)
-    fig, axes = _figure(record["num_layers"])
+    fig, axes = figure(record["num_layers"])
     cmap = matplotlib.colormaps["viridis"]
     for layer, ax in enumerate(axes):
         for n, r in enumerate(measured):
@@ -215,14 +218,14 @@ def plot_distance(record: dict[str, Any]) -> bytes:
         "lowest to highest head)",
         fontsize=9,
     )
-    return _png(fig)
+    return png(fig)
 
 
 def plot_entropy(record: dict[str, Any]) -> bytes:
     """Entropy over log of the visible keys against length, one line per layer (mean over
     heads, band over heads), the training length marked (PNG bytes)."""
     measured = _measured(record)
-    fig, (ax,) = _figure(1, 6.0, 4.0)
+    fig, (ax,) = figure(1, 6.0, 4.0)
     lengths = [r["length"] for r in measured]
     for layer in range(record["num_layers"]):
         ratios = np.asarray([r["normalized_entropy"][layer] for r in measured], np.float64)
@@ -250,7 +253,7 @@ def plot_entropy(record: dict[str, Any]) -> bytes:
     ax.grid(True, which="both", alpha=0.3)
     if measured:
         ax.legend(fontsize=7)
-    return _png(fig)
+    return png(fig)
 
 
 def summary_lines(record: dict[str, Any], workdir: str) -> list[str]:

@@ -18,6 +18,9 @@ listed in ``sweep.json``, or every evaluated subdirectory, or the directory itse
   line per encoder, the training length marked.
 - ``loss_by_position_L<train length>.png``: loss against position inside the window at the
   longest evaluation length (log-spaced buckets), one line per encoder.
+- a retrieval section (``posenc retrieval`` records: passkey and needle-in-a-haystack accuracy by
+  length, effective lengths, ``retrieval_vs_length.png`` across runs and each run's heat map by
+  length x depth, :mod:`posenc.report.retrieval`).
 
 A run evaluated before its training finished (``posenc eval`` on an interrupted run) is marked
 ``†`` in its column's name, with a note giving the step it was scored at. A perplexity that
@@ -47,6 +50,7 @@ from typing import Any
 from posenc.report import evidence
 from posenc.report.classify import CLASSIFY_METRICS, is_classify_run, write_classify_report
 from posenc.report.plots import bucket, line_colors, plot_metric, plot_positions, position_curve
+from posenc.report.retrieval import retrieval_section
 from posenc.report.runs import METRICS, Cell, Column, Run, cell, find_runs, group_runs
 from posenc.report.tables import (
     DASH,
@@ -121,6 +125,30 @@ def _table_section(
 
 
 def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
+    """Writes the tables and plots of ``sweep_dir`` (see the module docstring), and the
+    retrieval section (:mod:`posenc.report.retrieval`) where runs have ``posenc retrieval``
+    records; a folder with retrieval records only gets that section alone.
+
+    Returns:
+      The paths written (report.md first).
+    """
+    section, files = retrieval_section(sweep_dir)
+    try:
+        paths = _write_report(sweep_dir, metric)
+    except FileNotFoundError:
+        if not section:
+            raise
+        paths = [os.path.join(sweep_dir, "report.md")]
+        title = f"# {os.path.basename(os.path.abspath(sweep_dir))}: retrieval"
+        with open(paths[0], "w") as f:
+            f.write(title + "\n\n")
+    if section:
+        with open(paths[0], "a") as f:
+            f.write("\n" + "\n".join(section) + "\n")
+    return paths + [os.path.join(sweep_dir, name) for name in files]
+
+
+def _write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     """Writes the tables and plots of ``sweep_dir`` (see the module docstring).
 
     Args:

@@ -33,6 +33,8 @@ from posenc.workdir.files import (
     OWNED_NAMES,
     POINT_FILE,
     PRETRAINED_FILE,
+    RETRIEVAL_STEM,
+    RETRIEVAL_SUFFIXES,
     STATUS_FILE,
     SWEEP_FILE,
     TENSORBOARD_DIR,
@@ -64,11 +66,14 @@ from posenc.workdir.run import (
     eval_file_name,
     hypotheses_name,
     matches,
+    retrieval_names,
 )
 
 __all__ = [
     "ANALYSIS_STEM",
     "ANALYSIS_SUFFIXES",
+    "RETRIEVAL_STEM",
+    "RETRIEVAL_SUFFIXES",
     "CHECKPOINT_DIR",
     "CONFIG_FILE",
     "CORRUPT_DIR",
@@ -97,6 +102,7 @@ __all__ = [
     "WorkdirError",
     "append_jsonl",
     "analysis_names",
+    "retrieval_names",
     "atomic_write_bytes",
     "config_from_dict",
     "config_sha256",

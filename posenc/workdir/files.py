@@ -56,6 +56,16 @@ ANALYSIS_SUFFIXES = {
     "plot": ".png",  # weight against distance, one panel per layer
     "entropy_plot": "_entropy.png",  # normalised entropy against length, one line per layer
 }
+# posenc retrieval: passkey and needle-in-a-haystack accuracy by length and depth, named as the
+# analysis's outputs are (retrieval-<settings>.* under changed evaluation settings).
+RETRIEVAL_STEM = "retrieval"
+RETRIEVAL_SUFFIXES = {
+    "json": ".json",  # the record: scores per task, length and depth; effective length
+    "trials": ".jsonl",  # one line per trial: prompt, answer, output, score
+    "table": ".md",  # accuracy by depth x length per task, by length, effective lengths
+    "heatmap": ".png",  # accuracy by length x depth, one panel per task
+    "curve": "_length.png",  # accuracy against length, one line per task
+}
 # Every name above: what posenc keeps in a run or sweep directory, never written over by a file
 # a user names (an evaluation's --output).
 OWNED_NAMES = (
@@ -75,6 +85,7 @@ OWNED_NAMES = (
     PRETRAINED_FILE,
     TOKENIZER_DIR,
     *(ANALYSIS_STEM + suffix for suffix in ANALYSIS_SUFFIXES.values()),
+    *(RETRIEVAL_STEM + suffix for suffix in RETRIEVAL_SUFFIXES.values()),
 )
 
 

@@ -53,6 +53,8 @@ from posenc.workdir.files import (
     INIT_FILE,
     METRICS_FILE,
     OWNED_NAMES,
+    RETRIEVAL_STEM,
+    RETRIEVAL_SUFFIXES,
     VOCAB_FILE,
     WorkdirError,
     atomic_write_bytes,
@@ -149,6 +151,15 @@ def analysis_names(changes: Mapping[str, Any]) -> dict[str, str]:
     changed settings, so an analysis never replaces another's."""
     stem = ANALYSIS_STEM + (f"-{_changes_name(changes)}" if changes else "")
     return {kind: stem + suffix for kind, suffix in ANALYSIS_SUFFIXES.items()}
+
+
+def retrieval_names(changes: Mapping[str, Any]) -> dict[str, str]:
+    """The file names ``posenc retrieval`` writes, by kind (:data:`RETRIEVAL_SUFFIXES`):
+    ``retrieval.json``, ``retrieval.jsonl``, ... for the run's own settings and
+    ``retrieval-<changes>.*`` under changed settings (named as :func:`eval_file_name` names
+    them), so a YaRN-scaled evaluation never replaces the unscaled one."""
+    stem = RETRIEVAL_STEM + (f"-{_changes_name(changes)}" if changes else "")
+    return {kind: stem + suffix for kind, suffix in RETRIEVAL_SUFFIXES.items()}
 
 
 class RunDir:
@@ -394,6 +405,19 @@ class RunDir:
     def read_eval(self, name: str = EVAL_FILE) -> dict[str, Any] | None:
         """An evaluation report, or None if there is none."""
         return read_json(self.file(name))
+
+    def retrieval_files(self) -> Iterator[str]:
+        """The names of the retrieval records in the directory (``retrieval.json`` first, then
+        ``retrieval-<changes>.json``)."""
+        if not os.path.isdir(self.path):
+            return
+        names = sorted(os.listdir(self.path))
+        first = RETRIEVAL_STEM + RETRIEVAL_SUFFIXES["json"]
+        if first in names:
+            yield first
+        for name in names:
+            if name.startswith(RETRIEVAL_STEM + "-") and name.endswith(RETRIEVAL_SUFFIXES["json"]):
+                yield name
 
     def eval_files(self) -> Iterator[str]:
         """The names of the evaluation reports in the directory: ``eval.json`` first."""

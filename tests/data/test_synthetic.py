@@ -190,7 +190,10 @@ SOLVERS = {
     "parity": _solve_parity,
     "lego": _solve_lego,
 }
-GENERATED = tuple(t for t in synthetic.TASKS if t not in synthetic.DATA_TASKS)
+# The retrieval tasks have their own tests (tests/test_retrieval.py): lengths of hundreds of bytes.
+GENERATED = tuple(
+    t for t in synthetic.TASKS if t not in synthetic.DATA_TASKS + synthetic.RETRIEVAL_TASKS
+)
 # Input length as a function of the length argument, where it is fixed.
 INPUT_LENGTH = {"polynomial_evaluation": lambda n: 3 + 4 * n, "lego": lambda n: 5 * n + 1}
 
@@ -222,7 +225,12 @@ def test_task_lists():
         "copy", "reverse", "addition", "polynomial_evaluation", "sorting", "summation",
         "parity", "lego", "scan", "pcfg",
     )  # fmt: skip
-    assert synthetic.TASKS == synthetic.RUOSS_TASKS + synthetic.NOPE_TASKS
+    assert synthetic.RETRIEVAL_TASKS == (
+        "passkey", "niah_single_1", "niah_multikey_2", "niah_multikey_3", "vt"
+    )  # fmt: skip
+    assert (
+        synthetic.TASKS == synthetic.RUOSS_TASKS + synthetic.NOPE_TASKS + synthetic.RETRIEVAL_TASKS
+    )
     assert set(SOLVERS) == set(GENERATED)
     assert set(synthetic.PAPER_LENGTHS) == set(synthetic.TASKS)
 

@@ -43,6 +43,15 @@ digits, terms, variables, actions; `max_input_length` bounds the input).
 | lego | a-zA-Z=+-1,? -> +- | sign of the queried variable, e.g. "a=+1,b=-a?b" | variables 2..52 |
 | scan | jwuktlrao23nf -> JWUK<> | SCAN actions (`tfds_tasks.SCAN_COMMANDS`) | actions |
 | pcfg | from the data set | PCFG SET output | function words |
+| passkey | printable ASCII -> digits | " 12345." (Landmark's passkey prompt) | prompt bytes |
+| niah_single_1 | printable ASCII | " 1234567." (RULER's noise haystack) | prompt bytes |
+| niah_multikey_2 | printable ASCII | " 1234567." (distractor needles) | prompt bytes |
+| niah_multikey_3 | printable ASCII | a UUID and "." (UUID keys, distractors) | prompt bytes |
+| vt | printable ASCII | " ABCDE, FGHIJ, ... ." (RULER's variable chain) | prompt bytes |
+
+The retrieval tasks (`retrieval.py`) are :mod:`posenc.retrieval`'s prompts at a length in byte
+tokens (the separator before the target included), the needle at a uniform depth; `posenc
+retrieval` scores the trained run by length and depth.
 
 Batches (`batching.py`, numpy only): `encode`, `train_batch`, `eval_batch` give `inputs`,
 `targets`, `weights` (1 on the target tokens), `prompt_len` and `target_len`. Training lengths
@@ -86,6 +95,7 @@ from posenc.data.synthetic.tasks import (
     DATA_TASKS,
     NOPE_TASKS,
     PAPER_LENGTHS,
+    RETRIEVAL_TASKS,
     RUOSS_TASKS,
     TASKS,
     alphabet,
@@ -101,6 +111,7 @@ __all__ = [
     "LENGTH_PER",
     "NOPE_TASKS",
     "PAPER_LENGTHS",
+    "RETRIEVAL_TASKS",
     "RUOSS_TASKS",
     "TASKS",
     "alphabet",

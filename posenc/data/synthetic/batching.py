@@ -27,15 +27,19 @@ from posenc.data.tokenizer import SEP_ID
 # draws one length per step from its curriculum, `experiments/training.py`) or one per row
 # (Kazemnejad et al. 2023 shuffle a data set with equally many examples per length).
 LENGTH_PER = ("batch", "row")
-PAPER_LENGTH_PER = {"ruoss": "batch", "nope": "row"}
+PAPER_LENGTH_PER = {"ruoss": "batch", "nope": "row", "retrieval": "row"}
 
 
-def encode(pairs: Sequence[tuple[str, str]], width: int) -> dict[str, np.ndarray]:
+def encode(
+    pairs: Sequence[tuple[str, str]], width: int, *, weight_inputs: bool = False
+) -> dict[str, np.ndarray]:
     """Encodes `(input, target)` pairs as causal-LM rows.
 
     Args:
       pairs: B pairs of strings whose characters are bytes (`ord(c) < 256`).
       width: the row width; at least `len(input) + len(target)` of every pair.
+      weight_inputs: also weight the input's next-token predictions (a language model's loss
+        over the whole row; the retrieval tasks train so, `Task.weight_inputs`).
 
     Returns:
       `{"inputs": [B, width] int32, "targets": [B, width] int32, "weights": [B, width] float32
@@ -62,7 +66,7 @@ def encode(pairs: Sequence[tuple[str, str]], width: int) -> dict[str, np.ndarray
         seq = np.concatenate([ids[: len(inp)], [SEP_ID], ids[len(inp) :]])
         inputs[r, :n] = seq[:-1]
         targets[r, :n] = seq[1:]
-        weights[r, len(inp) : n] = 1.0
+        weights[r, 0 if weight_inputs else len(inp) : n] = 1.0
         prompt_len[r] = len(inp) + 1
         target_len[r] = len(tgt)
     return {
@@ -169,7 +173,7 @@ def train_batch(
         _tasks.generate(task, n, (seed, _tasks.TRAIN_ROW_STREAM, step, r))
         for n, r in zip(row_lengths, selected, strict=True)
     ]
-    batch = encode(pairs, width)
+    batch = encode(pairs, width, weight_inputs=t.weight_inputs)
     batch["lengths"] = np.asarray(row_lengths, np.int32).reshape(len(selected))
     return batch
 

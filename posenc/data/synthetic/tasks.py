@@ -8,13 +8,14 @@ depend on which other examples are drawn, on batch sizes or on Python's `hash()`
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import zlib
 from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from posenc.data.synthetic import chomsky, nope, tfds_tasks
+from posenc.data.synthetic import chomsky, nope, retrieval, tfds_tasks
 
 # Streams of random numbers (the last-but-one seed word): evaluation examples, training rows,
 # training lengths.
@@ -29,8 +30,8 @@ class Task:
 
     Attributes:
       name: the task name (snake case, the paper's).
-      paper: "ruoss" (Ruoss et al. 2023 / Delétang et al. 2023) or "nope" (Kazemnejad et al.
-        2023).
+      paper: "ruoss" (Ruoss et al. 2023 / Delétang et al. 2023), "nope" (Kazemnejad et al.
+        2023) or "retrieval" (passkey and RULER's needles, :mod:`posenc.retrieval`).
       generate: `(rng, length) -> (input, target)`.
       alphabet: every symbol inputs and targets use, in a fixed order.
       min_length: the shortest length the task can produce.
@@ -39,6 +40,9 @@ class Task:
       max_input: `length -> ` the longest input of that length.
       max_target: `length -> ` the longest target of that length.
       allowed: how the allowed lengths read in errors.
+      weight_inputs: training weights the input's next-token predictions too (the retrieval
+        tasks: a language model's loss over the prompt, whose repeated filler teaches copying
+        from the context; evaluation scores the target only).
     """
 
     name: str
@@ -51,6 +55,7 @@ class Task:
     max_input: Callable[[int], int] = lambda n: n
     max_target: Callable[[int], int] = lambda n: 1
     allowed: str = "any length >= 1"
+    weight_inputs: bool = False
 
 
 def _same(n: int) -> int:
@@ -175,10 +180,29 @@ _NOPE = (
     ),
 )
 
-REGISTRY: dict[str, Task] = {t.name: t for t in _RUOSS + _NOPE}
+_R = retrieval
+_PRINTABLE = "".join(chr(c) for c in range(32, 127)) + "\n"
+# Length = the prompt's byte tokens with the separator; the input is the bytes before it.
+_RETRIEVAL = tuple(
+    Task(
+        name,
+        "retrieval",
+        _R.generator(name),
+        _PRINTABLE,
+        min_length=_R.min_length(name),
+        max_input=lambda n: n - 1,
+        max_target=functools.partial(lambda name, n: _R.max_target(name), name),
+        allowed=f"lengths >= {_R.min_length(name)} (the prompt without filler)",
+        weight_inputs=True,
+    )
+    for name in _R.TRAINABLE
+)
+
+REGISTRY: dict[str, Task] = {t.name: t for t in _RUOSS + _NOPE + _RETRIEVAL}
 RUOSS_TASKS: tuple[str, ...] = tuple(t.name for t in _RUOSS)
 NOPE_TASKS: tuple[str, ...] = tuple(t.name for t in _NOPE)
-TASKS: tuple[str, ...] = RUOSS_TASKS + NOPE_TASKS
+RETRIEVAL_TASKS: tuple[str, ...] = tuple(t.name for t in _RETRIEVAL)
+TASKS: tuple[str, ...] = RUOSS_TASKS + NOPE_TASKS + RETRIEVAL_TASKS
 # Tasks read from a prepared TFDS data set rather than generated.
 DATA_TASKS: tuple[str, ...] = ("scan", "pcfg")
 # Each paper's (longest training length, longest test length) per task, in the task's length
@@ -196,6 +220,7 @@ PAPER_LENGTHS: dict[str, tuple[int, int] | None] = {
     },
     "scan": (25, 48),
     "pcfg": None,
+    **{name: None for name in RETRIEVAL_TASKS},  # no paper trains on them; lengths are ours
 }
 
 

@@ -1,0 +1,210 @@
+"""``posenc retrieval``: retrieval accuracy of a run directory, written beside the run.
+
+Works on any decoder-only run that :func:`posenc.load_run` loads (trained here or imported),
+with the run's own tokenizer (``run.tokenizer``: bytes, or a pretrained model's), under the
+evaluation-time overrides ``posenc eval`` accepts (RoPE's PI / NTK / YaRN scaling, the attention
+path, ...), so "does YaRN x4 retrieve at 4x?" is::
+
+    posenc retrieval --workdir runs/llama --lengths 4096,16384 \\
+        --config.encoding.hparams.scaling=yarn --config.encoding.hparams.factor=4
+
+A run trained on a ``synthetic:`` retrieval task reads its answer after a document separator,
+as it was trained; the separator is the prompt's last token (counted in its length).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from posenc.retrieval import output as _output
+from posenc.retrieval import run as _run
+from posenc.retrieval import score as _score
+from posenc.retrieval.prompt import Haystack
+from posenc.retrieval.tasks import get as get_task
+
+DEFAULT_HAYSTACK = "pystdlib"
+
+
+def _text_source(spec: str, data_dir: str | None, split: str):
+    """``() -> (name, byte stream)`` of a text source's split, opened on first use."""
+    opened: dict[str, Any] = {}
+
+    def text() -> tuple[str, np.ndarray]:
+        if "stream" not in opened:
+            from posenc import data as data_lib
+
+            if spec.startswith("synthetic:"):
+                raise ValueError(
+                    f"retrieval haystack {spec!r} is not text; use pystdlib, textdir:<folder> "
+                    "or a prepared tfds: corpus"
+                )
+            source = data_lib.get_source(spec, data_dir=data_dir)
+            opened["stream"] = source.split_stream(split)
+        return f"{spec} ({split} split)", opened["stream"]
+
+    return text
+
+
+def retrieval_workdir(
+    workdir: str,
+    *,
+    tasks: Sequence[str] = ("passkey",),
+    lengths: Sequence[int] | None = None,
+    depths: Sequence[float] = _run.DEFAULT_DEPTHS,
+    trials: int = _run.DEFAULT_TRIALS,
+    seed: int = 0,
+    haystack: str | None = None,
+    batch_size: int = 16,
+    threshold: float = _score.RULER_THRESHOLD,
+    overrides: Sequence[str] = (),
+    progress: bool = False,
+) -> dict[str, Any]:
+    """Scores a run's retrieval and writes ``retrieval.json`` (the record), ``retrieval.jsonl``
+    (every trial), ``retrieval.md`` and the plots beside it (``retrieval-<changes>.*`` under
+    changed evaluation settings).
+
+    Args:
+      workdir: a run directory.
+      tasks: retrieval task names (:data:`posenc.retrieval.NAMES`).
+      lengths: prompt lengths in the run's tokens; default the run's evaluation lengths.
+      depths: needle depths in [0, 1].
+      trials: trials per (task, length, depth).
+      seed: the prompts' seed.
+      haystack: the text source of ``essay`` haystacks (default: the run's data source when it
+        is text, else ``pystdlib``); its validation split is read.
+      batch_size: trials decoded together.
+      threshold: the effective length's threshold in percent (RULER's 85.6).
+      overrides: evaluation-time ``field=value`` changes.
+      progress: print one line per task and length.
+
+    Returns:
+      The record written, with the file names under ``"files"``.
+    """
+    from posenc.config import eval_lengths
+    from posenc.data.tokenizer import SEP_ID
+    from posenc.evaluate import device_description
+    from posenc.tasks import task_of
+    from posenc.trained import load_run
+    from posenc.workdir import RunDir, atomic_write_bytes, retrieval_names, to_json, write_json
+
+    for name in tasks:
+        get_task(name)  # an unknown name is refused before the checkpoint is read
+    run = load_run(workdir, list(overrides))
+    config = run.config
+    kind = config.model.get("assembly", "lm")
+    if kind != "lm":
+        raise ValueError(
+            f"{workdir} is a model.assembly={kind!r} run; retrieval needs a decoder-only LM "
+            "(model.assembly='lm')"
+        )
+    task_run = task_of(config)
+    if haystack is None:
+        own = config.data.source
+        haystack = DEFAULT_HAYSTACK if own.startswith("synthetic:") else own
+    lengths = tuple(int(n) for n in (lengths or eval_lengths(config)))
+    tokenizer = run.tokenizer
+    bos = getattr(tokenizer, "bos_id", None)
+    names = retrieval_names(run.changes)
+    lines: list[str] = []
+    with RunDir(workdir).lock():
+        start = time.time()
+        record = _run.evaluate_retrieval(
+            _run.model_generator(run.model),
+            tokenizer,
+            tasks,
+            lengths,
+            depths,
+            trials=trials,
+            seed=seed,
+            haystack=Haystack(
+                tokenizer, _text_source(haystack, config.data.data_dir, "validation")
+            ),
+            batch_size=batch_size,
+            prefix=() if bos is None else (int(bos),),
+            suffix=(SEP_ID,) if task_run else (),
+            stop_id=getattr(tokenizer, "sep_id", None),
+            check_length=run.model.encoding.check_length,
+            threshold=threshold,
+            on_trial=lambda trial: lines.append(to_json(trial, indent=None)),
+            progress=progress,
+        )
+        record = {
+            "encoding": config.encoding.name,
+            "encoding_hparams": config.encoding.hparams.to_dict(),
+            "changes": run.changes,
+            "train_seq_len": config.train.seq_len,
+            "task_run": task_run,
+            "checkpoint_step": run.step,
+            "finished": run.finished,
+            "tokenizer": config.data.get("tokenizer", "bytes"),
+            "haystack": haystack,
+            "prompt_set": {"tasks": list(tasks), "seed": seed, "version": 1},
+            "device": device_description(),
+            "seconds": time.time() - start,
+            **record,
+            "files": names,
+            "time": time.time(),
+        }
+        folder = RunDir(workdir)
+        write_json(folder.file(names["json"]), record)
+        atomic_write_bytes(folder.file(names["trials"]), "".join(x + "\n" for x in lines).encode())
+        title = f"{config.encoding.name} (train {config.train.seq_len})"
+        text = "\n".join(_output.markdown(record, title)) + "\n"
+        atomic_write_bytes(folder.file(names["table"]), text.encode())
+        atomic_write_bytes(folder.file(names["heatmap"]), _output.plot_heatmap(record, title))
+        atomic_write_bytes(folder.file(names["curve"]), _output.plot_curve(record, title))
+    return record
+
+
+def attach_to_eval(workdir: str, report_name: str, record: dict[str, Any]) -> dict[str, Any]:
+    """Adds a retrieval record's scores to an evaluation report (what ``posenc eval --tasks``
+    writes into ``eval.json`` beside perplexity): per task and length, the mean over tasks, the
+    effective length, the prompt set and the files holding the cells and every trial. Returns
+    the summary added."""
+    from posenc.workdir import RunDir
+
+    summary = {
+        "tasks": {
+            name: {
+                "by_length": [
+                    {"length": r["length"], "score": r.get("score"), "error": r.get("error")}
+                    for r in task["by_length"]
+                ],
+                "effective_length": task["effective_length"],
+            }
+            for name, task in record["tasks"].items()
+        },
+        "by_length": record["by_length"],
+        "effective_length": record["effective_length"],
+        "threshold": record["threshold"],
+        "depths": record["depths"],
+        "trials": record["trials"],
+        "seed": record["seed"],
+        "prompt_set": record["prompt_set"],
+        "files": {"record": record["files"]["json"], "trials": record["files"]["trials"]},
+    }
+    run = RunDir(workdir)
+    with run.lock():
+        report = run.read_eval(report_name)
+        report["retrieval"] = summary
+        run.write_eval(report, report_name)
+    return summary
+
+
+def summary_lines(record: dict[str, Any], workdir: str) -> list[str]:
+    """What ``posenc retrieval`` prints: the mean score per length, the effective length and the
+    files written."""
+    lines = [
+        f"  length {r['length']:>6}: "
+        + ("not scored" if r["score"] is None else f"{r['score']:.1f} %")
+        for r in record["by_length"]
+    ]
+    effective = record["effective_length"]
+    lines.append(f"effective length (> {record['threshold']} %): {effective or 'none'}")
+    lines += [f"wrote {os.path.join(workdir, name)}" for name in record["files"].values()]
+    return lines
