@@ -99,6 +99,11 @@ class Shaw(Encoding):
                 f"got {self.max_distance!r}"
             )
 
+    @property
+    def reach(self) -> int:
+        """Keys more than ``k`` positions away use the clipped embeddings ``a_{+-k}``."""
+        return self.max_distance
+
     def param_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:
         shape = (2 * self.max_distance + 1, dims.head_dim)  # [2k+1, Dh], shared by heads
         return {"key_table": shape, "value_table": shape} if self.values else {"key_table": shape}

@@ -31,10 +31,13 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ``linear``          each linear attention path equals RoFormer eq. (19) and is causal, or refuses
 ``augment``         a training key changes nothing but ``augment_positions`` (same key, same
                     logits); ``continuous_positions`` encoders read fractional positions
+``bias_by_distance`` ``bias`` of each pair equals ``bias`` at its distance ``k_pos - q_pos`` alone
+``reach``           past the declared reach, every key gets the same terms (per query and side)
 ==================  ===========================================================================
 
 A check that does not apply to an encoder (``carry`` without ``contextual_logits``, ``augment``
-without continuous positions, ``cudnn`` for an encoder the path refuses) or cannot run here
+without continuous positions, ``bias_by_distance`` and ``reach`` without the declaration,
+``cudnn`` for an encoder the path refuses) or cannot run here
 (``cudnn`` without an NVIDIA GPU) raises :class:`NotApplicable` rather than passing:
 :func:`applicable` and :func:`cases` leave the first kind out, and the second is a skip.
 
@@ -73,6 +76,7 @@ from posenc.testing.checks import (
     inapplicable,
 )
 from posenc.testing.linear import check_linear
+from posenc.testing.tiling import check_bias_by_distance, check_reach
 
 Check = Callable[..., None]
 
@@ -90,6 +94,8 @@ CHECKS: dict[str, Check] = {
     "extrapolates": check_extrapolates,
     "linear": check_linear,
     "augment": check_augment,
+    "bias_by_distance": check_bias_by_distance,
+    "reach": check_reach,
 }
 
 
@@ -160,6 +166,7 @@ __all__ = [
     "cases",
     "check_augment",
     "check_bf16",
+    "check_bias_by_distance",
     "check_bidirectional",
     "check_carry",
     "check_causal",
@@ -170,6 +177,7 @@ __all__ = [
     "check_linear",
     "check_param_shapes",
     "check_paths_agree",
+    "check_reach",
     "check_shift",
     "check_trains",
     "inapplicable",
