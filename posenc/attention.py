@@ -203,7 +203,7 @@ def attend(
     head_dim = q.shape[-1]
     if "rotate" in encoding.hooks:
         q, k = encoding.rotate(params, q, k, q_pos, k_pos)
-    decay = _cumulative_decay(encoding, params, inputs, q.shape[1], k.shape[1], k_valid)
+    decay = cumulative_decay(encoding, params, inputs, q.shape[1], k.shape[1], k_valid)
     if implementation == "auto":
         implementation = choose_implementation(
             encoding, q.shape[1], q.dtype, block_size, head_dim=q.shape[-1], k_len=k.shape[1]
@@ -240,10 +240,18 @@ def _remove_invalid(k, v, k_pos, inputs, k_valid):
     return k, v, k_pos, inputs, k_valid
 
 
-def _cumulative_decay(encoding, params, inputs, t, s, k_valid=None):
+def cumulative_decay(
+    encoding: Encoding,
+    params: Params,
+    inputs: jax.Array | None,
+    t: int,
+    s: int,
+    k_valid: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array] | None:
     """``(c at the queries [B, T, H], c at the keys [B, S, H])``, float32, where
     ``c_j = sum_{l <= j} log_decay_l`` over the window's valid keys (``k_valid [B|1, S]``, None:
-    all); None for an encoder without the hook."""
+    all), the queries being the last ``T`` of the ``S`` keys; None for an encoder without the
+    hook. ``inputs``: ``[B, S, D]``, the layer input at the keys."""
     if "log_decay" not in encoding.hooks:
         return None
     if inputs is None or inputs.ndim != 3 or inputs.shape[1] != s:
@@ -274,18 +282,74 @@ def _logits(q, k, encoding, params, q_pos, k_pos, head_dim, decay):
     return logits
 
 
-def _reference(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, k_valid=None):
-    """Explicit logits and probabilities; the definition every other path is tested against."""
+def reference_logits(
+    q: jax.Array,
+    k: jax.Array,
+    *,
+    encoding: Encoding,
+    params: Params,
+    q_pos: jax.Array,
+    k_pos: jax.Array,
+    causal: bool,
+    head_dim: int,
+    decay: tuple[jax.Array, jax.Array] | None = None,
+    k_valid: jax.Array | None = None,
+    q_start: int | jax.Array = 0,
+    total_t: int | None = None,
+) -> tuple[jax.Array, jax.Array]:
+    """The logits the reference path's softmax reads, for some or all of a window's queries.
+
+    Scaled, with the encoder's content logits, bias, decay and contextual logits, masked pairs
+    at ``-1e30``; the queries' rows are independent, so a block of them gives the rows of the
+    whole window exactly (:mod:`posenc.analysis` reads long windows so, in query blocks).
+
+    Args:
+      q: ``[B, t, H, Dh']`` queries ``q_start .. q_start + t - 1`` of the window's ``total_t``,
+        after ``rotate`` (applied to the whole window: some rotations read all its positions).
+      k: ``[B, S, H, Dh']`` keys after ``rotate``.
+      encoding, params: the bound encoder and its parameters.
+      q_pos: ``[B|1, t]`` the queries' positions; k_pos: ``[B|1, S]``.
+      causal: mask keys after the query (the window's last query sees the last key).
+      head_dim: the projected width (the logit scale is ``1/sqrt(head_dim)``).
+      decay: :func:`cumulative_decay` sliced to these queries, or None.
+      k_valid: ``[B|1, S]`` bool, the keys that exist (None: all).
+      q_start: the first query's index in the window (an int or a traced scalar).
+      total_t: the window's queries (default ``t``).
+
+    Returns:
+      ``[B, H, t, S]`` float32 logits and the ``[B|1, 1, t, S]`` bool mask of visible pairs.
+    """
     t, s = q.shape[1], k.shape[1]
+    total_t = t if total_t is None else total_t
     logits = _logits(q, k, encoding, params, q_pos, k_pos, head_dim, decay)
-    visible = (causal_mask(t, s, t, 0) if causal else jnp.ones((t, s), bool))[None, None]
+    if causal:
+        visible = causal_mask(t, s, total_t, q_start)[None, None]
+    else:
+        visible = jnp.ones((1, 1, t, s), bool)
     if k_valid is not None:
-        visible = visible & k_valid[:, None, None, :]  # [B|1, 1, T, S]
+        visible = visible & k_valid[:, None, None, :]  # [B|1, 1, t, S]
     if causal or k_valid is not None:
         logits = jnp.where(visible, logits, NEG)
     if "contextual_logits" in encoding.hooks:
-        carry = jnp.zeros((q.shape[0], q.shape[2], t), jnp.float32)  # [B, H, T]
+        carry = jnp.zeros((q.shape[0], q.shape[2], t), jnp.float32)  # [B, H, t]
         logits, _ = contextual(q, k, logits, visible, carry, encoding, params)
+    return logits, visible
+
+
+def _reference(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, k_valid=None):
+    """Explicit logits and probabilities; the definition every other path is tested against."""
+    logits, _ = reference_logits(
+        q,
+        k,
+        encoding=encoding,
+        params=params,
+        q_pos=q_pos,
+        k_pos=k_pos,
+        causal=causal,
+        head_dim=head_dim,
+        decay=decay,
+        k_valid=k_valid,
+    )
     probs = jax.nn.softmax(logits, axis=-1)  # [B, H, T, S] float32
     out = jnp.einsum("BHTS,BSHD->BTHD", probs.astype(v.dtype), v)
     if "value_term" in encoding.hooks:

@@ -5,6 +5,7 @@
     posenc data prepare textdir:/path/to/texts
     posenc sweep --config configs/sweeps/alibi_table2.py:tiny --workdir runs/table2
     posenc report runs/table2
+    posenc analyze --workdir runs/alibi --lengths 64,1024
 
 Config overrides are given as ``--config.<field>=<value>`` (any number, applied in order).
 Errors are one line on stderr (exit status 2; 3 when training diverged; 130 when interrupted);
@@ -153,6 +154,25 @@ def _cmd_eval(args, overrides) -> int:
     return 0
 
 
+def _cmd_analyze(args, overrides) -> int:
+    from posenc.analysis import analyze_workdir, summary_lines
+
+    extra = list(overrides)
+    if args.split:
+        extra.append(f"eval.split={args.split!r}")
+    given = {"tokens": args.tokens, "block_size": args.block_size}  # None: the library's default
+    print(f"analysing the attention of {args.workdir}")
+    record = analyze_workdir(
+        args.workdir,
+        lengths=args.lengths,
+        overrides=extra,
+        progress=True,
+        **{name: value for name, value in given.items() if value is not None},
+    )
+    print("\n".join(summary_lines(record, args.workdir)))
+    return 0
+
+
 def _cmd_translate(args, overrides) -> int:
     from posenc.translation import translate_workdir
 
@@ -293,6 +313,40 @@ def build_parser() -> argparse.ArgumentParser:
         "own settings, eval-<changed settings>.json otherwise)",
     )
     p.set_defaults(func=_cmd_eval)
+
+    p = sub.add_parser(
+        "analyze",
+        help="attention by distance and attention entropy of a trained run, as tables and plots",
+        description="Read the newest intact checkpoint of a decoder-only run and, on its "
+        "evaluation windows at each length (the training length and beyond), reduce every "
+        "layer's softmax attention, computed with the encoder's own hooks in query blocks "
+        "(memory grows as L x block): the mean attention weight and mean logit by relative "
+        "distance i - j per layer and head, and the entropy of the attention rows and its "
+        "ratio to log(visible keys), the 'attention dilution' of extrapolation failures. "
+        "Writes attention.json, attention.md, attention.csv, attention_entropy.csv, "
+        "attention.png and attention_entropy.png in the work directory (attention-<changes>.* "
+        "under changed evaluation settings, e.g. --config.encoding.hparams.scaling=yarn). "
+        "Runs with linear attention, encoder-decoders, algorithmic tasks and Transformer-XL "
+        "memory (--config.eval.mem_len=0 analyses windows without it) are refused.",
+    )
+    p.add_argument("--workdir", required=True, help="a trained run directory")
+    p.add_argument(
+        "--lengths", type=_int_list, help="window lengths (default the run's evaluation lengths)"
+    )
+    p.add_argument(
+        "--tokens",
+        type=_count,
+        default=None,
+        help="tokens analysed per length: the first max(1, N // L) windows (default 16384)",
+    )
+    p.add_argument("--split", choices=("validation", "test"), help="split (default eval.split)")
+    p.add_argument(
+        "--block-size",
+        type=_count,
+        default=None,
+        help="queries per block; memory grows as L x block (default 128)",
+    )
+    p.set_defaults(func=_cmd_analyze)
 
     p = sub.add_parser(
         "translate",
@@ -447,6 +501,7 @@ _WRITES = {
     "translate": "its lock file in the work directory",
     "sweep": "its records, and each point's run, in the sweep directory",
     "report": "its tables and plots in the directory it reports on",
+    "analyze": "its lock file, tables and plots in the work directory",
     "data": "the prepared data in the data directory",
 }
 
@@ -492,7 +547,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rest, overrides = _split_overrides(argv)
     parser = build_parser()
     args = parser.parse_args(rest)
-    if overrides and args.command not in ("train", "eval", "sweep"):
+    if overrides and args.command not in ("train", "eval", "sweep", "analyze"):
         parser.error(f"--config.* overrides do not apply to `posenc {args.command}`")
     if not os.environ.get("POSENC_TRACEBACK"):
         warnings.showwarning = _one_line_warning

@@ -4,6 +4,7 @@ and exit status 2 with a message naming the problem for bad input.
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import subprocess
@@ -11,11 +12,12 @@ import sys
 from pathlib import Path
 
 import _train_helpers as helpers
+import numpy as np
 import pytest
 
 from posenc.evaluate import load_eval
 from posenc.metrics import read_metrics
-from posenc.workdir import RunDir
+from posenc.workdir import RunDir, analysis_names
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 
@@ -90,6 +92,52 @@ def test_train_end_to_end_on_textdir(trained, corpus):
 
 def _checkpoints(workdir: Path) -> list[str]:
     return sorted(p.name for p in (workdir / "checkpoints").iterdir() if p.name.isdigit())
+
+
+@pytest.mark.slow
+def test_analyze_writes_attention_tables_and_plots(trained):
+    """posenc analyze end to end: every file, the tables' shape, rows that sum to one."""
+    workdir, _ = trained
+    first_report = (workdir / "eval.json").read_text()
+    code, out, err = _cli(
+        "analyze", "--workdir", str(workdir), "--lengths", "16,48", "--tokens", "96"
+    )
+    assert code == 0, err
+    names = analysis_names({})
+    for name in names.values():
+        assert f"wrote {workdir / name}" in out
+    record = json.loads((workdir / names["json"]).read_text())
+    assert [r["length"] for r in record["lengths"]] == [16, 48]
+    assert record["encoding"] == "alibi" and record["num_layers"] == 1
+    heads = record["num_heads"]
+    for r in record["lengths"]:
+        assert r["windows"] == max(1, 96 // r["length"])
+        # Each row's probabilities sum to 1: weight x pairs over the distances is the rows.
+        pairs = np.asarray(r["pairs"])
+        for head in r["weight"][0]:
+            assert float(np.dot(head, pairs)) == pytest.approx(r["tokens"], rel=1e-4)
+        assert 0 < min(r["normalized_entropy"][0]) <= max(r["normalized_entropy"][0]) <= 1
+    table = (workdir / names["table"]).read_text()
+    assert "| 16 (train) |" in table and "## Mean attention weight by distance, L = 48" in table
+    with open(workdir / names["csv"]) as f:
+        rows = list(csv.reader(f))
+    assert len(rows) == 1 + sum(heads * len(r["buckets"]) for r in record["lengths"])
+    with open(workdir / names["entropy_csv"]) as f:
+        assert len(list(csv.reader(f))) == 1 + 2 * heads
+    for kind in ("plot", "entropy_plot"):
+        assert (workdir / names[kind]).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert (workdir / "eval.json").read_text() == first_report, "the evaluation is untouched"
+
+    # Under changed settings (another split) the files are named by the change.
+    code, out, err = _cli(
+        "analyze", "--workdir", str(workdir), "--lengths", "16", "--tokens", "32",
+        "--split", "test",
+    )  # fmt: skip
+    assert code == 0, err
+    other = analysis_names({"eval.split": "test"})
+    assert other["json"] == "attention-split-test.json"
+    assert json.loads((workdir / other["json"]).read_text())["split"] == "test"
+    assert json.loads((workdir / names["json"]).read_text()) == record
 
 
 def test_eval_at_new_lengths_does_not_retrain(trained):

@@ -157,4 +157,7 @@ def test_text_runs_beside_task_runs_are_named_as_left_out(sweep):
     assert "posenc.report" in type(caught[0].message).__module__
     text = open(paths[0]).read()
     assert "1 other run left out (text_rope_0)" in text
-    assert "report the text runs from a folder of their own" in text
+    assert (
+        "covers algorithmic-task runs, which a report does not mix with others; "
+        "report the rest from a folder of their own"
+    ) in text

@@ -20,8 +20,18 @@ from posenc import encodings, linear_attention, testing
 from posenc.encodings import Encoding
 from posenc.testing import _harness, checks
 
+# The encoder-decoder check builds and decodes a second model: one encoder per hook kind in the
+# default suite, every registered encoder in the slow step.
+ENCDEC_DEFAULT = ("sinusoidal", "rope", "t5", "shaw", "xl", "conv", "cope")
 
-@pytest.mark.parametrize("name,check", testing.cases())
+
+def _contract_cases():
+    for name, check in testing.cases():
+        slow = check == "encoder_decoder" and name not in ENCDEC_DEFAULT
+        yield pytest.param(name, check, marks=pytest.mark.slow) if slow else (name, check)
+
+
+@pytest.mark.parametrize("name,check", _contract_cases())
 def test_contract(name, check):
     try:
         testing.CHECKS[check](name)
@@ -481,6 +491,28 @@ def test_a_bias_cudnn_rounds_away_fails_the_cudnn_check():
         pytest.skip("cudnn needs an NVIDIA GPU (cuDNN's fused attention kernel)")
     with pytest.raises(AssertionError, match=r"'bias-too-large-for-cudnn'.*path 'cudnn' differs"):
         testing.check_cudnn(BiasTooLargeForCudnn())
+
+
+@dataclasses.dataclass(frozen=True)
+class ReadsTheWindowLength(Encoding):
+    """An input term scaled by the window's last position: the padding of a source moves it, so
+    a padded source no longer gives the unpadded outputs."""
+
+    name = "reads-the-window-length"
+    paper = "a test"
+    relative = False
+    param_scope = "shared"
+
+    def embed(self, params, positions):
+        last = positions.max(axis=-1, keepdims=True).astype(jnp.float32)  # [B|1, 1]
+        # Not constant across channels, which a norm would remove.
+        pattern = jnp.sin(jnp.arange(self.bound_dims.model_dim, dtype=jnp.float32))
+        return jnp.broadcast_to(last[..., None] / 4.0 * pattern, (*positions.shape, len(pattern)))
+
+
+def test_a_term_that_reads_padding_fails_the_encoder_decoder_check():
+    with pytest.raises(AssertionError, match=r"a padded source differs from the unpadded one"):
+        testing.check_encoder_decoder(ReadsTheWindowLength())
 
 
 def test_a_linear_path_with_the_wrong_normaliser_fails_eq19(monkeypatch):

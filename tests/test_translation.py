@@ -38,7 +38,9 @@ def _model(name="rope", seed=0) -> EncoderDecoder:
     return EncoderDecoder(config, encodings.get(name), rngs=nnx.Rngs(seed))
 
 
-@pytest.mark.parametrize("name", ["rope", "t5", "sinusoidal"])
+@pytest.mark.parametrize(
+    "name", ["rope", *(pytest.param(n, marks=pytest.mark.slow) for n in ("t5", "sinusoidal"))]
+)
 def test_cached_beam_search_equals_recomputation(name):
     """The search over the decoder's caches picks what a search that reruns the whole decoder
     over the prefix at every step picks (scores to 1e-5)."""
@@ -68,12 +70,14 @@ def test_cached_beam_search_equals_recomputation(name):
 
 def test_translations_come_back_in_order_and_within_their_limits():
     model = _model()
-    pairs = encode_pairs(PAIRS, VOCAB)
+    pairs = PAIRS[1:3]  # two buckets: the outputs are sorted back into order
     offset = 5
-    together = translation.translate_ids(model, pairs, VOCAB, beam_size=2, max_len_offset=offset)
-    for i, (src, _) in enumerate(PAIRS):
+    together = translation.translate_ids(
+        model, encode_pairs(pairs, VOCAB), VOCAB, beam_size=2, max_len_offset=offset
+    )
+    for i, (src, _) in enumerate(pairs):
         alone = translation.translate_ids(
-            model, encode_pairs([PAIRS[i]], VOCAB), VOCAB, beam_size=2, max_len_offset=offset
+            model, encode_pairs([pairs[i]], VOCAB), VOCAB, beam_size=2, max_len_offset=offset
         )
         assert together[i] == alone[0]  # rows are independent; the order is the input's
         assert len(together[i]) <= len(src.encode()) + offset  # a byte gives at most a char
@@ -81,15 +85,17 @@ def test_translations_come_back_in_order_and_within_their_limits():
 
 def test_teacher_forced_loss_is_the_direct_cross_entropy():
     model = _model()
-    pairs = encode_pairs(PAIRS, VOCAB)
-    got = translation.teacher_forced(model, pairs, 4096)
+    chosen = PAIRS[1:3]
+    got = translation.teacher_forced(model, encode_pairs(chosen, VOCAB), 4096)
+    graphdef, state = nnx.split(model)
+    forward = jax.jit(lambda s, t: nnx.merge(graphdef, state)(s, t))
     total, count = 0.0, 0
-    for src, tgt in PAIRS:
+    for src, tgt in chosen:
         s = np.append(VOCAB.encode(src), VOCAB.eos_id)[None]
         t = VOCAB.encode(tgt)
         t_in = np.concatenate([[VOCAB.bos_id], t])[None]
         t_out = np.append(t, VOCAB.eos_id)
-        logits = np.asarray(model(jnp.asarray(s), jnp.asarray(t_in)), np.float64)[0]
+        logits = np.asarray(forward(jnp.asarray(s), jnp.asarray(t_in)), np.float64)[0]
         logp = logits - logits.max(-1, keepdims=True)
         logp -= np.log(np.exp(logp).sum(-1, keepdims=True))
         total -= logp[np.arange(len(t_out)), t_out].sum()

@@ -80,6 +80,8 @@ class Shaw(Encoding):
 
     Attributes:
       max_distance: the clip distance ``k`` (the paper uses 16 for translation; any ``k >= 0``).
+      keys: add the ``a^K`` key term (the paper's full method); False keeps only values (Table
+        3's "values only"; with ``values=False`` too, no position information: "neither").
       values: add the ``a^V`` value term (the paper's full method); False keeps only keys.
       init_std: standard deviation of the normal initialiser of both tables.
     """
@@ -89,6 +91,7 @@ class Shaw(Encoding):
     relative = True
 
     max_distance: int = 16
+    keys: bool = True
     values: bool = True
     init_std: float = 0.02
 
@@ -98,6 +101,11 @@ class Shaw(Encoding):
                 f"encoding.max_distance (Shaw's clip distance k) must be an integer >= 0, "
                 f"got {self.max_distance!r}"
             )
+        for field in ("keys", "values"):
+            if not isinstance(getattr(self, field), bool):
+                raise ValueError(
+                    f"encoding.{field} must be True or False, got {getattr(self, field)!r}"
+                )
 
     @property
     def reach(self) -> int:
@@ -106,7 +114,8 @@ class Shaw(Encoding):
 
     def param_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:
         shape = (2 * self.max_distance + 1, dims.head_dim)  # [2k+1, Dh], shared by heads
-        return {"key_table": shape, "value_table": shape} if self.values else {"key_table": shape}
+        tables = (("key_table", self.keys), ("value_table", self.values))
+        return {name: shape for name, used in tables if used}
 
     def init(self, rng: jax.Array, dims: Dims) -> Params:
         rngs = dict(zip(("key_table", "value_table"), jax.random.split(rng), strict=True))
@@ -115,7 +124,12 @@ class Shaw(Encoding):
             for name, shape in self.param_shapes(dims).items()
         }
 
-    def content_logits(
+    @property
+    def content_logits(self):
+        # Only with the key term: attention checks for the hook.
+        return self._content_logits if self.keys else None
+
+    def _content_logits(
         self, params: Params, q: jax.Array, k: jax.Array, q_pos: jax.Array, k_pos: jax.Array
     ) -> jax.Array:
         """``q . a^K_{clip(j-i)}`` for every pair: ``q: [B, T, H, Dh]`` -> ``[B, H, T, S]``."""

@@ -31,6 +31,9 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ``linear``          each linear attention path equals RoFormer eq. (19) and is causal, or refuses
 ``augment``         a training key changes nothing but ``augment_positions`` (same key, same
                     logits); ``continuous_positions`` encoders read fractional positions
+``encoder_decoder`` inside the encoder-decoder: padding removed exactly, a causal decoder over
+                    the whole source, cached decoding equal to teacher forcing; or refused in
+                    one line for the encoder side (causal-only encoders)
 ``bias_by_distance`` ``bias`` of each pair equals ``bias`` at its distance ``k_pos - q_pos`` alone
 ``reach``           past the declared reach, every key gets the same terms (per query and side)
 ==================  ===========================================================================
@@ -75,6 +78,7 @@ from posenc.testing.checks import (
     check_trains,
     inapplicable,
 )
+from posenc.testing.encdec import check_encoder_decoder
 from posenc.testing.linear import check_linear
 from posenc.testing.tiling import check_bias_by_distance, check_reach
 
@@ -94,6 +98,7 @@ CHECKS: dict[str, Check] = {
     "extrapolates": check_extrapolates,
     "linear": check_linear,
     "augment": check_augment,
+    "encoder_decoder": check_encoder_decoder,
     "bias_by_distance": check_bias_by_distance,
     "reach": check_reach,
 }

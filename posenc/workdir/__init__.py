@@ -18,6 +18,8 @@ from posenc.workdir.checkpoints import (
     CheckpointWarning,
 )
 from posenc.workdir.files import (
+    ANALYSIS_STEM,
+    ANALYSIS_SUFFIXES,
     CHECKPOINT_DIR,
     CONFIG_FILE,
     CORRUPT_DIR,
@@ -55,6 +57,7 @@ from posenc.workdir.lock import WorkdirBusyError, describe_holder, hold
 from posenc.workdir.run import (
     RESUMABLE,
     RunDir,
+    analysis_names,
     data_changes,
     eval_file_name,
     hypotheses_name,
@@ -62,6 +65,8 @@ from posenc.workdir.run import (
 )
 
 __all__ = [
+    "ANALYSIS_STEM",
+    "ANALYSIS_SUFFIXES",
     "CHECKPOINT_DIR",
     "CONFIG_FILE",
     "CORRUPT_DIR",
@@ -87,6 +92,7 @@ __all__ = [
     "WorkdirBusyError",
     "WorkdirError",
     "append_jsonl",
+    "analysis_names",
     "atomic_write_bytes",
     "config_from_dict",
     "config_sha256",

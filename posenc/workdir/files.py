@@ -42,6 +42,18 @@ LOG_FILE = "log.txt"  # a point's output when it runs in a child process
 VOCAB_FILE = "vocab.model"  # a translation run's SentencePiece model (bytes need none)
 # A translation evaluation's outputs beside its report: eval.json -> eval.hypotheses.txt.
 HYPOTHESES_SUFFIX = ".hypotheses.txt"
+# posenc analyze: attention by distance and attention entropy. Each output is the stem and a
+# suffix below (attention.json, attention.md, ...); under changed evaluation settings the stem is
+# attention-<settings>, shortened as evaluation reports' names are.
+ANALYSIS_STEM = "attention"
+ANALYSIS_SUFFIXES = {
+    "json": ".json",  # everything, per length, layer and head (distances bucketed)
+    "table": ".md",  # the tables: entropy by length, weight and logit by distance
+    "csv": ".csv",  # weight and logit per length, layer, head and distance bucket
+    "entropy_csv": "_entropy.csv",  # row entropy per length, layer and head
+    "plot": ".png",  # weight against distance, one panel per layer
+    "entropy_plot": "_entropy.png",  # normalised entropy against length, one line per layer
+}
 # Every name above: what posenc keeps in a run or sweep directory, never written over by a file
 # a user names (an evaluation's --output).
 OWNED_NAMES = (
@@ -58,6 +70,7 @@ OWNED_NAMES = (
     STATUS_FILE,
     LOG_FILE,
     VOCAB_FILE,
+    *(ANALYSIS_STEM + suffix for suffix in ANALYSIS_SUFFIXES.values()),
 )
 
 

@@ -10,6 +10,7 @@ Layout (names in :mod:`posenc.workdir.files`)::
       metrics.jsonl         one line per logged training step
       eval.json             evaluation with the run's own config
       eval-<settings>.json  evaluations under changed settings (posenc eval --lengths ...)
+      attention[-<settings>].{json,md,csv,png}, ..._entropy.{csv,png}   posenc analyze
       posenc.lock           held by the process using the directory
 
 A report's name is always a plain ``.json`` name inside the directory and never one of the
@@ -41,6 +42,8 @@ import ml_collections
 from posenc.workdir import lock
 from posenc.workdir.checkpoints import Checkpoints
 from posenc.workdir.files import (
+    ANALYSIS_STEM,
+    ANALYSIS_SUFFIXES,
     CHECKPOINT_DIR,
     CONFIG_FILE,
     DATA_FILE,
@@ -125,13 +128,27 @@ def eval_file_name(changes: Mapping[str, Any]) -> str:
     """
     if not changes:
         return EVAL_FILE
+    return f"{EVAL_PREFIX}{_changes_name(changes)}.json"
+
+
+def _changes_name(changes: Mapping[str, Any]) -> str:
+    """The short, deterministic name of evaluation-time changes (:func:`eval_file_name`)."""
     hparams = "encoding.hparams."
     short = {k.removeprefix("eval.").removeprefix(hparams): v for k, v in changes.items()}
     if len(short) < len(changes):  # "eval.x" and a top-level or hparam "x" would share a name
-        return f"{EVAL_PREFIX}{settings_name(dict(changes), _EVAL_NAME_LEN)}.json"
+        return settings_name(dict(changes), _EVAL_NAME_LEN)
     # An encoder's hyperparameter may share its name with an eval field: hash the exact fields.
     exact = dict(changes) if any(k.startswith(hparams) for k in changes) else None
-    return f"{EVAL_PREFIX}{settings_name(short, _EVAL_NAME_LEN, hash_of=exact)}.json"
+    return settings_name(short, _EVAL_NAME_LEN, hash_of=exact)
+
+
+def analysis_names(changes: Mapping[str, Any]) -> dict[str, str]:
+    """The file names ``posenc analyze`` writes, by kind (:data:`ANALYSIS_SUFFIXES`):
+    ``attention.json``, ``attention.md``, ... for the run's own settings, and
+    ``attention-<changes>.json``, ... (named as :func:`eval_file_name` names them) under
+    changed settings, so an analysis never replaces another's."""
+    stem = ANALYSIS_STEM + (f"-{_changes_name(changes)}" if changes else "")
+    return {kind: stem + suffix for kind, suffix in ANALYSIS_SUFFIXES.items()}
 
 
 class RunDir:

@@ -60,8 +60,10 @@ def _naive_attention(q, k, v, key_table, value_table, q_pos, k_pos, clip, causal
     """Shaw attention with the L x L x D tensors built explicitly, causal, float64."""
     q, k, v = (np.asarray(a, np.float64) for a in (q, k, v))
     t, s = q.shape[1], k.shape[1]
-    a_k = _naive_a(key_table, q_pos, k_pos, clip)  # [B, T, S, Dh]
-    logits = np.einsum("bthd,bshd->bhts", q, k) + np.einsum("bthd,btsd->bhts", q, a_k)
+    logits = np.einsum("bthd,bshd->bhts", q, k)
+    if key_table is not None:
+        a_k = _naive_a(key_table, q_pos, k_pos, clip)  # [B, T, S, Dh]
+        logits = logits + np.einsum("bthd,btsd->bhts", q, a_k)
     logits /= np.sqrt(q.shape[-1])
     if causal:
         mask = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)
@@ -183,6 +185,21 @@ def test_attention_equals_explicit_formula(values, impl, block, t, s, offsets):
         q, k, v, params["key_table"], params.get("value_table"), q_pos, k_pos, clip
     )
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("keys,values", [(False, True), (False, False)])
+def test_values_only_and_neither_equal_the_explicit_formula(keys, values):
+    """Shaw et al.'s Table 3 ablations: the value term alone, and no relative term at all (plain
+    attention: no position information)."""
+    enc = _bound(max_distance=3, keys=keys, values=values)
+    params = _params(enc, 5, scale=0.5)
+    assert set(params) == ({"value_table"} if values else set())
+    q, k, v = _inputs(6, 2, 8, 8)
+    q_pos, k_pos = _positions(2, 8, 8, [0, 5])
+    for impl in ("einsum", "blocked"):
+        got = _run(enc, params, q, k, v, q_pos, k_pos, impl, 3)
+        expected = _naive_attention(q, k, v, None, params.get("value_table"), q_pos, k_pos, 3)
+        np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
 
 
 @pytest.mark.parametrize("impl,block", [("einsum", 512), ("blocked", 2)])

@@ -1,6 +1,8 @@
-"""The encoder-decoder: padding removed exactly, a causal decoder over a bidirectional encoder,
-cross-attention without positions, one encoder in each direction's form, cached decoding equal
-to teacher forcing."""
+"""The encoder-decoder's own properties: cross-attention without positions, one encoder in each
+direction's form with its own parameters, separate or shared embeddings. What every registered
+encoder must do inside it (padding removed exactly, a causal decoder over the whole source,
+cached decoding equal to teacher forcing, causal-only encoders refused) is the contract
+battery's ``encoder_decoder`` check (posenc.testing, tests/test_testing.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +11,6 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
-import pytest
 from flax import nnx
 
 from posenc import encodings
@@ -54,35 +55,6 @@ def _logits(model, src, tgt, mask=None):
     return _apply(graphdef)(state, src, tgt, mask)
 
 
-BIDIRECTIONAL = [n for n in encodings.names() if not encodings.get_class(n).causal_only]
-CAUSAL_ONLY = [n for n in encodings.names() if encodings.get_class(n).causal_only]
-
-
-@pytest.mark.parametrize("name", BIDIRECTIONAL)
-def test_a_padded_source_gives_the_unpadded_outputs(name):
-    """Row 0's source is 5 tokens followed by 4 of junk; masked, the decoder's logits are
-    those of the 5-token source alone (every encoder, its attention hooks and input terms)."""
-    model = _model(name)
-    src, tgt = _ids(1, (2, S)), _ids(2, (2, T))
-    mask = jnp.arange(S)[None, :] < jnp.array([[5], [S]])  # row 0: 5 real tokens
-    padded = _logits(model, src, tgt, mask)
-    alone = _logits(model, src[:1, :5], tgt[:1])
-    np.testing.assert_allclose(padded[:1], alone, rtol=2e-5, atol=2e-5, err_msg=name)
-    junk = src.at[0, 5:].set(_ids(3, (4,)))
-    np.testing.assert_allclose(_logits(model, junk, tgt, mask), padded, rtol=2e-5, atol=2e-5)
-
-
-def test_the_decoder_is_causal_and_the_encoder_bidirectional():
-    model = _model("rope")
-    src, tgt = _ids(4, (1, S)), _ids(5, (1, T))
-    base = _logits(model, src, tgt)
-    later_target = _logits(model, src, tgt.at[0, 4].set((tgt[0, 4] + 1) % V))
-    np.testing.assert_array_equal(later_target[:, :4], base[:, :4])
-    assert np.abs(later_target[:, 4:] - base[:, 4:]).max() > 1e-4
-    last_source = _logits(model, src.at[0, -1].set((src[0, -1] + 1) % V), tgt)
-    assert np.abs(last_source[:, 0] - base[:, 0]).max() > 1e-4  # the first target sees it
-
-
 def test_cross_attention_has_no_positional_term():
     """Permuting the encoder output's tokens (keys, values and mask alike) leaves
     cross-attention unchanged: queries and keys meet only through their contents."""
@@ -112,12 +84,6 @@ def test_each_stack_has_its_own_encoder_parameters_in_its_direction():
     assert shaw.decoder.blocks[0].pos_params is not None
 
 
-@pytest.mark.parametrize("name", CAUSAL_ONLY)
-def test_causal_only_encoders_are_refused_for_the_encoder_side(name):
-    with pytest.raises(ValueError, match=r"^model\.assembly='encoder_decoder', encoder side: "):
-        _model(name)
-
-
 def test_separate_embeddings_and_untied_output():
     shared = _model("sinusoidal")
     separate = _model("sinusoidal", share_embeddings=False, tie_embeddings=False)
@@ -128,21 +94,3 @@ def test_separate_embeddings_and_untied_output():
     before = _logits(separate, src, tgt)
     separate.src_embed.embedding[...] = separate.src_embed.embedding[...] * 2
     assert np.abs(_logits(separate, src, tgt) - before).max() > 1e-4
-
-
-@pytest.mark.parametrize("name", ["rope", "t5", "shaw", "xl", "sinusoidal", "conv"])
-def test_cached_decoding_equals_teacher_forcing(name):
-    model = _model(name)
-    src, tgt = _ids(8, (2, S)), _ids(9, (2, T))
-    mask = jnp.arange(S)[None, :] < jnp.array([[6], [S]])
-    full = _logits(model, src, tgt, mask)
-    encoded, mask = model.encode(src, mask)
-    cross = model.cross_caches(encoded, mask)
-    caches = [
-        type(c)(*(jnp.full(x.shape, jnp.nan, x.dtype) for x in c))
-        for c in model.decode_forward(tgt, cross)[1]
-    ]
-    positions = jnp.arange(T)[None]
-    for slot in range(T):
-        step, caches = model.decode(tgt, slot, positions, caches, cross)
-        np.testing.assert_allclose(step[:, 0], full[:, slot], rtol=1e-4, atol=1e-4, err_msg=name)
