@@ -9,10 +9,14 @@ Each clipped relative distance ``clip(j - i, -k, k)`` has two learned vectors, `
 
 The ``L x L x Dh`` tensor ``a_ij`` is never built. Keys: ``q_i . a^K_r`` is computed against the
 ``2k + 1`` embeddings (``[B, H, T, 2k+1]``), spread to the ``T + S`` offsets of the relative
-table by a one-hot matmul, and skewed into ``[B, H, T, S]`` by :func:`rel_shift`. Values: the
-probabilities are un-skewed with the transpose of that shift, summed per clipped distance by the
-transposed one-hot matmul, and multiplied by ``a^V``. Neither direction gathers or scatters, so
-the backward pass stays dense (a gather here turns into a slow scatter on GPUs).
+table, and skewed into ``[B, H, T, S]`` by :func:`rel_shift`. The offsets of the table count up
+by one, so the spread is a band (:func:`_spread`): the ``2k - 1`` unclipped distances are a
+slice of the embeddings' scores at a shifted start, and the columns past ``+-k`` repeat the end
+scores (a select); no ``(2k+1)``-wide one-hot matmul per pair. Values: the probabilities are
+un-skewed with the transpose of that shift, summed per clipped distance by the transpose of the
+band, and multiplied by ``a^V``. Neither direction gathers or scatters, so the backward pass stays
+dense (a gather here turns into a slow scatter on GPUs). Batch rows whose windows start at
+different key-minus-query offsets take a one-hot matmul over the table instead.
 
 That relative table needs contiguous positions. For any others (randomized positions, Ruoss et
 al. 2023: sorted random subsets of a longer range) the same quantities go through a one-hot of
@@ -56,10 +60,64 @@ def _offset_one_hot(q_pos: jax.Array, k_pos: jax.Array, max_distance: int, dtype
     return jax.nn.one_hot(index, 2 * max_distance + 1, dtype=dtype)
 
 
+def _spread(per_distance: jax.Array, first_offset: jax.Array, max_distance: int, r: int):
+    """Scores per clipped distance -> scores per column of a relative table of ``r`` columns
+    whose offsets are ``first_offset + arange(r)`` (shared by every row).
+
+    ``out[..., c] = per_distance[..., clip(first_offset + c, -k, k) + k]``, as a band: the inner
+    scores (distances ``-k + 1 .. k - 1``) padded with ``r`` zeros on each side and sliced at the
+    table's start, the clipped ends by a select. Linear in ``per_distance``; its transpose sums a
+    table's columns per clipped distance.
+
+    Args:
+      per_distance: ``[..., 2k + 1]``.
+      first_offset: scalar int32, the key-minus-query offset of column 0.
+      max_distance: the clip distance ``k``.
+      r: the number of columns.
+
+    Returns:
+      ``[..., r]``.
+    """
+    k = max_distance
+    offsets = first_offset + jnp.arange(r, dtype=jnp.int32)  # [R]
+    left, right = per_distance[..., :1], per_distance[..., 2 * k :]
+    if k == 0:  # one embedding for every distance
+        return jnp.broadcast_to(left, (*per_distance.shape[:-1], r))
+    widths = [(0, 0)] * (per_distance.ndim - 1) + [(r, r)]
+    inner = jnp.pad(per_distance[..., 1 : 2 * k], widths)  # [..., r + 2k - 1 + r]
+    # Distance d (|d| < k) sits at r + d + k - 1; out of range, the clamped start reads only pad.
+    middle = jax.lax.dynamic_slice_in_dim(inner, r + first_offset + k - 1, r, axis=-1)
+    return jnp.where(offsets <= -k, left, jnp.where(offsets >= k, right, middle))
+
+
+def _gather_per_clip(x: jax.Array, first_offset: jax.Array, max_distance: int) -> jax.Array:
+    """The transpose of :func:`_spread`: ``[..., r]`` -> ``[..., 2k + 1]``, each clipped
+    distance's sum over the columns whose offset clips to it."""
+    template = jax.ShapeDtypeStruct((*x.shape[:-1], 2 * max_distance + 1), x.dtype)
+    (out,) = jax.linear_transpose(
+        lambda p: _spread(p, first_offset, max_distance, x.shape[-1]), template
+    )(x)
+    return out
+
+
+def _shared_offset(q_pos: jax.Array, k_pos: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """The relative table's first offset (row 0's) and whether every row shares it."""
+    first = relative_offsets(q_pos, k_pos)[:, 0]  # [B|1]
+    return first[0], jnp.all(first == first[0])
+
+
 def _pair_one_hot(q_pos: jax.Array, k_pos: jax.Array, max_distance: int, dtype) -> jax.Array:
     """``[B|1, T, S, 2k + 1]``: which clipped distance each (query, key) pair uses."""
     index = clipped_relative_index(q_pos, k_pos, max_distance)  # [B|1, T, S]
     return jax.nn.one_hot(index, 2 * max_distance + 1, dtype=dtype)
+
+
+def _path(q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
+    """Which way to lay the distances out: 0 per pair (any positions), 1 the relative table by
+    a one-hot (contiguous rows at different offsets), 2 the table as a band (one offset)."""
+    _, shared = _shared_offset(q_pos, k_pos)
+    contiguous = is_contiguous(q_pos, k_pos)
+    return jnp.where(contiguous, jnp.where(shared, 2, 1), 0)
 
 
 def _einsum_batch1(spec: str, x: jax.Array, one_hot: jax.Array) -> jax.Array:
@@ -136,17 +194,18 @@ class Shaw(Encoding):
         del k
         table = params["key_table"].astype(q.dtype)
         per_distance = jnp.einsum("BTHD,KD->BHTK", q, table)  # [B, H, T, 2k+1]
-        return jax.lax.cond(
-            is_contiguous(q_pos, k_pos),
-            self._keys_by_offset,
-            self._keys_by_pair,
-            per_distance,
-            q_pos,
-            k_pos,
-        )
+        branches = (self._keys_by_pair, self._keys_by_offset, self._keys_by_band)
+        return jax.lax.switch(_path(q_pos, k_pos), branches, per_distance, q_pos, k_pos)
+
+    def _keys_by_band(self, per_distance, q_pos, k_pos):
+        """Contiguous positions at one offset for every row: spread as a band, then skew."""
+        first, _ = _shared_offset(q_pos, k_pos)
+        r = q_pos.shape[-1] + k_pos.shape[-1]
+        per_offset = _spread(per_distance, first, self.max_distance, r)  # [B, H, T, T+S]
+        return rel_shift(per_offset)  # [B, H, T, S]
 
     def _keys_by_offset(self, per_distance, q_pos, k_pos):
-        """Contiguous positions: spread to the relative table, then skew."""
+        """Contiguous positions, rows at different offsets: spread by a one-hot, then skew."""
         one_hot = _offset_one_hot(q_pos, k_pos, self.max_distance, per_distance.dtype)
         per_offset = _einsum_batch1("BHTK,BRK->BHTR", per_distance, one_hot)  # [B, H, T, T+S]
         return rel_shift(per_offset)  # [B, H, T, S]
@@ -162,19 +221,20 @@ class Shaw(Encoding):
         self, params: Params, probs: jax.Array, q_pos: jax.Array, k_pos: jax.Array
     ) -> jax.Array:
         """``sum_j p_ij a^V_{clip(j-i)}``: ``probs: [B, H, T, S]`` -> ``[B, T, H, Dh]``."""
-        per_distance = jax.lax.cond(
-            is_contiguous(q_pos, k_pos),
-            self._probs_by_offset,
-            self._probs_by_pair,
-            probs,
-            q_pos,
-            k_pos,
-        )  # [B, H, T, 2k+1]
+        branches = (self._probs_by_pair, self._probs_by_offset, self._probs_by_band)
+        per_distance = jax.lax.switch(_path(q_pos, k_pos), branches, probs, q_pos, k_pos)
         table = params["value_table"].astype(probs.dtype)
-        return jnp.einsum("BHTK,KD->BTHD", per_distance, table)
+        return jnp.einsum("BHTK,KD->BTHD", per_distance, table)  # per_distance: [B, H, T, 2k+1]
+
+    def _probs_by_band(self, probs, q_pos, k_pos):
+        """Contiguous positions at one offset for every row: un-skew, then sum per clipped
+        distance (the band's transpose)."""
+        first, _ = _shared_offset(q_pos, k_pos)
+        return _gather_per_clip(rel_unshift(probs), first, self.max_distance)
 
     def _probs_by_offset(self, probs, q_pos, k_pos):
-        """Contiguous positions: un-skew, then sum per clipped distance."""
+        """Contiguous positions, rows at different offsets: un-skew, then sum per clipped
+        distance by a one-hot."""
         per_offset = rel_unshift(probs)  # [B, H, T, T+S]
         one_hot = _offset_one_hot(q_pos, k_pos, self.max_distance, probs.dtype)
         return _einsum_batch1("BHTR,BRK->BHTK", per_offset, one_hot)  # [B, H, T, 2k+1]
