@@ -4,7 +4,9 @@ A shared machine's speed drifts by up to 2x over minutes (other processes, frequ
 so timing encoder A for a minute and then encoder B compares the machine's moods as much as the
 encoders. Here every measurement is compiled first; then each *round* times every encoder once
 (training steps and one window at each evaluation length), in an order rotated every round, so
-that each encoder meets each slot of a round equally often:
+that each encoder meets each slot of a round equally often, figure by figure (the encoders
+compared in one figure are timed close together); each slot keeps the fastest of
+``eval_repeats`` back-to-back runs (interference only ever adds time):
 
     round 0: A B C    round 1: B C A    round 2: C A B    ...
 
@@ -25,6 +27,7 @@ import platform
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -32,6 +35,7 @@ import numpy as np
 
 from posenc import data as data_lib
 from posenc.attention import choose_implementation
+from posenc.benchmark.measure import short_error
 from posenc.benchmark.settings import Settings, make_config
 from posenc.config import open_source
 from posenc.evaluate import Scorer
@@ -121,6 +125,7 @@ def run_rounds(
     encoders = list(dict.fromkeys([baseline, *settings.encoders]))
     figures: dict[tuple[str, Any], Any] = {}
     paths: dict[tuple[str, Any], str] = {}
+    errors: dict[str, str] = {}
     for encoder in encoders:
         _log(f"{encoder}: compiling")
         trained = _Train(settings, encoder) if train else None
@@ -128,20 +133,57 @@ def run_rounds(
             figures[encoder, "train"] = lambda t=trained: t.time(settings.steps)
             paths[encoder, "train"] = "step"
         for length in settings.eval_lengths:
-            scorer = _Eval(settings, encoder, length)
+            try:
+                scorer = _Eval(settings, encoder, length)
+            except Exception as e:  # noqa: BLE001 - reported, e.g. a learned table too short
+                errors[f"{encoder} at {length}"] = short_error(e)
+                if encoder == baseline:
+                    raise
+                continue
             figures[encoder, length] = scorer.time
             paths[encoder, length] = scorer.path
+    seconds, loads = time_rounds(figures, encoders, rounds, settings.eval_repeats)
+    rows = summarise(seconds, baseline)
+    for row in rows:
+        row["path"] = paths[row["encoder"], row["figure"]]
+    return {"meta": _meta(settings, rounds, baseline, loads), "rows": rows, "errors": errors}
+
+
+def time_rounds(
+    figures: dict[tuple[str, Any], Callable[[], float]],
+    encoders: list[str],
+    rounds: int,
+    repeats: int,
+) -> tuple[dict[tuple[str, Any], list[float]], list[float | None]]:
+    """Times every ``(encoder, figure)`` once per round, figure by figure (so that the encoders
+    compared in one figure are timed close together), the encoders in an order rotated every
+    round; each slot keeps the fastest of ``repeats`` back-to-back calls (interference only ever
+    adds time). ``figures`` maps ``(encoder, figure)`` to a call returning seconds.
+
+    Returns:
+      ``({(encoder, figure): [seconds per round]}, [1-minute load average per round and once
+      after the last])``.
+    """
     seconds: dict[tuple[str, Any], list[float]] = {key: [] for key in figures}
+    names = list(dict.fromkeys(figure for _, figure in figures))
     loads = []
     for r in range(rounds):
         order = encoders[r % len(encoders) :] + encoders[: r % len(encoders)]
         loads.append(_load_average())
-        for encoder in order:
-            for key in figures:
-                if key[0] == encoder:
-                    seconds[key].append(figures[key]())
+        for figure in names:
+            for encoder in order:
+                if (encoder, figure) in figures:
+                    fn = figures[encoder, figure]
+                    seconds[encoder, figure].append(min(fn() for _ in range(repeats)))
         _log(f"round {r + 1}/{rounds} done (load {loads[-1]})")
     loads.append(_load_average())
+    return seconds, loads
+
+
+def summarise(seconds: dict[tuple[str, Any], list[float]], baseline: str) -> list[dict[str, Any]]:
+    """One row per ``(encoder, figure)``: its seconds per round, their median, min and max, and
+    the same of its ratio to ``baseline``'s seconds *in the same round* (what to compare across
+    runs: a slow round slows both)."""
     rows = []
     for (encoder, figure), times in seconds.items():
         ratios = [a / b for a, b in zip(times, seconds[baseline, figure], strict=True)]
@@ -149,13 +191,12 @@ def run_rounds(
             {
                 "encoder": encoder,
                 "figure": figure,
-                "path": paths[encoder, figure],
                 "seconds": times,
                 **_spread("", times),
                 **_spread("ratio_", ratios),
             }
         )
-    return {"meta": _meta(settings, rounds, baseline, loads), "rows": rows}
+    return rows
 
 
 def _spread(prefix: str, values: list[float]) -> dict[str, float]:
@@ -185,6 +226,7 @@ def _meta(settings: Settings, rounds: int, baseline: str, loads: list) -> dict[s
         "model": config.model.to_dict(),
         "train": {"seq_len": config.train.seq_len, "batch_size": config.train.batch_size},
         "steps": settings.steps,
+        "repeats_per_slot": settings.eval_repeats,
         "eval_lengths": list(settings.eval_lengths),
         "attention_impl": settings.attention_impl,
         "rounds": rounds,
@@ -209,7 +251,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"{model['num_heads']} heads, {model['dtype']}); {meta['rounds']} interleaved rounds; "
         f"load average per round {meta['load_average_1min']}.",
         "",
-        "Seconds: median (min-max) over rounds; ratio: to "
+        f"Seconds: the fastest of {meta['repeats_per_slot']} back-to-back runs per round, "
+        "median (min-max) over rounds; ratio: to "
         f"{meta['baseline']} in the same round, median (min-max). `train`: "
         f"{meta['steps']} steps of batch {meta['train']['batch_size']} x "
         f"{meta['train']['seq_len']}; a length: one window, batch 1.",
@@ -220,12 +263,16 @@ def markdown(report: dict[str, Any]) -> str:
     for encoder in encoders:
         cells = []
         for figure in figures:
-            row = rows[encoder, figure]
+            row = rows.get((encoder, figure))
+            if row is None:
+                cells += ["n/a", "n/a"]
+                continue
             cells.append(f"{row['median']:.3g} ({row['min']:.3g}-{row['max']:.3g})")
             cells.append(
                 f"{row['ratio_median']:.2f} ({row['ratio_min']:.2f}-{row['ratio_max']:.2f})"
             )
         lines.append(f"| {encoder} | " + " | ".join(cells) + " |")
+    lines += [f"\n{where}: {error}" for where, error in report.get("errors", {}).items()]
     return "\n".join(lines) + "\n"
 
 
