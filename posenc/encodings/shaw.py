@@ -64,10 +64,10 @@ def _spread(per_distance: jax.Array, first_offset: jax.Array, max_distance: int,
     """Scores per clipped distance -> scores per column of a relative table of ``r`` columns
     whose offsets are ``first_offset + arange(r)`` (shared by every row).
 
-    ``out[..., c] = per_distance[..., clip(first_offset + c, -k, k) + k]``, as a band: the inner
-    scores (distances ``-k + 1 .. k - 1``) padded with ``r`` zeros on each side and sliced at the
-    table's start, the clipped ends by a select. Linear in ``per_distance``; its transpose sums a
-    table's columns per clipped distance.
+    ``out[..., c] = per_distance[..., clip(first_offset + c, -k, k) + k]``, as a band: the
+    ``2k - 1`` inner scores (distances ``-k + 1 .. k - 1``) written into zeros at the table's
+    column of distance ``-k + 1``, the clipped ends by a select. Linear in ``per_distance``; its
+    transpose sums a table's columns per clipped distance.
 
     Args:
       per_distance: ``[..., 2k + 1]``.
@@ -83,10 +83,14 @@ def _spread(per_distance: jax.Array, first_offset: jax.Array, max_distance: int,
     left, right = per_distance[..., :1], per_distance[..., 2 * k :]
     if k == 0:  # one embedding for every distance
         return jnp.broadcast_to(left, (*per_distance.shape[:-1], r))
-    widths = [(0, 0)] * (per_distance.ndim - 1) + [(r, r)]
-    inner = jnp.pad(per_distance[..., 1 : 2 * k], widths)  # [..., r + 2k - 1 + r]
-    # Distance d (|d| < k) sits at r + d + k - 1; out of range, the clamped start reads only pad.
-    middle = jax.lax.dynamic_slice_in_dim(inner, r + first_offset + k - 1, r, axis=-1)
+    inner = per_distance[..., 1 : 2 * k]  # [..., 2k - 1]
+    # Distance -k + 1 sits at column -k + 1 - first_offset; the table gets 2k - 1 columns of
+    # margin on each side, so that wherever the inner scores fall, wholly or partly outside it,
+    # they are written at their true place (the start clamped only where none of them shows).
+    width = 2 * k - 1
+    zeros = jnp.zeros((*per_distance.shape[:-1], r + 2 * width), per_distance.dtype)
+    start = jnp.clip(1 - k - first_offset + width, 0, r + width)
+    middle = jax.lax.dynamic_update_slice_in_dim(zeros, inner, start, axis=-1)[..., width:-width]
     return jnp.where(offsets <= -k, left, jnp.where(offsets >= k, right, middle))
 
 
