@@ -243,16 +243,24 @@ class ShawReachTooShort(encodings.Shaw):
 
 
 def test_false_declarations_of_cheaper_tiles_fail_their_checks():
-    """The blocked path trusts bias_by_distance and reach; each check catches a false one, and
-    so does the path agreement, which compares the tiles that rely on them with the reference."""
+    """The blocked path trusts bias_by_distance and reach; each check catches a false one."""
     with pytest.raises(AssertionError, match=r"fails bias_by_distance: declares.*reads more than"):
         testing.check_bias_by_distance(FireByDistance(init_L=4.0))
     with pytest.raises(AssertionError, match=r"'alibi'.*fails reach: bias differs"):
         testing.check_reach(AlibiWithReach())
     with pytest.raises(AssertionError, match=r"'shaw'.*fails reach: content_logits differs"):
         testing.check_reach(ShawReachTooShort(max_distance=4))
+
+
+@pytest.mark.slow
+def test_false_declarations_of_cheaper_tiles_make_the_blocked_path_differ():
+    """What the declaration checks guard against: the path agreement, which compares the tiles
+    that rely on them with the reference, catches a false reach and a false bias_by_distance
+    too (compiling the blocked path: the slow step)."""
     with pytest.raises(AssertionError, match=r"fails paths_agree.*'blocked' differs"):
         testing.check_paths_agree(AlibiWithReach())
+    with pytest.raises(AssertionError, match=r"fails paths_agree.*differs"):
+        testing.check_paths_agree(FireByDistance(init_L=4.0))
 
 
 def test_a_hook_that_depends_on_the_tile_fails_the_path_check():
