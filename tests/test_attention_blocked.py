@@ -20,8 +20,9 @@ DIMS = Dims(num_heads=2, head_dim=8, model_dim=16)
 HPARAMS = {"t5": {"num_buckets": 8, "max_distance": 6}, "shaw": {"max_distance": 3}}
 T, S, BLOCK = 21, 26, 4
 
-# Not at LLVM -O0 (what other tests use to compile faster): there T5's gradients on the blocked
-# path come out NaN where -O2 and the einsum path give numbers, on main too (to investigate).
+# The default optimisation level: at LLVM -O0, XLA:CPU returns NaN gradients through the blocked
+# path's lax.cond for some encoders (T5 here, on main too; posenc.testing._harness's
+# finite_or_recompiled says more).
 _jit = jax.jit
 
 

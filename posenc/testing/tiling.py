@@ -15,7 +15,15 @@ import jax.numpy as jnp
 import numpy as np
 
 from posenc.encodings.base import Encoding
-from posenc.testing._harness import NotApplicable, Settings, fail, label, max_error, resolve
+from posenc.testing._harness import (
+    NotApplicable,
+    Settings,
+    fail,
+    jit,
+    label,
+    max_error,
+    resolve,
+)
 
 
 def without_distance_bias(enc: Encoding, settings: Settings) -> str | None:
@@ -65,12 +73,13 @@ def check_bias_by_distance(encoder: str | Encoding, settings: Settings | None = 
     b, t, s = len(settings.offsets), settings.length, settings.length + settings.extra_keys
     q_pos = _sorted_rows(rng, b, t, 0, settings.max_position)
     k_pos = _sorted_rows(rng, b, s, 0, settings.max_position)
-    per_pair = np.asarray(bound.bias(params, jnp.asarray(q_pos), jnp.asarray(k_pos)))
+    bias = jit(bound.bias)  # compiled: op by op, each shape's dispatch costs more
+    per_pair = np.asarray(bias(params, jnp.asarray(q_pos), jnp.asarray(k_pos)))
     distance = k_pos[:, None, :] - q_pos[:, :, None]  # [B, T, S]
     base = settings.max_position
     query = np.full((b, 1), base, np.int32)
     keys = (base + distance).reshape(b, t * s)
-    per_distance = np.asarray(bound.bias(params, jnp.asarray(query), jnp.asarray(keys)))
+    per_distance = np.asarray(bias(params, jnp.asarray(query), jnp.asarray(keys)))
     h = per_pair.shape[1]
     per_distance = per_distance.reshape(b, h, t, s)
     per_pair = np.broadcast_to(per_pair, per_distance.shape)
@@ -120,6 +129,8 @@ def check_reach(encoder: str | Encoding, settings: Settings | None = None) -> No
         sides.append(("after", last + reach + 1, 1))
     q = jnp.asarray(rng.standard_normal((b, t, dims.num_heads, dims.head_dim)), jnp.float32)
     qp = jnp.asarray(q_pos)
+    # Compiled: op by op, each shape's dispatch costs more than compiling the hook.
+    hooks = {name: jit(getattr(bound, name)) for name in bound.hooks}
     for side, probe_pos, sign in sides:
         # Keys past the reach on this side, up to max_position further, in random order.
         far = probe_pos + sign * rng.integers(0, settings.max_position, (b, n))
@@ -132,24 +143,24 @@ def check_reach(encoder: str | Encoding, settings: Settings | None = None) -> No
                 enc,
                 "bias",
                 where,
-                bound.bias(params, qp, kp),
-                bound.bias(params, qp, probe),
+                hooks["bias"](params, qp, kp),
+                hooks["bias"](params, qp, probe),
                 settings,
             )
         if "content_logits" in enc.hooks:
-            got = bound.content_logits(params, q, k, qp, kp)
+            got = hooks["content_logits"](params, q, k, qp, kp)
             _same(
                 enc,
                 "content_logits",
                 where,
                 got,
-                bound.content_logits(params, q, zero, qp, probe),
+                hooks["content_logits"](params, q, zero, qp, probe),
                 settings,
             )
         if "value_term" in enc.hooks:
             probs = jnp.asarray(rng.random((b, dims.num_heads, t, n)), jnp.float32)
-            got = bound.value_term(params, probs, qp, kp)  # [B, T, H, Dh]
-            unit = bound.value_term(params, jnp.ones((b, dims.num_heads, t, 1)), qp, probe)
+            got = hooks["value_term"](params, probs, qp, kp)  # [B, T, H, Dh]
+            unit = hooks["value_term"](params, jnp.ones((b, dims.num_heads, t, 1)), qp, probe)
             expected = probs.sum(-1).transpose(0, 2, 1)[..., None] * unit
             _same(enc, "value_term", where, got, expected, settings)
 
