@@ -253,9 +253,14 @@ def markdown(report: dict[str, Any]) -> str:
         "",
         f"Seconds: the fastest of {meta['repeats_per_slot']} back-to-back runs per round, "
         "median (min-max) over rounds; ratio: to "
-        f"{meta['baseline']} in the same round, median (min-max). `train`: "
-        f"{meta['steps']} steps of batch {meta['train']['batch_size']} x "
-        f"{meta['train']['seq_len']}; a length: one window, batch 1.",
+        f"{meta['baseline']} in the same round, median (min-max). "
+        + (
+            f"`train`: {meta['steps']} steps of batch {meta['train']['batch_size']} x "
+            f"{meta['train']['seq_len']}. "
+            if "train" in figures
+            else ""
+        )
+        + "Each length: one window, batch 1.",
         "",
         "| encoder | " + " | ".join(f"{_figure(f)} s | {_figure(f)} ratio" for f in figures) + " |",
         "|---|" + "---:|---:|" * len(figures),
