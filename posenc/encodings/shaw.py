@@ -13,8 +13,9 @@ table, and skewed into ``[B, H, T, S]`` by :func:`rel_shift`. The offsets of the
 by one, so the spread is a band (:func:`_spread`): the ``2k - 1`` unclipped distances are a
 slice of the embeddings' scores at a shifted start, and the columns past ``+-k`` repeat the end
 scores (a select); no ``(2k+1)``-wide one-hot matmul per pair. Values: the probabilities are
-un-skewed with the transpose of that shift, summed per clipped distance by the transpose of the
-band, and multiplied by ``a^V``. Neither direction gathers or scatters, so the backward pass stays
+summed per clipped distance without un-skewing them (the clipped ends as masked sums, the
+inner distances as diagonals read from the flattened rows; :func:`_sum_per_clip`), and
+multiplied by ``a^V``. Neither direction gathers or scatters, so the backward pass stays
 dense (a gather here turns into a slow scatter on GPUs). Batch rows whose windows start at
 different key-minus-query offsets take a one-hot matmul over the table instead.
 
@@ -66,8 +67,7 @@ def _spread(per_distance: jax.Array, first_offset: jax.Array, max_distance: int,
 
     ``out[..., c] = per_distance[..., clip(first_offset + c, -k, k) + k]``, as a band: the
     ``2k - 1`` inner scores (distances ``-k + 1 .. k - 1``) written into zeros at the table's
-    column of distance ``-k + 1``, the clipped ends by a select. Linear in ``per_distance``; its
-    transpose sums a table's columns per clipped distance.
+    column of distance ``-k + 1``, the clipped ends by a select.
 
     Args:
       per_distance: ``[..., 2k + 1]``.
@@ -94,14 +94,48 @@ def _spread(per_distance: jax.Array, first_offset: jax.Array, max_distance: int,
     return jnp.where(offsets <= -k, left, jnp.where(offsets >= k, right, middle))
 
 
-def _gather_per_clip(x: jax.Array, first_offset: jax.Array, max_distance: int) -> jax.Array:
-    """The transpose of :func:`_spread`: ``[..., r]`` -> ``[..., 2k + 1]``, each clipped
-    distance's sum over the columns whose offset clips to it."""
-    template = jax.ShapeDtypeStruct((*x.shape[:-1], 2 * max_distance + 1), x.dtype)
-    (out,) = jax.linear_transpose(
-        lambda p: _spread(p, first_offset, max_distance, x.shape[-1]), template
-    )(x)
-    return out
+def _sum_per_clip(probs: jax.Array, offset: jax.Array, max_distance: int) -> jax.Array:
+    """Probabilities summed per clipped distance, for a window whose pair ``(i, j)`` is at
+    distance ``j - i + offset`` (contiguous positions, one ``offset = k0 - q0`` for every row).
+
+    The two clipped ends are masked sums over the keys; each inner distance ``e`` (``|e| < k``)
+    is the diagonal ``probs[i, i + e - offset]``, read from the flattened rows: element
+    ``(i, i + c)`` sits at ``i * (S + 1) + c``, so rows of ``S + 1`` from flat index ``c`` hold
+    the diagonals ``c, c + 1, ...`` in their first columns (reads only: un-skewing the whole
+    ``[T, S]`` into the ``[T, T + S]`` relative table costs ten times a tile's ``q . k`` on
+    XLA:CPU).
+
+    Args:
+      probs: ``[..., T, S]``.
+      offset: scalar int32, ``k0 - q0``.
+      max_distance: the clip distance ``k``.
+
+    Returns:
+      ``[..., T, 2k + 1]``: ``out[..., i, e + k] = sum_{j: clip(j - i + offset) = e} probs[i, j]``.
+    """
+    k = max_distance
+    *lead, t, s = probs.shape
+    distance = jnp.arange(s)[None, :] - jnp.arange(t)[:, None] + offset  # [T, S]
+    if k == 0:  # one embedding for every distance
+        return probs.sum(-1, keepdims=True)
+    zero = jnp.zeros((), probs.dtype)
+    left = jnp.where(distance <= -k, probs, zero).sum(-1, keepdims=True)  # [..., T, 1]
+    right = jnp.where(distance >= k, probs, zero).sum(-1, keepdims=True)
+    width = 2 * k - 1
+    first = 1 - k - offset  # the diagonal c = j - i of distance -k + 1
+    # Margins such that rows of S + 1 from flat index `first` stay in the buffer wherever a
+    # diagonal of the band touches the window (-T < c < S); elsewhere all are masked below.
+    margin = t + width
+    if s < width:  # rows of at least `width` keys (zeros, which add nothing)
+        probs = jnp.pad(probs, [(0, 0)] * len(lead) + [(0, 0), (0, width - s)])
+    n = probs.shape[-1]  # keys per row, from here on
+    flat = jnp.pad(probs.reshape(*lead, t * n), [(0, 0)] * len(lead) + [(margin, n + t + margin)])
+    start = jnp.clip(margin + first, 0, flat.shape[-1] - t * (n + 1))
+    rows = jax.lax.dynamic_slice_in_dim(flat, start, t * (n + 1), axis=-1)
+    inner = rows.reshape(*lead, t, n + 1)[..., :width]  # [..., T, 2k - 1]
+    key = jnp.arange(t)[:, None] + first + jnp.arange(width)[None, :]  # the key each reads
+    inner = jnp.where((key >= 0) & (key < s), inner, zero)
+    return jnp.concatenate([left, inner, right], axis=-1)
 
 
 def _shared_offset(q_pos: jax.Array, k_pos: jax.Array) -> tuple[jax.Array, jax.Array]:
@@ -231,10 +265,10 @@ class Shaw(Encoding):
         return jnp.einsum("BHTK,KD->BTHD", per_distance, table)  # per_distance: [B, H, T, 2k+1]
 
     def _probs_by_band(self, probs, q_pos, k_pos):
-        """Contiguous positions at one offset for every row: un-skew, then sum per clipped
-        distance (the band's transpose)."""
+        """Contiguous positions at one offset for every row: the clipped ends as masked sums,
+        the inner distances as diagonals (:func:`_sum_per_clip`)."""
         first, _ = _shared_offset(q_pos, k_pos)
-        return _gather_per_clip(rel_unshift(probs), first, self.max_distance)
+        return _sum_per_clip(probs, first + (probs.shape[-2] - 1), self.max_distance)
 
     def _probs_by_offset(self, probs, q_pos, k_pos):
         """Contiguous positions, rows at different offsets: un-skew, then sum per clipped
