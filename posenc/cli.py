@@ -98,7 +98,11 @@ def _cmd_train(args, overrides) -> int:
         print(f"step {result.step}: train loss {result.history[-1]['loss']:.4f}")
     if not args.no_eval and result.step == config.train.steps:
         print(f"evaluating {args.workdir} at {_lengths_text(config)}")
-        evaluate_workdir(args.workdir, overrides=config, model=result.model, step=result.step)
+        report = evaluate_workdir(
+            args.workdir, overrides=config, model=result.model, step=result.step
+        )
+        if report.get("objective") == "classification":
+            print(_classification_summary(report))
     return 0
 
 
@@ -110,6 +114,9 @@ def _lengths_text(config) -> str:
     if is_translation(config):
         e = config.eval
         return f"the {e.split} split (beam {e.beam_size}, alpha {e.alpha}; BLEU, chrF)"
+    if config.model.get("assembly") == "classifier":
+        lengths = ", ".join(str(x) for x in eval_lengths(config))
+        return f"the {config.eval.split} split, length buckets up to {lengths} tokens"
     return ", ".join(str(x) for x in eval_lengths(config))
 
 
@@ -133,7 +140,7 @@ def _cmd_eval(args, overrides) -> int:
             extra.append(f"eval.{field}={value!r}")
     config = apply_overrides(config, extra)
     what = "input lengths" if config.data.source.startswith("synthetic:") else config.eval.mode
-    if config.model.get("assembly") == "encoder_decoder":
+    if config.model.get("assembly") in ("encoder_decoder", "classifier"):
         print(f"evaluating {args.workdir} on {_lengths_text(config)}")
     else:
         print(f"evaluating {args.workdir} at {_lengths_text(config)} ({what})")
@@ -144,6 +151,8 @@ def _cmd_eval(args, overrides) -> int:
             f"{report['train_steps']} (training has not finished)"
         )
     print(f"wrote {os.path.join(args.workdir, report['file'])}")
+    if report.get("objective") == "classification":
+        print(_classification_summary(report))
     if "hypotheses" in report:
         overall = report["overall"]
         print(
@@ -152,6 +161,23 @@ def _cmd_eval(args, overrides) -> int:
             f"{os.path.join(args.workdir, report['hypotheses'])}"
         )
     return 0
+
+
+def _classification_summary(report: dict) -> str:
+    """One line per bucket of a classification report: its headline metric and examples."""
+    metric = report["metric"]
+    overall = report["overall"]
+    lines = [
+        f"{metric} {overall[metric]:.4f} over {overall['examples']} examples at the training "
+        f"length ({overall['truncated']} truncated)"
+    ]
+    for row in report["results"]:
+        value = f"{row[metric]:.4f}" if metric in row else "—"
+        lines.append(
+            f"  {row['label']:>8} (<= {row['length']} tokens): {metric} {value} over "
+            f"{row['examples']} examples"
+        )
+    return "\n".join(lines)
 
 
 def _cmd_analyze(args, overrides) -> int:
@@ -196,6 +222,11 @@ def _cmd_translate(args, overrides) -> int:
 def _cmd_data_prepare(args, overrides) -> int:
     from posenc import data
 
+    if _is_parallel(args):
+        source = data.prepare_parallel(
+            args.spec, args.data_dir, src_lang=args.src_lang, tgt_lang=args.tgt_lang
+        )
+        return _show_parallel(source, args)
     source = data.prepare(args.spec, data_dir=args.data_dir, text_field=args.text_field)
     return _show_source(source, args)
 
@@ -203,8 +234,51 @@ def _cmd_data_prepare(args, overrides) -> int:
 def _cmd_data_info(args, overrides) -> int:
     from posenc import data
 
+    if _is_parallel(args):
+        source = data.get_parallel_source(
+            args.spec, args.data_dir, src_lang=args.src_lang, tgt_lang=args.tgt_lang
+        )
+        return _show_parallel(source, args)
     source = data.get_source(args.spec, data_dir=args.data_dir, text_field=args.text_field)
     return _show_source(source, args)
+
+
+def _is_parallel(args) -> bool:
+    """Whether `posenc data` names a translation source: `parallel:...`, languages given, or a
+    TFDS builder whose features are one `Translation` (WMT, TED, ...). Building a TFDS builder
+    object reads its registered class only; nothing downloads here."""
+    if args.spec.startswith("parallel:") or args.src_lang or args.tgt_lang:
+        return True
+    if not args.spec.startswith("tfds:"):
+        return False
+    from posenc.data.base import resolve_data_dir
+    from posenc.data.tfds_source import import_tfds, tfds_builder
+
+    tfds = import_tfds()
+    try:
+        builder = tfds_builder(args.spec[len("tfds:") :], resolve_data_dir(args.data_dir))
+    except Exception:  # an unknown builder: the text path says so in its own words
+        return False
+    return isinstance(builder.info.features, tfds.features.Translation)
+
+
+def _show_parallel(source, args) -> int:
+    """A parallel source's languages and pairs per split, or its info as JSON."""
+    for split in source.splits:  # reads (and caches the counts of) every split once
+        source.pairs(split)
+    info = source.info()
+    if args.json:
+        print(json.dumps(_brief(info), indent=2))
+        return 0
+    print(f"{info['spec']}: {info['src_lang']} -> {info['tgt_lang']}")
+    for split, entry in info["splits"].items():
+        dropped = entry.get("dropped_empty", 0)
+        print(
+            f"  {split}: {entry['pairs']:,} pairs" + f" ({dropped:,} empty dropped)" * bool(dropped)
+        )
+    if "content_sha256" in info:
+        print(f"  content sha256 {info['content_sha256']}")
+    return 0
 
 
 def _show_source(source, args) -> int:
@@ -378,7 +452,10 @@ def build_parser() -> argparse.ArgumentParser:
         ("info", _cmd_data_info, "print a prepared source's splits, sizes and content hash"),
     ):
         q = data_sub.add_parser(name, help=text, description=text + splits)
-        q.add_argument("spec", help="pystdlib | textdir:<path> | tfds:<name>[/<config>]")
+        q.add_argument(
+            "spec",
+            help="pystdlib | textdir:<path> | tfds:<name>[/<config>] | parallel:<dir|default>",
+        )
         # The underscore spellings are what DataNotFoundError's messages print (TFDS's style).
         q.add_argument(
             "--data-dir",
@@ -392,6 +469,13 @@ def build_parser() -> argparse.ArgumentParser:
             default=None,
             help="tfds: the text feature (default text)",
         )
+        for side in ("src", "tgt"):
+            q.add_argument(
+                f"--{side}-lang",
+                f"--{side}_lang",
+                default=None,
+                help=f"translation sources: the {side} language (default the source's)",
+            )
         q.add_argument(
             "--longest",
             type=_length,
@@ -471,11 +555,16 @@ themselves (narrow the sweep with --only instead) is refused in one line.""",
             "accuracy",
             "exact_match",
             "sequence_accuracy",
+            "f1",
+            "matthews",
+            "pearson",
+            "spearman",
         ),
         default="perplexity",
         help="accuracy: masked-LM runs (train.objective=masked_lm), or algorithmic-task runs "
         "(data.source=synthetic:<task>; their default), with exact_match (greedy generation) "
-        "and sequence_accuracy",
+        "and sequence_accuracy; classification runs (model.assembly=classifier) default to "
+        "their task's GLUE metric (accuracy, f1, matthews, pearson, spearman)",
     )
     p.set_defaults(func=_cmd_report)
     return parser

@@ -89,6 +89,7 @@ def test_the_source_records_the_task_and_a_fingerprint_of_its_examples(monkeypat
         source.split_stream("train")
 
 
+@pytest.mark.slow
 def test_a_tiny_model_learns_three_tasks_and_the_report_shows_longer_lengths(tmp_path):
     """The issue's bar: near-perfect accuracy inside the training range (lengths 1-8) on three
     tasks, in the default suite's budget; evaluation reaches twice the training length."""

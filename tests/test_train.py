@@ -249,7 +249,7 @@ def test_learning_rate_schedule_and_weight_decay_mask(data_dir):
 # --- resume -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("dropout", [0.0, 0.2])
+@pytest.mark.parametrize("dropout", [0.0, pytest.param(0.2, marks=pytest.mark.slow)])
 def test_resume_is_exact(data_dir, tmp_path, dropout):
     n = 5
     config = helpers.tiny_config(

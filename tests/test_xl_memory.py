@@ -165,6 +165,7 @@ def test_stream_segments_follow_each_row_forward_and_wrap():
         data_lib.StreamSegments(stream, seq_len=30, global_batch=5, seed=0)
 
 
+@pytest.mark.slow
 def test_a_training_step_carries_the_layer_inputs_of_the_previous_segment(data_dir):
     config = helpers.tiny_config(data_dir, "model.mem_len=24", "model.num_layers=2")
     trainer = Trainer(config)
@@ -238,6 +239,7 @@ def test_memory_config_errors_name_the_field(data_dir, override, match):
 # --- evaluation with memory ---------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_evaluation_with_memory_equals_one_pass_with_the_past_as_context():
     """One row, memory longer than the stream: window k is scored with windows 0..k-1 as its
     memory, which (see the module docstring) is one pass over the whole stream."""
@@ -262,8 +264,8 @@ def test_evaluation_with_memory_equals_one_pass_with_the_past_as_context():
 @pytest.mark.parametrize(
     "stream_len, batch_tokens, max_tokens, windows",
     [
-        (40 * T + 1, 8 * T, 4 * T, 4),  # the cap below one batch of windows
-        (40 * T + 1, 8 * T, 12 * T, 12),  # the cap between one and two windows per row
+        pytest.param(40 * T + 1, 8 * T, 4 * T, 4, marks=pytest.mark.slow),  # cap < a batch
+        pytest.param(40 * T + 1, 8 * T, 12 * T, 12, marks=pytest.mark.slow),  # 1-2 windows/row
         (5 * T + 1, 8 * T, 0, 4),  # a split shorter than two windows per row: 2 rows of 2
     ],
 )

@@ -47,9 +47,10 @@ class TfdsParallelSource(ParallelSource):
     Args:
       data_dir: TFDS data directory.
       name: TFDS name, `name[/config][:version]`.
-      src_lang: source language, a key of the Translation feature; None: the builder's
-        supervised input.
-      tgt_lang: target language; None: the builder's supervised target.
+      src_lang: source language, a key of the Translation feature; None: the other language
+        when only the target is named (two-language builders), else the builder's supervised
+        input.
+      tgt_lang: target language; None: likewise, the other language or the supervised target.
       spec: the spec string to report.
     """
 
@@ -76,6 +77,9 @@ class TfdsParallelSource(ParallelSource):
             )
         languages = sorted(features.languages)
         supervised = builder.info.supervised_keys or (None, None)
+        if len(languages) == 2 and bool(src_lang) != bool(tgt_lang):  # one side named
+            other = [lang for lang in languages if lang != (src_lang or tgt_lang)]
+            src_lang, tgt_lang = (src_lang, other[0]) if src_lang else (other[0], tgt_lang)
         src_lang = src_lang or supervised[0]
         tgt_lang = tgt_lang or supervised[1]
         if src_lang not in languages or tgt_lang not in languages or src_lang == tgt_lang:

@@ -34,6 +34,9 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ``encoder_decoder`` inside the encoder-decoder: padding removed exactly, a causal decoder over
                     the whole source, cached decoding equal to teacher forcing; or refused in
                     one line for the encoder side (causal-only encoders)
+``classifier``      inside the sequence classifier: a padded row classified as the row alone
+                    (first-token and mean pooling), the last token read; or refused in one line
+                    (causal-only encoders)
 ``bias_by_distance`` ``bias`` of each pair equals ``bias`` at its distance ``k_pos - q_pos`` alone
 ``reach``           past the declared reach, every key gets the same terms (per query and side)
 ==================  ===========================================================================
@@ -78,6 +81,7 @@ from posenc.testing.checks import (
     check_trains,
     inapplicable,
 )
+from posenc.testing.classifier import check_classifier
 from posenc.testing.encdec import check_encoder_decoder
 from posenc.testing.linear import check_linear
 from posenc.testing.tiling import check_bias_by_distance, check_reach
@@ -99,6 +103,7 @@ CHECKS: dict[str, Check] = {
     "linear": check_linear,
     "augment": check_augment,
     "encoder_decoder": check_encoder_decoder,
+    "classifier": check_classifier,
     "bias_by_distance": check_bias_by_distance,
     "reach": check_reach,
 }
@@ -175,6 +180,7 @@ __all__ = [
     "check_bidirectional",
     "check_carry",
     "check_causal",
+    "check_classifier",
     "check_cudnn",
     "check_declarations",
     "check_encoder",

@@ -103,3 +103,19 @@ def test_text_data_set_is_not_a_translation_source(tmp_path, no_network):
     )
     with pytest.raises(ValueError, match=r"is not a translation data set .*\['text'\]"):
         get_parallel_source("tfds:posenc_test_monolingual", tmp_path)
+
+
+def test_posenc_data_prepare_routes_a_translation_builder_to_pairs(tmp_path, no_network, capsys):
+    """`posenc data prepare tfds:<translation builder>` prepares pairs (not a text stream) and
+    prints the languages and pairs per split; `posenc data info --src-lang` reverses them."""
+    from posenc.cli import main
+
+    spec = "tfds:posenc_test_translate"
+    assert main(["data", "prepare", spec, "--data-dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    out = out[out.index(f"{spec}: de -> en") :]  # after TFDS's own progress lines
+    # TRAIN has one pair with an empty source (dropped); validation keeps every line.
+    expected = [f"{spec}: de -> en", "  train: 2 pairs (1 empty dropped)", "  validation: 2 pairs"]
+    assert out[:3] == expected
+    assert main(["data", "info", spec, "--data-dir", str(tmp_path), "--src-lang", "en"]) == 0
+    assert capsys.readouterr().out.startswith(f"{spec}: en -> de")
