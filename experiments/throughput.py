@@ -9,6 +9,14 @@ memory figures come from): :mod:`posenc.benchmark`.
     python experiments/throughput.py --size cpu --out runs/throughput_cpu        # seconds on CPU
 
 Writes ``throughput_<size>.json`` and ``throughput_<size>.md`` to ``--out``.
+
+On a noisy machine, compare encoders with ``--rounds N`` instead: everything is compiled first,
+then each round times every encoder once (training steps and one window per length) in a
+rotated order, and the report gives medians, min-max spreads and ratios to NoPE measured in the
+same round (:mod:`posenc.benchmark.rounds`); it writes ``rounds_<size>.json`` and ``.md``:
+
+    python experiments/throughput.py --size cpu --rounds 5 --eval-lengths 128,4096,16384 \
+        --encoders nope,rope,alibi,kerple_log,xl,fire,t5,shaw --out runs/rounds_cpu
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ from typing import Any
 
 from posenc import encodings
 from posenc.attention import IMPLEMENTATIONS
-from posenc.benchmark import SIZES, Settings, run, write_report
+from posenc.benchmark import SIZES, Settings, rounds, run, write_report
 from posenc.benchmark.settings import ISOLATE
 
 
@@ -49,6 +57,13 @@ def _parse_args(argv: Sequence[str]) -> tuple[Settings, str]:
         help="one process per measurement (auto: where the device reports peak memory)",
     )
     parser.add_argument("--timeout", type=float, default=3600, help="seconds per worker process")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=0,
+        help="interleaved rounds (every encoder once per round; ratios to NoPE per round)",
+    )
+    parser.add_argument("--no-train", action="store_true", help="with --rounds: evaluation only")
     parser.add_argument("--out", default="runs/throughput", help="output directory")
     args = parser.parse_args(argv)
     lengths = args.eval_lengths
@@ -73,11 +88,18 @@ def _parse_args(argv: Sequence[str]) -> tuple[Settings, str]:
         )
     except ValueError as e:
         parser.error(str(e))
-    return settings, args.out
+    if args.rounds < 0:
+        parser.error(f"--rounds must be >= 0, got {args.rounds}")
+    return settings, args
 
 
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
-    settings, out = _parse_args(sys.argv[1:] if argv is None else argv)
+    settings, args = _parse_args(sys.argv[1:] if argv is None else argv)
+    out = args.out
+    if args.rounds:
+        report = rounds.run_rounds(settings, args.rounds, train=not args.no_train)
+        print(rounds.write_report(report, out))
+        return report
     report = run(settings)
     print(write_report(report, out))
     return report

@@ -53,6 +53,8 @@ import jax
 import jax.numpy as jnp
 
 from posenc import linear_attention
+from posenc.attention_blocked import blocked
+from posenc.attention_terms import NEG, causal_mask, contextual, decay_bias, window_bias
 from posenc.encodings.base import Encoding, Params
 
 IMPLEMENTATIONS = ("auto", "einsum", "blocked", "xla", "cudnn", *linear_attention.PATHS)
@@ -212,7 +214,7 @@ def attend(
     if implementation in _FUSED:
         return _fused(q, k, v, *args, implementation)
     if implementation == "blocked" and q.shape[1] > block_size:
-        return _blocked(q, k, v, *args, block_size, k_valid)
+        return blocked(q, k, v, *args, block_size, k_valid)
     return _reference(q, k, v, *args, k_valid)
 
 
@@ -236,18 +238,6 @@ def _remove_invalid(k, v, k_pos, inputs, k_valid):
     last_pos = jnp.take_along_axis(jnp.broadcast_to(k_pos, (rows, k_pos.shape[1])), last, 1)
     k_pos = jnp.where(k_valid, k_pos, last_pos)  # [B|1, S]
     return k, v, k_pos, inputs, k_valid
-
-
-# Masked logits. Far below any real logit, yet far from float32's limit, so that differences
-# of masked values (the online softmax subtracts running maxima) never overflow to -inf.
-_NEG = -1e30
-
-
-def _causal_mask(t: int, s: int, total_t: int, q_start: jax.Array | int) -> jax.Array:
-    """``[T, S]`` bool: query ``q_start + i`` of ``total_t`` queries may see key ``j``."""
-    i = q_start + jnp.arange(t)[:, None]
-    j = jnp.arange(s)[None, :]
-    return j <= i + (s - total_t)
 
 
 def cumulative_decay(
@@ -277,13 +267,6 @@ def cumulative_decay(
     return c[:, s - t :], c
 
 
-def _decay_bias(decay) -> jax.Array:
-    """``c_i - c_j = sum_{l=j+1..i} log_decay_l``: ``[B, T, H]``, ``[B, S, H]`` ->
-    ``[B, H, T, S]``."""
-    c_q, c_k = decay
-    return c_q.transpose(0, 2, 1)[:, :, :, None] - c_k.transpose(0, 2, 1)[:, :, None, :]
-
-
 def _logits(q, k, encoding, params, q_pos, k_pos, head_dim, decay):
     """Float32 logits ``[B, H, T, S]`` with the encoder's content logits, bias and decay,
     unmasked."""
@@ -295,16 +278,8 @@ def _logits(q, k, encoding, params, q_pos, k_pos, head_dim, decay):
     if "bias" in hooks:
         logits = logits + encoding.bias(params, q_pos, k_pos).astype(jnp.float32)
     if decay is not None:
-        logits = logits + _decay_bias(decay)
+        logits = logits + decay_bias(decay)
     return logits
-
-
-def _contextual(q, k, logits, visible, carry, encoding, params):
-    """Adds the encoder's contextual logits to masked ``logits`` and masks again (the terms of
-    masked pairs are meaningless); returns the logits and the carry for the earlier keys."""
-    terms, carry = encoding.contextual_logits(params, q, k, logits, carry)
-    logits = jnp.where(visible, logits + terms.astype(jnp.float32), _NEG)
-    return logits, carry.astype(jnp.float32)
 
 
 def reference_logits(
@@ -348,16 +323,16 @@ def reference_logits(
     total_t = t if total_t is None else total_t
     logits = _logits(q, k, encoding, params, q_pos, k_pos, head_dim, decay)
     if causal:
-        visible = _causal_mask(t, s, total_t, q_start)[None, None]
+        visible = causal_mask(t, s, total_t, q_start)[None, None]
     else:
         visible = jnp.ones((1, 1, t, s), bool)
     if k_valid is not None:
         visible = visible & k_valid[:, None, None, :]  # [B|1, 1, t, S]
     if causal or k_valid is not None:
-        logits = jnp.where(visible, logits, _NEG)
+        logits = jnp.where(visible, logits, NEG)
     if "contextual_logits" in encoding.hooks:
         carry = jnp.zeros((q.shape[0], q.shape[2], t), jnp.float32)  # [B, H, t]
-        logits, _ = _contextual(q, k, logits, visible, carry, encoding, params)
+        logits, _ = contextual(q, k, logits, visible, carry, encoding, params)
     return logits, visible
 
 
@@ -382,126 +357,6 @@ def _reference(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay,
     return out.astype(q.dtype)
 
 
-def _pad_to(x: jax.Array, size: int) -> jax.Array:
-    """Pads axis 1 of ``x`` with zeros to ``size``."""
-    pad = size - x.shape[1]
-    return jnp.pad(x, ((0, 0), (0, pad)) + ((0, 0),) * (x.ndim - 2)) if pad else x
-
-
-def _pad_rows(x: jax.Array, pos: jax.Array, size: int) -> tuple[jax.Array, jax.Array]:
-    """Pads axis 1 of ``x`` and ``pos`` to ``size``; padded positions continue contiguously
-    (relative encoders rely on it), and padded rows are masked or dropped by the caller."""
-    pad = size - x.shape[1]
-    if not pad:
-        return x, pos
-    x = _pad_to(x, size)
-    extra = pos[:, -1:] + jnp.arange(1, pad + 1, dtype=pos.dtype)[None, :]
-    return x, jnp.concatenate([pos, extra], axis=1)
-
-
-def _to_blocks(x: jax.Array, block: int) -> jax.Array:
-    """``[B, N * block, ...]`` -> ``[N, B, block, ...]``."""
-    return x.reshape(x.shape[0], x.shape[1] // block, block, *x.shape[2:]).swapaxes(0, 1)
-
-
-def _blocked(
-    q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, block_size, k_valid=None
-):
-    """Attention over ``block_size x block_size`` tiles with an online softmax.
-
-    For each block of queries, key blocks are visited in order, keeping the running maximum
-    ``m``, normaliser ``l`` and unnormalised output (as in FlashAttention, Dao et al. 2022); the
-    encoder's hooks are called on each tile with the tile's positions, and its value term, which
-    is linear in the probabilities, is accumulated the same way. An encoder with contextual
-    logits has the key blocks visited from the last to the first instead, with its running sum
-    over the later keys carried along (the online softmax gives the same result in any order).
-    The cumulative decays of a ``log_decay`` encoder are tiled with the queries and keys. Key
-    blocks entirely in a query block's future are skipped (``lax.cond``), which halves the work
-    of a causal window; peak memory grows as ``T x block`` (the activations), not ``T x S``.
-    """
-    b, t, h, _ = q.shape
-    s, d = k.shape[1], v.shape[-1]
-    n_q, n_k = -(-t // block_size), -(-s // block_size)
-    q, q_pos = _pad_rows(q, q_pos, n_q * block_size)
-    k, k_pos_padded = _pad_rows(k, k_pos, n_k * block_size)
-    v, _ = _pad_rows(v, k_pos, n_k * block_size)
-    q_starts = jnp.arange(n_q) * block_size
-    k_starts = jnp.arange(n_k) * block_size
-    # Cumulative decays at the queries and keys, tiled like them (None without the hook).
-    decay_q = decay_k = None
-    if decay is not None:
-        decay_q = _to_blocks(_pad_to(decay[0], n_q * block_size), block_size)  # [N, B, blk, H]
-        decay_k = _to_blocks(_pad_to(decay[1], n_k * block_size), block_size)
-    valid_k = None  # key validity tiled like the keys: [N, B|1, blk]
-    if k_valid is not None:
-        valid_k = _to_blocks(_pad_to(k_valid, n_k * block_size), block_size)
-    key_blocks = (
-        _to_blocks(k, block_size),
-        _to_blocks(v, block_size),
-        _to_blocks(k_pos_padded, block_size),
-        k_starts,
-        decay_k,
-        valid_k,
-    )
-    value_term = "value_term" in encoding.hooks
-    contextual = "contextual_logits" in encoding.hooks
-    rows = jnp.arange(block_size)
-
-    def query_block(xs):
-        q_blk, qpos_blk, q_start, decay_q_blk = xs  # [B, blk, H, Dh], [B|1, blk], [], [B, blk, H]
-        i = q_start + rows[:, None]  # query indices [blk, 1]
-        last_visible = q_start + block_size - 1 + (s - t) if causal else s - 1
-
-        def key_block(carry, ys):
-            k_blk, v_blk, kpos_blk, k_start, decay_k_blk, valid_k_blk = ys
-            tile_decay = None if decay is None else (decay_q_blk, decay_k_blk)
-
-            def visit(carry):
-                m, l, acc, extra, count = carry
-                logits = _logits(
-                    q_blk, k_blk, encoding, params, qpos_blk, kpos_blk, head_dim, tile_decay
-                )
-                j = k_start + rows[None, :]  # key indices [1, blk]
-                visible = j < s
-                if causal:
-                    visible = visible & (j <= i + (s - t))
-                visible = visible[None, None]  # [1, 1, blk, blk]
-                if valid_k_blk is not None:
-                    visible = visible & valid_k_blk[:, None, None, :]  # [B|1, 1, blk, blk]
-                logits = jnp.where(visible, logits, _NEG)  # [B, H, blk, blk]
-                if contextual:
-                    logits, count = _contextual(
-                        q_blk, k_blk, logits, visible, count, encoding, params
-                    )
-                m_new = jnp.maximum(m, logits.max(axis=-1))  # [B, H, blk]
-                p = jnp.exp(logits - m_new[..., None])
-                scale = jnp.exp(m - m_new)
-                l = l * scale + p.sum(axis=-1)
-                to_rows = scale.transpose(0, 2, 1)[..., None]  # [B, blk, H, 1]
-                acc = acc * to_rows + jnp.einsum("BHTS,BSHD->BTHD", p.astype(v.dtype), v_blk)
-                if value_term:
-                    term = encoding.value_term(params, p, qpos_blk, kpos_blk)
-                    extra = extra * to_rows + term.astype(jnp.float32)
-                return m_new, l, acc, extra, count
-
-            return jax.lax.cond(k_start <= last_visible, visit, lambda c: c, carry), None
-
-        init = (
-            jnp.full((b, h, block_size), _NEG, jnp.float32),
-            jnp.zeros((b, h, block_size), jnp.float32),
-            jnp.zeros((b, block_size, h, d), jnp.float32),
-            jnp.zeros((b, block_size, h, d), jnp.float32),
-            # The contextual sum over the keys after the current block, per query and head.
-            jnp.zeros((b, h, block_size), jnp.float32) if contextual else None,
-        )
-        (_, l, acc, extra, _), _ = jax.lax.scan(key_block, init, key_blocks, reverse=contextual)
-        return ((acc + extra) / l.transpose(0, 2, 1)[..., None]).astype(q.dtype)
-
-    blocks = (_to_blocks(q, block_size), _to_blocks(q_pos, block_size), q_starts, decay_q)
-    out = jax.lax.map(query_block, blocks)  # [N, B, blk, H, Dh]
-    return out.swapaxes(0, 1).reshape(b, n_q * block_size, h, d)[:, :t]
-
-
 def _fused(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, implementation):
     """``jax.nn.dot_product_attention`` with the encoder's logits as its bias input.
 
@@ -518,16 +373,16 @@ def _fused(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, imp
         content = encoding.content_logits(params, q, k, q_pos, k_pos).astype(jnp.float32)
         bias = content / math.sqrt(head_dim)
     if "bias" in hooks:
-        extra = encoding.bias(params, q_pos, k_pos).astype(jnp.float32)
+        extra = window_bias(encoding, params, q_pos, k_pos)
         bias = extra if bias is None else bias + extra
     if decay is not None:
-        extra = _decay_bias(decay)
+        extra = decay_bias(decay)
         bias = extra if bias is None else bias + extra
     if bias is not None and implementation == "cudnn":
         bias = bias.astype(q.dtype)
     mask = None
     if causal and t != s:
-        mask = _causal_mask(t, s, t, 0)[None, None]  # [1, 1, T, S]
+        mask = causal_mask(t, s, t, 0)[None, None]  # [1, 1, T, S]
     width, v_width = max(q.shape[-1], v.shape[-1]), v.shape[-1]
     q, k, v = (_pad_channels(x, width) for x in (q, k, v))
     out = jax.nn.dot_product_attention(

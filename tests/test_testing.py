@@ -49,7 +49,10 @@ def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
     assert [name for name, check in cases if check == "augment"] == ["cape"]
     on_cudnn = {name for name, check in cases if check == "cudnn"}
     assert on_cudnn == set(encodings.names()) - {"cope", "shaw"}  # contextual logits, values
-    every_other = set(testing.CHECKS) - {"carry", "augment", "cudnn"}
+    by_distance = {name for name, check in cases if check == "bias_by_distance"}
+    assert by_distance == {"alibi", "t5", "kerple_log", "kerple_power", "dynamic_bias"}
+    assert {name for name, check in cases if check == "reach"} == {"shaw", "t5"}
+    every_other = set(testing.CHECKS) - {"carry", "augment", "cudnn", "bias_by_distance", "reach"}
     for check in every_other:
         assert sum(c == check for _, c in cases) == len(encodings.names()), check
     with pytest.raises(testing.NotApplicable, match=r"carry does not apply.*'rope'.*no contex"):
@@ -58,6 +61,10 @@ def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
         testing.check_augment("rope")
     with pytest.raises(testing.NotApplicable, match=r"cudnn does not apply.*'shaw'.*value term"):
         testing.check_cudnn("shaw")
+    with pytest.raises(testing.NotApplicable, match=r"bias_by_distance does not apply.*'fire'"):
+        testing.check_bias_by_distance("fire")
+    with pytest.raises(testing.NotApplicable, match=r"reach does not apply.*'alibi'"):
+        testing.check_reach("alibi")
     not_run = testing.check_encoder("nope", checks=("declarations", "carry", "augment"))
     assert sorted(not_run) == ["augment", "carry"]
 
@@ -97,7 +104,13 @@ def test_an_encoder_registered_in_one_decorator_is_picked_up_by_the_battery():
                 return turn(q, q_pos), turn(k, k_pos)
 
         picked = [check for name, check in testing.cases() if name == LearnedRotary.name]
-        assert set(picked) == set(testing.CHECKS) - {"carry", "augment"}  # rotate only
+        # rotate only, no declarations of cheaper tiles
+        assert set(picked) == set(testing.CHECKS) - {
+            "carry",
+            "augment",
+            "bias_by_distance",
+            "reach",
+        }
         testing.check_encoder(LearnedRotary.name, checks=tuple(picked))
     assert LearnedRotary.name not in encodings.names()  # the registry is restored
 
@@ -205,6 +218,53 @@ def test_init_that_breaks_param_shapes_fails_the_shape_check():
         testing.check_param_shapes(BrokenPromise())
     with pytest.raises(AssertionError, match="float32.*bfloat16"):
         testing.check_param_shapes(HalfPrecisionInit())
+
+
+@dataclasses.dataclass(frozen=True)
+class FireByDistance(encodings.get_class("fire")):
+    """FIRE's normaliser reads the query's position (past its threshold): not a function of the
+    distance, whatever it declares."""
+
+    bias_by_distance = True
+
+
+@dataclasses.dataclass(frozen=True)
+class AlibiWithReach(encodings.ALiBi):
+    """ALiBi's penalty grows with every distance; no reach exists."""
+
+    @property
+    def reach(self):
+        return 3
+
+
+@dataclasses.dataclass(frozen=True)
+class ShawReachTooShort(encodings.Shaw):
+    """Shaw clips at max_distance; claiming a shorter reach is false for the keys between."""
+
+    @property
+    def reach(self):
+        return self.max_distance - 2
+
+
+def test_false_declarations_of_cheaper_tiles_fail_their_checks():
+    """The blocked path trusts bias_by_distance and reach; each check catches a false one."""
+    with pytest.raises(AssertionError, match=r"fails bias_by_distance: declares.*reads more than"):
+        testing.check_bias_by_distance(FireByDistance(init_L=4.0))
+    with pytest.raises(AssertionError, match=r"'alibi'.*fails reach: bias differs"):
+        testing.check_reach(AlibiWithReach())
+    with pytest.raises(AssertionError, match=r"'shaw'.*fails reach: content_logits differs"):
+        testing.check_reach(ShawReachTooShort(max_distance=4))
+
+
+@pytest.mark.slow
+def test_false_declarations_of_cheaper_tiles_make_the_blocked_path_differ():
+    """What the declaration checks guard against: the path agreement, which compares the tiles
+    that rely on them with the reference, catches a false reach and a false bias_by_distance
+    too (compiling the blocked path: the slow step)."""
+    with pytest.raises(AssertionError, match=r"fails paths_agree.*'blocked' differs"):
+        testing.check_paths_agree(AlibiWithReach())
+    with pytest.raises(AssertionError, match=r"fails paths_agree.*differs"):
+        testing.check_paths_agree(FireByDistance(init_L=4.0))
 
 
 def test_a_hook_that_depends_on_the_tile_fails_the_path_check():

@@ -28,10 +28,13 @@ CPU.
 Modules: ``settings`` (sizes, :class:`Settings`, each encoder's config), ``measure`` (the
 measurements, FLOPs, peak table and memory), ``worker`` (one measurement in a fresh process;
 ``python -m posenc.benchmark`` is its entry), ``runner`` (:func:`run`: all encoders, MFU, the
-header), ``report`` (markdown and the files ``throughput_<size>.json`` and ``.md``). The command
+header), ``report`` (markdown and the files ``throughput_<size>.json`` and ``.md``), ``rounds``
+(the encoders timed in interleaved rounds, with medians, spreads and ratios to NoPE per round,
+for a noisy machine). The command
 is ``experiments/throughput.py``.
 """
 
+from posenc.benchmark import rounds
 from posenc.benchmark.measure import (
     PEAK_TFLOPS,
     flops_per_token,
@@ -53,6 +56,7 @@ __all__ = [
     "measure_eval",
     "measure_train",
     "peak_tflops",
+    "rounds",
     "run",
     "write_report",
 ]

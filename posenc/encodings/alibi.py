@@ -54,6 +54,7 @@ class ALiBi(Encoding):
     name = "alibi"
     paper = "Press, Smith, Lewis 2022, Train Short, Test Long (ALiBi)"
     relative = True
+    bias_by_distance = True  # -m_h |i - j|
 
     def bias(self, params: Params, q_pos: jax.Array, k_pos: jax.Array) -> jax.Array:
         """``[B|1, T]``, ``[B|1, S]`` positions -> ``[B|1, H, T, S]`` float32 logits."""

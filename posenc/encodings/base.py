@@ -65,6 +65,24 @@ accumulates ``value_term`` with unnormalised probabilities; so hooks must depend
 only through their arguments, and ``value_term`` must be linear in ``probs``. ``rotate`` and
 ``log_decay`` are called once on the whole window.
 
+Cheaper tiles, declared (attention chooses the work from these declarations, never from a
+name; :mod:`posenc.testing` checks that each is true):
+
+- ``bias_by_distance``: ``bias`` depends on positions only through each pair's distance
+  ``k_pos - q_pos`` (T5's buckets, ALiBi, KERPLE, dynamic position bias). Attention then calls
+  ``bias`` once per window, on one query against the window's ``T + S`` distances, and lays
+  that table out on each tile by index arithmetic (a Toeplitz band,
+  :func:`~posenc.encodings.relative.rel_shift`) where positions are contiguous; elsewhere it
+  calls ``bias`` per tile as before.
+- ``reach``: an integer ``w`` (None: unbounded) past which pairs are all alike. For a fixed
+  query, every key more than ``w`` positions before it (``k_pos - q_pos < -w``) gets the same
+  ``bias`` and ``content_logits``, whatever that key's position and content, and ``value_term``
+  gives each such key's probability the same vector; likewise every key more than ``w``
+  positions after it (bidirectional attention). Shaw's clip distance and T5's last bucket are
+  reaches. The ``blocked`` path then calls those hooks once per query block on one probe key on
+  each side and runs tiles lying wholly beyond the reach at NoPE's cost, adding the probed
+  per-query constants.
+
 Logit units: ``content_logits`` are *unscaled* terms added to ``q . k`` (both are multiplied by
 ``1/sqrt(Dh)`` together, as in Shaw et al. and Transformer-XL); ``bias`` terms are added after
 scaling (as in T5 and ALiBi).
@@ -80,6 +98,8 @@ checks each one against what the encoder does):
 - ``relative``: True when attention depends on positions only through differences ``j - i``
   (shifting every position by a constant changes nothing), False for absolute encoders. The
   default is False, the claim that promises nothing.
+- ``bias_by_distance``, ``reach``: the cheaper tiles above (defaults False and None, the
+  claims that promise nothing).
 - ``param_shapes(dims)``: ``{name: shape}`` of what ``init`` returns (default ``{}``), so code
   can know an encoder's parameters without initialising them.
 - ``eval_safe_hparams``: hyperparameters that may differ between training and evaluation without
@@ -176,6 +196,8 @@ class Encoding:
     continuous_positions: ClassVar[bool] = False
     # A key/value cache reproduces a full pass (posenc.decoding refuses it otherwise).
     cacheable: ClassVar[bool] = True
+    # `bias` depends on positions only through k_pos - q_pos (see the module docstring).
+    bias_by_distance: ClassVar[bool] = False
     # Set by `bind`; None while unbound.
     dims: Dims | None = dataclasses.field(default=None, kw_only=True)
 
@@ -206,6 +228,12 @@ class Encoding:
     def qk_head_dim(self, head_dim: int) -> int:
         """The per-head width of ``q`` and ``k`` after ``rotate``. Default: unchanged."""
         return head_dim
+
+    @property
+    def reach(self) -> int | None:
+        """The distance past which pairs on one side of a query are all alike to every hook
+        (module docstring), or None. Default None: no such distance is promised."""
+        return None
 
     def check_causal(self, causal: bool) -> None:
         """Raises a one-line ``ValueError`` naming ``model.causal`` if this encoder cannot run

@@ -85,6 +85,7 @@ class DynamicPositionBias(Encoding):
     )
     relative = True
     param_scope = "shared"
+    bias_by_distance = True  # an MLP of i - j
 
     depth: int = 2
     dim: int | None = None

@@ -91,6 +91,7 @@ class _Kerple(Encoding):
 
     relative = True
     param_scope = "layer"
+    bias_by_distance = True  # a kernel of |i - j|
 
     eps: float = 1e-2
 

@@ -91,6 +91,7 @@ class T5Bias(Encoding):
     paper = "Raffel et al. 2020, Exploring the Limits of Transfer Learning (T5)"
     relative = True
     param_scope = "shared"
+    bias_by_distance = True  # one bucket per distance
 
     num_buckets: int = 32
     max_distance: int = 128
@@ -125,6 +126,11 @@ class T5Bias(Encoding):
                 "model.causal=False needs encoding.hparams.bidirectional=True for t5: causal "
                 "buckets put every key after the query in bucket 0, with the query itself"
             )
+
+    @property
+    def reach(self) -> int:
+        """Keys ``max_distance`` or more positions away share their side's last bucket."""
+        return self.max_distance - 1
 
     def param_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:
         return {"table": (self.num_buckets, dims.num_heads)}

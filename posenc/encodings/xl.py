@@ -12,7 +12,10 @@ clamped to ``clamp_len``), ``W_kR`` a learned projection, and ``u``, ``v`` learn
 Attention computes (a); this module returns (b) + (c) + (d). Terms (b) and (d) are computed as
 ``(q_i + v) . W_kR R_d`` against the ``T + S`` distances of the relative table and moved to their
 (query, key) pairs with the rel-shift trick (:func:`posenc.encodings.relative.rel_shift`); no
-``L x L x D`` tensor is built.
+``L x L x D`` tensor is built. The skew keeps ``S`` of each row's ``T + S`` scores, so a long row of
+queries is cut into sub-blocks of up to 64 (:func:`_sub_block`), each scored against only the
+``sub + S`` distances its rows use (a slice of the projected table): about ``T x S`` dot products
+instead of ``T x (T + S)`` (a ``blocked`` tile of 512 x 512 does 56 % of the work).
 
 The relative table needs contiguous positions. For any others (randomized positions, Ruoss et
 al. 2023) the sinusoid of ``i - j`` is split with ``sin(a - b) = sin a cos b - cos a sin b`` (and
@@ -37,11 +40,21 @@ import dataclasses
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from posenc.encodings.base import Dims, Encoding, Params
 from posenc.encodings.registry import register
 from posenc.encodings.relative import is_contiguous, pairwise_offsets, rel_shift, relative_offsets
 from posenc.encodings.sinusoidal import sinusoidal_table
+
+
+def _sub_block(t: int) -> int:
+    """Queries per sub-block of the relative table: ``t`` itself up to 64 (the skew's waste is
+    small against a matmul's fixed cost), else the largest divisor of ``t`` from 16 to 64 (or
+    ``t`` where there is none, e.g. a prime)."""
+    if t <= 64:
+        return t
+    return next((d for d in range(64, 15, -1) if t % d == 0), t)
 
 
 @register
@@ -121,14 +134,23 @@ class TransformerXL(Encoding):
         return position_terms + content_bias[:, :, None, :]
 
     def _positions_by_offset(self, w_r, query, q_pos, k_pos):
-        """Contiguous positions: score the relative table, then skew."""
+        """Contiguous positions: score the relative table in query sub-blocks, then skew."""
         distances = -relative_offsets(q_pos, k_pos)  # [B|1, T + S], i - j per table column
         rel_keys = self.relative_keys({"w_r": w_r}, distances, query.dtype)  # [B|1, R, H, Dh]
+        b, t, h, dh = query.shape
+        s = k_pos.shape[-1]
+        sub = _sub_block(t)
+        n = t // sub
+        # Sub-block m (queries m * sub ..) uses the table's columns (T - sub) - m * sub + [0,
+        # sub + S): its own relative table (rel_shift's layout for sub queries and S keys).
+        columns = (t - sub) - sub * np.arange(n)[:, None] + np.arange(sub + s)[None, :]
+        rel_keys = rel_keys[:, columns]  # [B|1, N, sub + S, H, Dh]
+        query = query.reshape(b, n, sub, h, dh)  # [B, N, sub, H, Dh]
         if rel_keys.shape[0] == 1:
-            per_offset = jnp.einsum("BTHD,RHD->BHTR", query, rel_keys[0])
+            per_offset = jnp.einsum("BNTHD,NRHD->BHNTR", query, rel_keys[0])
         else:
-            per_offset = jnp.einsum("BTHD,BRHD->BHTR", query, rel_keys)  # [B, H, T, T+S]
-        return rel_shift(per_offset)  # [B, H, T, S]
+            per_offset = jnp.einsum("BNTHD,BNRHD->BHNTR", query, rel_keys)
+        return rel_shift(per_offset).reshape(b, h, t, s)  # [B, H, N, sub, S] -> [B, H, T, S]
 
     def _positions_by_pair(self, w_r, query, q_pos, k_pos):
         """Any positions: ``x_i . W_kR R_{i-j}`` through the angle-difference identities.

@@ -37,10 +37,13 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ``classifier``      inside the sequence classifier: a padded row classified as the row alone
                     (first-token and mean pooling), the last token read; or refused in one line
                     (causal-only encoders)
+``bias_by_distance`` ``bias`` of each pair equals ``bias`` at its distance ``k_pos - q_pos`` alone
+``reach``           past the declared reach, every key gets the same terms (per query and side)
 ==================  ===========================================================================
 
 A check that does not apply to an encoder (``carry`` without ``contextual_logits``, ``augment``
-without continuous positions, ``cudnn`` for an encoder the path refuses) or cannot run here
+without continuous positions, ``bias_by_distance`` and ``reach`` without the declaration,
+``cudnn`` for an encoder the path refuses) or cannot run here
 (``cudnn`` without an NVIDIA GPU) raises :class:`NotApplicable` rather than passing:
 :func:`applicable` and :func:`cases` leave the first kind out, and the second is a skip.
 
@@ -81,6 +84,7 @@ from posenc.testing.checks import (
 from posenc.testing.classifier import check_classifier
 from posenc.testing.encdec import check_encoder_decoder
 from posenc.testing.linear import check_linear
+from posenc.testing.tiling import check_bias_by_distance, check_reach
 
 Check = Callable[..., None]
 
@@ -100,6 +104,8 @@ CHECKS: dict[str, Check] = {
     "augment": check_augment,
     "encoder_decoder": check_encoder_decoder,
     "classifier": check_classifier,
+    "bias_by_distance": check_bias_by_distance,
+    "reach": check_reach,
 }
 
 
@@ -170,6 +176,7 @@ __all__ = [
     "cases",
     "check_augment",
     "check_bf16",
+    "check_bias_by_distance",
     "check_bidirectional",
     "check_carry",
     "check_causal",
@@ -181,6 +188,7 @@ __all__ = [
     "check_linear",
     "check_param_shapes",
     "check_paths_agree",
+    "check_reach",
     "check_shift",
     "check_trains",
     "inapplicable",

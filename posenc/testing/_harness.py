@@ -133,6 +133,15 @@ def label(encoder: Encoding) -> str:
     return f"encoder {encoder.name!r} ({type(encoder).__name__}({args}))"
 
 
+def fail(encoder: Encoding, check: str, message: str) -> AssertionError:
+    """The error a check raises: the encoder, the check and what failed."""
+    return AssertionError(f"{label(encoder)} fails {check}: {message}")
+
+
+def max_error(got: np.ndarray, expected: np.ndarray) -> str:
+    return f"max |difference| {np.nanmax(np.abs(got - expected)):.3g}"
+
+
 def memo(fn: Callable) -> Callable:
     """``functools.lru_cache`` for hashable arguments; calls straight through otherwise (an
     encoder with an unhashable hyperparameter is still checked, only without sharing)."""

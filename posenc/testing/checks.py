@@ -14,9 +14,10 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from posenc import attention, linear_attention
+from posenc import attention, attention_terms, linear_attention
 from posenc.encodings.base import Encoding
 from posenc.layers.params import EncoderParam
+from posenc.testing import tiling
 from posenc.testing._harness import (
     NotApplicable,
     Settings,
@@ -30,6 +31,8 @@ from posenc.testing._harness import (
     tokens,
     train_losses,
 )
+from posenc.testing._harness import fail as _fail
+from posenc.testing._harness import max_error as _max_error
 
 SCOPES = ("layer", "shared")
 # Class-level declarations of the contract (never hyperparameters).
@@ -42,15 +45,8 @@ DECLARATIONS = (
     "causal_only",
     "continuous_positions",
     "cacheable",
+    "bias_by_distance",
 )
-
-
-def _fail(encoder: Encoding, check: str, message: str) -> AssertionError:
-    return AssertionError(f"{label(encoder)} fails {check}: {message}")
-
-
-def _max_error(got: np.ndarray, expected: np.ndarray) -> str:
-    return f"max |difference| {np.nanmax(np.abs(got - expected)):.3g}"
 
 
 def _without_contextual_logits(enc: Encoding, settings: Settings) -> str | None:
@@ -85,6 +81,8 @@ _INAPPLICABLE = {
     "carry": _without_contextual_logits,
     "augment": _without_continuous_positions,
     "cudnn": _not_on_cudnn,
+    "bias_by_distance": tiling.without_distance_bias,
+    "reach": tiling.without_reach,
 }
 
 
@@ -137,6 +135,13 @@ def check_declarations(encoder: str | Encoding, settings: Settings | None = None
         raise fail("an `augment_positions` hook needs continuous_positions = True")
     if not isinstance(cls.cacheable, bool):
         raise fail(f"`cacheable` must be True or False, got {cls.cacheable!r}")
+    if not isinstance(cls.bias_by_distance, bool):
+        raise fail(f"`bias_by_distance` must be True or False, got {cls.bias_by_distance!r}")
+    if cls.bias_by_distance and "bias" not in enc.hooks:
+        raise fail("bias_by_distance = True promises something of `bias`, which it lacks")
+    reach = enc.reach
+    if reach is not None and (not isinstance(reach, int) or isinstance(reach, bool) or reach < 0):
+        raise fail(f"`reach` must be None or an integer >= 0, got {reach!r}")
     hparams = enc.hparams()
     as_fields = sorted(set(hparams) & set(DECLARATIONS))
     if as_fields:
@@ -356,7 +361,7 @@ def check_carry(encoder: str | Encoding, settings: Settings | None = None) -> No
     )
     visible = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)  # [T, S]
     logits = rng.standard_normal((b, dims.num_heads, t, s))
-    logits = jnp.asarray(np.where(visible, logits, attention._NEG), jnp.float32)
+    logits = jnp.asarray(np.where(visible, logits, attention_terms.NEG), jnp.float32)
     zeros = jnp.zeros((b, dims.num_heads, t), jnp.float32)
     whole, whole_carry = bound.contextual_logits(params, q, k, logits, zeros)
     carry, tiles = zeros, []

@@ -19,8 +19,8 @@ import numpy as np
 
 from posenc import attention, linear_attention
 from posenc.encodings.base import Encoding
-from posenc.testing._harness import Settings, build, jit, label, memo, resolve
-from posenc.testing.checks import _input_jacobian, _max_error, _position_sets
+from posenc.testing._harness import Settings, build, jit, label, max_error, memo, resolve
+from posenc.testing.checks import _input_jacobian, _position_sets
 
 # The layer whose random features the check draws (any index; not 0, the default).
 LAYER = 1
@@ -161,7 +161,7 @@ def _check_eq19(enc: Encoding, bound: Encoding, settings: Settings, impl: str) -
                 raise _fail(
                     enc,
                     f"attention path {impl!r} differs from RoFormer eq. (19) "
-                    f"({_max_error(got, expected)}, tolerance {tol:g}; T={t}, S={s}, "
+                    f"({max_error(got, expected)}, tolerance {tol:g}; T={t}, S={s}, "
                     f"chunks of {settings.block_size}, causal={causal}, {positions})",
                 )
 

@@ -309,3 +309,48 @@ def test_attention_equals_explicit_formula_at_16x_the_training_length(values, im
     enc, params, (q, k, v, q_pos, k_pos), expected = _long_case(values)
     got = _run(enc, params, q, k, v, q_pos, k_pos, impl, lw.PATHS[impl])
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+
+
+def test_relative_table_paths_and_their_gradients_equal_the_explicit_formula():
+    """Both terms and their gradients (queries, probabilities, tables) against
+    ``table[clip(j - i) + k]`` gathered per pair, on each way of laying the distances out."""
+    clip, t, s, b = 3, 5, 7, 2
+    enc = _bound(max_distance=clip)
+    params = {n: jnp.asarray(x) for n, x in _params(enc, 6).items()}
+    q, _, _ = _inputs(7, b, t, s)
+    probs = jnp.asarray(np.random.default_rng(8).random((b, H, t, s)), jnp.float32)
+    w_k, w_v = (
+        jnp.asarray(np.random.default_rng(n).standard_normal(shape), jnp.float32)
+        for n, shape in ((9, (b, H, t, s)), (10, (b, t, H, DH)))
+    )
+
+    def fast(q, probs, params, q_pos, k_pos):
+        keys = enc.content_logits(params, q, None, q_pos, k_pos)
+        values = enc.value_term(params, probs, q_pos, k_pos)
+        return jnp.sum(keys * w_k) + jnp.sum(values * w_v)
+
+    def naive(q, probs, params, q_pos, k_pos):
+        index = clipped_relative_index(q_pos, k_pos, clip)  # [B, T, S]
+        keys = jnp.einsum("BTHD,BTSD->BHTS", q, params["key_table"][index])
+        values = jnp.einsum("BHTS,BTSD->BTHD", probs, params["value_table"][index])
+        return jnp.sum(keys * w_k) + jnp.sum(values * w_v)
+
+    fast, naive = (_jit(jax.value_and_grad(f, argnums=(0, 1, 2))) for f in (fast, naive))
+    cases = {
+        "one offset for every row: the band": ([9, 9], [4, 4]),
+        "rows at different offsets: the one-hot table": ([9, 40], [4, 4]),
+        "every key past -k: only the clipped end": ([200, 200], [4, 4]),
+        "every key past +k": ([0, 0], [60, 60]),
+        "randomized positions: per pair": ([0, 0], [4, 4]),
+    }
+    for case, (q_start, k_start) in cases.items():
+        q_pos = np.stack([o + np.arange(t) for o in q_start])
+        k_pos = np.stack([o + np.arange(s) for o in k_start])
+        if case.startswith("randomized"):
+            k_pos = k_pos * 3
+        args = (jnp.asarray(q), probs, params, jnp.asarray(q_pos), jnp.asarray(k_pos))
+        got, expected = fast(*args), naive(*args)
+        for a, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
+            np.testing.assert_allclose(
+                np.asarray(a), np.asarray(e), rtol=1e-5, atol=1e-4, err_msg=case
+            )

@@ -246,3 +246,26 @@ def test_attention_equals_four_term_formula_at_16x_the_training_length(clamp_len
     enc, params, (q, k, v, q_pos, k_pos), expected = _long_case(clamp_len)
     got = _run(enc, params, q, k, v, q_pos, k_pos, impl, lw.PATHS[impl])
     np.testing.assert_allclose(np.asarray(got), expected, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("t,s", [(96, 100), (128, 128)])  # sub-blocks of 48 and 64 queries
+def test_relative_table_in_query_sub_blocks_equals_the_separable_path(t, s):
+    """Past 64 queries the relative table is scored in sub-blocks (each against the distances
+    its rows use); terms and gradients equal the separable path's, which is tested against the
+    four-term formula above, at per-row offsets."""
+    enc, params, q, _, _, q_pos, k_pos = _setup(3, t, s, [4, 900], None)
+    weight = jnp.asarray(np.random.default_rng(4).standard_normal((2, H, t, s)), jnp.float32)
+
+    def loss(path):
+        def f(w_r, query):
+            return jnp.sum(path(w_r, query, jnp.asarray(q_pos), jnp.asarray(k_pos)) * weight)
+
+        return _jit(jax.value_and_grad(f, argnums=(0, 1)))
+
+    args = (jnp.asarray(params["w_r"]), jnp.asarray(q))
+    got, expected = loss(enc._positions_by_offset)(*args), loss(enc._positions_by_pair)(*args)
+    for a, e in zip(jax.tree.leaves(got), jax.tree.leaves(expected), strict=True):
+        # Float32 sums over 65k pairs, the separable path's at positions near 1000: relative
+        # to the largest entry.
+        scale = float(np.abs(e).max())
+        np.testing.assert_allclose(np.asarray(a), np.asarray(e), rtol=1e-4, atol=2e-5 * scale)
