@@ -17,7 +17,7 @@ import json
 import jax
 import numpy as np
 
-from posenc import sharding
+from posenc import fits, sharding
 from posenc.config import apply_overrides, load_config
 from posenc.train import Trainer
 from posenc.workdir import Checkpoints
@@ -59,8 +59,11 @@ def train_on(config, devices, steps: int):
     state = trainer.init_state()
     losses = []
     for batch in batches(steps, config):
-        state, metrics = trainer.step(state, trainer.global_batch(batch))
+        batch = trainer.global_batch(batch)
+        state, metrics = trainer.step(state, batch)
         losses.append(float(metrics["loss_sum"]) / float(metrics["tokens"]))
+    # The program that ran: its bytes per device, by XLA's buffer assignment.
+    trainer.compiled_bytes = fits.required_bytes(trainer._step.compile(state, batch))
     return trainer, state, losses
 
 
@@ -118,7 +121,12 @@ def main() -> None:
         for mesh in meshes:
             trainer, state, losses = train_on(config_for(name, mesh), jax.devices(), args.steps)
             key = "x".join(f"{a}{n}" for a, n in mesh.items())
-            entry[key] = {"losses": losses, "bytes": _bytes(state), "specs": _specs(state)}
+            entry[key] = {
+                "losses": losses,
+                "bytes": _bytes(state),
+                "specs": _specs(state),
+                "compiled_bytes": trainer.compiled_bytes,
+            }
             if args.checkpoint and mesh is meshes[0] and name == names[0]:
                 ckpt = Checkpoints(args.checkpoint)
                 trainer.save(ckpt, state, args.steps)
