@@ -20,10 +20,12 @@ parameters replicated, batches split by rows. A parameter axis whose size the me
 divide (a vocabulary of 257 over 4 tensor shards) stays whole on that axis; :func:`spec` says
 what each parameter gets.
 
-Parameters without axis names are replicated: the positional encoders' parameters
-(:class:`~posenc.layers.params.EncoderParam`: T5's table, Shaw's embeddings, XL's ``u``, ``v``,
-``W_kR``), which are small and have no layer axis (each block holds its own arrays, so a
-per-layer parameter is sharded "with its layer" by living in that layer), and any scalar.
+The positional encoders' parameters (:class:`~posenc.layers.params.EncoderParam`) carry the
+names their encoder declares (``Encoding.param_axes``: Transformer-XL's ``u``, ``v``, ``W_kR``,
+DeBERTa's ``P``, ``W_qr``, ``W_kr``, T5's table by heads, FoX's gates, PoPE's phases) and shard
+like the projections; the rest (Shaw's and CoPE's small tables, FIRE's and the dynamic bias's
+MLPs, KERPLE's scalars) and any scalar are replicated. There is no stacked ``layers`` axis:
+each block holds its own arrays, so a per-layer parameter lives with its layer.
 """
 
 from __future__ import annotations

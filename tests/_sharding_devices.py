@@ -17,8 +17,10 @@ import json
 import jax
 import numpy as np
 
-from posenc import fits, sharding
+from posenc import encodings, fits, sharding
 from posenc.config import apply_overrides, load_config
+from posenc.evaluate import evaluate
+from posenc.models import build
 from posenc.train import Trainer
 from posenc.workdir import Checkpoints
 
@@ -100,17 +102,49 @@ def _restored_like(trainer, saved, directory: str) -> dict:
     }
 
 
+def context_eval(names: list[str], mesh: dict[str, int], length: int) -> dict:
+    """Each encoder's fresh model scored on windows of ``length`` tokens (blocked attention in
+    tiles of 16) on one device and on ``mesh``, whose ``context`` axis splits every window:
+    ``{name: [loss on one device, loss on the mesh]}`` (or the encoder's refusal)."""
+    stream = np.random.default_rng(1).integers(0, 257, 8 * length + 1, dtype=np.int32)
+    out = {}
+    for name in names:
+        fields = [f"model.attention_block_size={16}", "model.attention_impl=blocked"]
+        try:
+            one = config_for(name, {"data": 1}, *fields)
+            model = build(one)
+        except ValueError as e:  # an encoder the blocked path or this shape cannot take
+            out[name] = str(e)
+            continue
+        losses = []
+        for m in ({"data": 1}, mesh):
+            devices = jax.devices()[:1] if m == {"data": 1} else jax.devices()
+            mesh_ = sharding.make_mesh(config_for(name, m, *fields), devices)
+            (result,) = evaluate(model, stream, [length], batch_tokens=8 * length, mesh=mesh_)
+            losses.append(result["loss"])
+        out[name] = losses
+    return out
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--devices", type=int, required=True)
     parser.add_argument("--encodings", required=True)
-    parser.add_argument("--meshes", required=True, help="json list of {axis: size}")
+    parser.add_argument("--meshes", default="[]", help="json list of {axis: size}")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--checkpoint", default=None)
     parser.add_argument("--out", required=True)
+    parser.add_argument("--context-eval", default=None, help="json {axis: size}: a mesh for it")
+    parser.add_argument("--length", type=int, default=64)
     args = parser.parse_args()
     if jax.device_count() != args.devices:
         raise SystemExit(f"expected {args.devices} devices, JAX has {jax.device_count()}")
+    if args.context_eval:
+        names = encodings.names() if args.encodings == "all" else args.encodings.split(",")
+        report = context_eval(names, json.loads(args.context_eval), args.length)
+        with open(args.out, "w") as f:
+            json.dump(report, f)
+        return
     meshes = json.loads(args.meshes)
     report: dict = {}
     names = args.encodings.split(",")

@@ -76,10 +76,11 @@ def _config(*overrides: str):
     return apply_overrides(load_config(TINY), list(overrides))
 
 
-def test_every_parameter_but_the_encoders_is_named():
+def test_every_parameter_is_named():
     """Every parameter of a model with every optional part (biases, untied output, gated MLP,
     embedding norm, an encoder-decoder's cross-attention) carries axis names, so FSDP and
-    tensor parallelism reach it; only the encoder's own parameters are unnamed (replicated)."""
+    tensor parallelism reach it, and so do the encoder parameters their encoder names (XL's
+    ``u``, ``v``, ``W_kR``; T5's table)."""
     config = ModelConfig(
         num_layers=1,
         model_dim=32,
@@ -105,14 +106,11 @@ def test_every_parameter_but_the_encoders_is_named():
         leaves = jax.tree_util.tree_leaves_with_path(
             params, is_leaf=lambda x: isinstance(x, nnx.Variable)
         )
-        named = [sharding.AXES in v.get_metadata() for _, v in leaves]
-        encoder = [isinstance(v, EncoderParam) for _, v in leaves]
-        assert named == [not e for e in encoder], [
-            jax.tree_util.keystr(p)
-            for (p, _), n, e in zip(leaves, named, encoder, strict=True)
-            if n == e
+        unnamed = [
+            jax.tree_util.keystr(p) for p, v in leaves if sharding.AXES not in v.get_metadata()
         ]
-        assert any(encoder)
+        assert unnamed == []
+        assert any(isinstance(v, EncoderParam) for _, v in leaves)
 
 
 def test_the_default_mesh_replicates_the_train_state():
@@ -175,3 +173,26 @@ def test_meshes_train_like_one_device_and_shrink_the_state(tmp_path):
     for mesh, result in restored.items():
         assert result["step"] == 20 and result["bit_exact"] and result["on_target"], mesh
     assert restored["data1xfsdp2xtensor4"]["per_device"] < restored["single"]["per_device"] / 6
+
+
+@pytest.mark.slow
+def test_context_parallel_evaluation_equals_one_device_for_every_encoder(tmp_path):
+    """Every registered encoder's model scores 64-token windows (blocked attention, tiles of
+    16: four tiles, one per context shard) on a mesh of 2 data x 4 context, each window split
+    over the context devices, with one device's loss (to 1e-5)."""
+    out = tmp_path / "context.json"
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "JAX_PLATFORMS": "cpu",
+    }
+    args = [sys.executable, str(SCRIPT), "--devices", "8", "--encodings", "all"]
+    args += ["--context-eval", json.dumps({"data": 2, "context": 4}), "--out", str(out)]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    assert set(report) == set(encodings.names())
+    for name, losses in report.items():
+        assert isinstance(losses, list), (name, losses)
+        one, split = losses
+        assert split == pytest.approx(one, rel=1e-5), name

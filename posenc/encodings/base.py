@@ -203,6 +203,12 @@ class Encoding:
         del dims
         return {}
 
+    def param_axes(self) -> dict[str, tuple[str | None, ...]]:
+        """Logical axis names of the arrays :meth:`init` returns (``embed``, ``heads``,
+        ``head_dim``, ... or None; :mod:`posenc.sharding` maps them to mesh axes), for those
+        worth splitting over devices; an array not named here is replicated. Default: none."""
+        return {}
+
     def qk_head_dim(self, head_dim: int) -> int:
         """The per-head width of ``q`` and ``k`` after ``rotate``. Default: unchanged."""
         return head_dim
