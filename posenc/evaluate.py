@@ -144,7 +144,8 @@ class Scorer:
 
     def _score_batch(self, state, batch):
         model = nnx.merge(self.graphdef, state)
-        logits = model(batch["inputs"], batch.get("positions"))
+        with sharding.tracing_on(self.mesh):
+            logits = model(batch["inputs"], batch.get("positions"))
         losses = token_loss(logits, batch["targets"])  # [B, L]
         mask = batch["mask"]
         if self.masked_lm is None:
@@ -154,7 +155,8 @@ class Scorer:
 
     def _score_with_memory(self, state, batch, memory, mem_len):
         model = nnx.merge(self.graphdef, state)
-        logits, memory = memory_lib.forward(model, batch["inputs"], memory, mem_len=mem_len)
+        with sharding.tracing_on(self.mesh):
+            logits, memory = memory_lib.forward(model, batch["inputs"], memory, mem_len=mem_len)
         losses = token_loss(logits, batch["targets"])  # [B, L]
         mask = batch["mask"]
         return (losses * mask).sum(axis=0), mask.sum(axis=0), memory

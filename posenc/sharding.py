@@ -182,6 +182,29 @@ def tree_shardings(tree: Any, mesh: jax.sharding.Mesh) -> Any:
     return jax.tree.map(lambda x: _leaf_sharding(x, mesh), tree, is_leaf=_is_variable)
 
 
+# Logical axes of the residual stream ``[B, T, D]``: rows over data x fsdp, tokens over context,
+# the width whole (FSDP gathers weights, never activations; tensor parallelism splits inside
+# the sublayers only).
+ACTIVATION = ("batch", "length", None)
+
+
+def constrain(x: jax.Array, axes: Sequence[str | None]) -> jax.Array:
+    """``x`` kept where ``axes`` say on the mesh being traced for (set with
+    :func:`tracing_on`), so that XLA's propagation moves weights to the activations and not
+    the other way; unchanged without such a mesh or on a data-parallel one (where propagation
+    from the batch already does that)."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty or all(mesh.shape.get(a, 1) == 1 for a in ("fsdp", "context", "tensor")):
+        return x
+    return jax.lax.with_sharding_constraint(x, spec(axes, x.shape, mesh))
+
+
+def tracing_on(mesh: jax.sharding.Mesh) -> Any:
+    """A context in which :func:`constrain` applies ``mesh``'s shardings (enter it inside the
+    jitted function, around the model's call)."""
+    return jax.sharding.use_abstract_mesh(mesh.abstract_mesh)
+
+
 def batch_spec(mesh: jax.sharding.Mesh, *, length: bool = False) -> P:
     """The spec of a ``[B, T, ...]`` batch: rows over ``data`` x ``fsdp`` (``data`` alone
     when ``fsdp`` is 1, as plain data parallelism has it), and with ``length`` the window over

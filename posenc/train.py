@@ -260,6 +260,10 @@ class Trainer:
 
         def loss_fn(params):
             model = nnx.merge(self.graphdef, params, self.rest)
+            with sharding.tracing_on(self.mesh):
+                return _loss(model)
+
+        def _loss(model):
             rng = self.dropout_key(state["step"])
             if self.translation:
                 return self._pair_loss(model, batch, rng)

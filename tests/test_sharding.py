@@ -166,7 +166,7 @@ def test_meshes_train_like_one_device_and_shrink_the_state(tmp_path):
             assert total == single["bytes"]["total"]
             assert 0.9 * factor <= total / per_device <= factor, (name, mesh, total / per_device)
     assert report["rope"]["data1xfsdp2xtensor4"]["specs"]["['blocks'][0]['attn']['q'].value"] == (
-        "PartitionSpec('fsdp', 'tensor')"
+        "P('fsdp', 'tensor')"
     )
     restored = report["rope"]["restored"]
     assert set(restored) == {*SHRINK, "single"}
