@@ -392,9 +392,9 @@ def restore_model(
     run: RunDir, config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None = None
 ) -> tuple[Transformer, int]:
     """The model of a trained run, from the parameters of its newest intact checkpoint (no
-    optimizer state is read), placed on ``mesh`` (default: the config's) as training places
-    them; and the checkpoint's step."""
-    mesh = mesh or make_mesh(config)
+    optimizer state is read), placed on ``mesh`` as training places them (default: replicated
+    on this process's devices, whatever mesh the run trained on); and the checkpoint's step."""
+    mesh = mesh or make_mesh()
     graphdef, params, rest = nnx.split(nnx.eval_shape(lambda: build(config)), nnx.Param, ...)
     step, params = run.restore_params(abstract_on(params, sharding.tree_shardings(params, mesh)))
     return nnx.merge(graphdef, params, rest), step
@@ -451,9 +451,10 @@ def evaluate_workdir(
         stream = source.split_stream(e.split)
         check_eval_lengths(len(stream), lengths, e.split)
     is_main = jax.process_index() == 0
+    mesh = make_mesh(config)  # the run's evaluation mesh (config.mesh; may differ from training's)
     with run.lock(enabled=is_main):
         if model is None:
-            model, step = restore_model(run, config)
+            model, step = restore_model(run, config, None if task else mesh)
         if task:  # generated examples per input length: accuracy and exact match
             results = tasks.evaluate_task(
                 model,
@@ -476,7 +477,7 @@ def evaluate_workdir(
                 batch_tokens=e.batch_tokens,
                 max_tokens=e.max_tokens,
                 split=e.split,
-                mesh=make_mesh(config),
+                mesh=mesh,
                 progress=progress,
                 positions=_positions(config),
                 masked_lm=masked_lm(config),
