@@ -86,7 +86,7 @@ class Plan:
         mesh = " x ".join(f"{a} {n}" for a, n in self.mesh.items() if n > 1) or "1 device"
         t = self.train
         lines = [
-            f"{self.devices} devices, mesh {mesh}; per device:",
+            f"{self.devices} device{'s' * (self.devices > 1)}, mesh {mesh}; per device:",
             f"  parameters        {_gib(self.params)}",
             f"  optimizer state   {_gib(self.optimizer)}",
             f"  train step ({t['rows']} x {t['length']} tokens): activations and temporaries "

@@ -91,7 +91,7 @@ def mesh_shape(section: Mapping[str, Any] | None, num_devices: int) -> dict[str,
             f"only one mesh field may be -1, got {', '.join(f'mesh.{a}' for a in rest)}"
         )
     fixed = math.prod(given[a] for a in MESH_AXES if given[a] != -1)
-    named = " x ".join(f"mesh.{a}={given[a]}" for a in MESH_AXES if given[a] != 1)
+    named = " x ".join(f"mesh.{a}={given[a]}" for a in MESH_AXES if given[a] not in (1, -1))
     if rest and num_devices % fixed == 0:
         given[rest[0]] = num_devices // fixed
     elif rest or fixed != num_devices:

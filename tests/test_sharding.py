@@ -46,6 +46,8 @@ def test_mesh_shape_fills_the_rest_and_names_bad_fields():
         sharding.mesh_shape({"data": 3, "fsdp": 2}, 8)
     with pytest.raises(ValueError, match=r"mesh\.fsdp=4 x mesh\.tensor=4 = 16 .* the 8 devices"):
         sharding.mesh_shape({"data": 1, "fsdp": 4, "tensor": 4}, 8)
+    with pytest.raises(ValueError, match=r"^mesh\.tensor=3 = 3 devices does not divide the 8 "):
+        sharding.mesh_shape({"tensor": 3}, 8)
     with pytest.raises(ValueError, match=r"only one mesh field may be -1"):
         sharding.mesh_shape({"data": -1, "fsdp": -1}, 8)
     with pytest.raises(ValueError, match=r"mesh\.tensor must be a positive integer or -1"):
