@@ -99,7 +99,11 @@ def _cmd_train(args, overrides) -> int:
         print(f"step {result.step}: train loss {result.history[-1]['loss']:.4f}")
     if not args.no_eval and result.step == config.train.steps:
         print(f"evaluating {args.workdir} at {_lengths_text(config)}")
-        evaluate_workdir(args.workdir, overrides=config, model=result.model, step=result.step)
+        report = evaluate_workdir(
+            args.workdir, overrides=config, model=result.model, step=result.step
+        )
+        if report.get("objective") == "classification":
+            print(_classification_summary(report))
     return 0
 
 
@@ -111,6 +115,9 @@ def _lengths_text(config) -> str:
     if is_translation(config):
         e = config.eval
         return f"the {e.split} split (beam {e.beam_size}, alpha {e.alpha}; BLEU, chrF)"
+    if config.model.get("assembly") == "classifier":
+        lengths = ", ".join(str(x) for x in eval_lengths(config))
+        return f"the {config.eval.split} split, length buckets up to {lengths} tokens"
     return ", ".join(str(x) for x in eval_lengths(config))
 
 
@@ -134,7 +141,7 @@ def _cmd_eval(args, overrides) -> int:
             extra.append(f"eval.{field}={value!r}")
     config = apply_overrides(config, extra)
     what = "input lengths" if config.data.source.startswith("synthetic:") else config.eval.mode
-    if config.model.get("assembly") == "encoder_decoder":
+    if config.model.get("assembly") in ("encoder_decoder", "classifier"):
         print(f"evaluating {args.workdir} on {_lengths_text(config)}")
     else:
         print(f"evaluating {args.workdir} at {_lengths_text(config)} ({what})")
@@ -145,6 +152,8 @@ def _cmd_eval(args, overrides) -> int:
             f"{report['train_steps']} (training has not finished)"
         )
     print(f"wrote {os.path.join(args.workdir, report['file'])}")
+    if report.get("objective") == "classification":
+        print(_classification_summary(report))
     if "hypotheses" in report:
         overall = report["overall"]
         print(
@@ -153,6 +162,23 @@ def _cmd_eval(args, overrides) -> int:
             f"{os.path.join(args.workdir, report['hypotheses'])}"
         )
     return 0
+
+
+def _classification_summary(report: dict) -> str:
+    """One line per bucket of a classification report: its headline metric and examples."""
+    metric = report["metric"]
+    overall = report["overall"]
+    lines = [
+        f"{metric} {overall[metric]:.4f} over {overall['examples']} examples at the training "
+        f"length ({overall['truncated']} truncated)"
+    ]
+    for row in report["results"]:
+        value = f"{row[metric]:.4f}" if metric in row else "—"
+        lines.append(
+            f"  {row['label']:>8} (<= {row['length']} tokens): {metric} {value} over "
+            f"{row['examples']} examples"
+        )
+    return "\n".join(lines)
 
 
 def _cmd_analyze(args, overrides) -> int:
@@ -562,11 +588,16 @@ themselves (narrow the sweep with --only instead) is refused in one line.""",
             "accuracy",
             "exact_match",
             "sequence_accuracy",
+            "f1",
+            "matthews",
+            "pearson",
+            "spearman",
         ),
         default="perplexity",
         help="accuracy: masked-LM runs (train.objective=masked_lm), or algorithmic-task runs "
         "(data.source=synthetic:<task>; their default), with exact_match (greedy generation) "
-        "and sequence_accuracy",
+        "and sequence_accuracy; classification runs (model.assembly=classifier) default to "
+        "their task's GLUE metric (accuracy, f1, matthews, pearson, spearman)",
     )
     p.set_defaults(func=_cmd_report)
     return parser

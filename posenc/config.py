@@ -25,10 +25,11 @@ from posenc import data as data_lib
 from posenc import encodings, linear_attention
 from posenc.attention import IMPLEMENTATIONS
 from posenc.data import summary, synthetic
+from posenc.data.classify_batching import VOCAB_SIZE as CLASSIFY_VOCAB_SIZE
 from posenc.data.task_source import task_name
 from posenc.layers.config import DTYPES
 from posenc.layers.norms import NORMS
-from posenc.models.build import assembly, make_encoding, model_config
+from posenc.models.build import assembly, head_config, make_encoding, model_config
 from posenc.models.encdec import bind_sides
 from posenc.workdir import diff_fields, flatten, matches, parse_value
 
@@ -397,6 +398,21 @@ def _validate_memory(config: ml_collections.ConfigDict) -> None:
         )
 
 
+def _validate_batch_split(batch_size: int, num_devices: int | None, process_count: int) -> None:
+    """``train.batch_size`` divides over the devices and the processes."""
+    if num_devices is not None and batch_size % num_devices:
+        raise ValueError(
+            f"train.batch_size={batch_size} must be divisible by the number of devices "
+            f"({num_devices}) its rows are split over (mesh.data x mesh.fsdp); use a multiple "
+            f"of {num_devices}"
+        )
+    if batch_size % process_count:
+        raise ValueError(
+            f"train.batch_size={batch_size} must be divisible by the number of processes "
+            f"({process_count})"
+        )
+
+
 def validate(
     config: ml_collections.ConfigDict,
     *,
@@ -413,6 +429,10 @@ def validate(
     """
     if assembly(config) == "encoder_decoder":
         _validate_translation(config, num_devices, process_count)
+        return
+    if assembly(config) == "classifier":
+        _validate_classifier(config)
+        _validate_batch_split(config.train.batch_size, num_devices, process_count)
         return
     m = config.model
     _require_choice("model.norm", m.norm, NORMS)
@@ -436,17 +456,7 @@ def validate(
         encoding.check_length(t.seq_len)
     _validate_positions(config, encoding, lengths=not task)
     _validate_memory(config)
-    if num_devices is not None and t.batch_size % num_devices:
-        raise ValueError(
-            f"train.batch_size={t.batch_size} must be divisible by the number of devices "
-            f"({num_devices}) its rows are split over (mesh.data x mesh.fsdp); use a multiple "
-            f"of {num_devices}"
-        )
-    if t.batch_size % process_count:
-        raise ValueError(
-            f"train.batch_size={t.batch_size} must be divisible by the number of processes "
-            f"({process_count})"
-        )
+    _validate_batch_split(t.batch_size, num_devices, process_count)
 
     _validate_optim(config.optim)
 
@@ -568,6 +578,9 @@ def _validate_translation(
     for field in ("max_src_len", "max_tgt_len"):
         if d.get(field) is not None:
             _require_int(f"data.{field}", d.get(field))
+    step = d.get("bucket_step", 1.1)
+    if not isinstance(step, int | float) or isinstance(step, bool) or not 1 < step <= 4:
+        raise ValueError(f"data.bucket_step must be a number in (1, 4], got {step!r}")
     for field in ("steps", "log_every", "checkpoint_every", "keep_checkpoints"):
         _require_int(f"train.{field}", t[field], 0 if field == "steps" else 1)
     _require_int(TOKENS_FIELD, t.get("tokens_per_batch"))
@@ -585,3 +598,49 @@ def _validate_translation(
     _require_int("eval.max_sentences", e.get("max_sentences", 0), 0)
     # Rows per batch are a multiple of the devices (at least one each) by construction.
     del num_devices, process_count
+
+
+def _validate_classifier(config: ml_collections.ConfigDict) -> None:
+    """Checks a classification run's config (``model.assembly="classifier"``,
+    ``configs/classify.py``); one line naming the first bad field."""
+    m, t, e = config.model, config.train, config.eval
+    if t.get("objective") != "classification":
+        raise ValueError(
+            f"train.objective={t.get('objective')!r} with model.assembly='classifier': a "
+            "classifier trains on labels; use train.objective=classification"
+        )
+    head_config(config)  # num_labels, pool, num_segments, pooler
+    model_cfg = model_config(config)  # shapes and rates
+    if model_cfg.causal:
+        raise ValueError(
+            "model.causal must be False for model.assembly='classifier': every token reads both "
+            "sides, as in the masked-LM model it is fine-tuned from"
+        )
+    if model_cfg.mem_len:
+        raise ValueError("model.mem_len must be 0 for model.assembly='classifier'")
+    if m.vocab_size < CLASSIFY_VOCAB_SIZE:
+        raise ValueError(
+            f"model.vocab_size={m.vocab_size} has no id for [CLS] (id {CLASSIFY_VOCAB_SIZE - 1}, "
+            "after the bytes, the separator and the mask token); use model.vocab_size >= "
+            f"{CLASSIFY_VOCAB_SIZE}"
+        )
+    encoding = make_encoding(config)
+    encoding.bind(model_cfg.dims)
+    encoding.check_causal(False)
+    for field in ("steps", "log_every", "checkpoint_every", "keep_checkpoints", "batch_size"):
+        _require_int(f"train.{field}", t[field])
+    _require_int("train.seq_len", t.seq_len, 4)
+    encoding.check_length(t.seq_len)
+    for field, value in (("train.positions", t.positions), ("eval.positions", e.positions)):
+        if value == "randomized":
+            raise ValueError(
+                f"{field}='randomized' applies to decoder-only runs; a classifier reads "
+                "contiguous positions"
+            )
+    _validate_optim(config.optim)
+    if e.split not in ("validation", "test"):
+        raise ValueError(f"eval.split must be one of ['validation', 'test'], got {e.split!r}")
+    lengths = eval_lengths(config)
+    if not lengths or any(not isinstance(n, int) or n < 4 for n in lengths):
+        raise ValueError(f"eval.lengths must be integers >= 4, got {list(lengths)}")
+    _require_int("eval.batch_tokens", e.batch_tokens)

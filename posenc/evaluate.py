@@ -57,8 +57,8 @@ import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding
 
+from posenc import classify, fits, sharding, tasks, translation
 from posenc import data as data_lib
-from posenc import fits, sharding, tasks, translation
 from posenc.config import (
     check_eval_lengths,
     eval_lengths,
@@ -443,6 +443,8 @@ def evaluate_workdir(
     name = run.eval_output(output, changes)
     if translation.is_translation(config):
         return _evaluate_translation_run(run, config, changes, name, model, step)
+    if classify.is_classifier(config):
+        return _evaluate_classifier_run(run, config, changes, name, model, step)
     e = config.eval
     source = open_source(config)
     lengths = eval_lengths(config)
@@ -541,6 +543,37 @@ def _evaluate_translation_run(
     return report
 
 
+def _evaluate_classifier_run(
+    run: RunDir,
+    config: ml_collections.ConfigDict,
+    changes: dict[str, Any],
+    name: str,
+    model: Any,
+    step: int | None,
+) -> dict[str, Any]:
+    """:func:`evaluate_workdir` for a classification run: the split's metrics at the training
+    length and per length bucket (:func:`posenc.classify.evaluate_classifier`)."""
+    source, classes = classify.open_data(config)
+    is_main = jax.process_index() == 0
+    with run.lock(enabled=is_main):
+        if model is None:
+            model, step = restore_model(run, config)
+        fields = classify.evaluate_classifier(
+            model, config, source, classes, eval_lengths(config), split=config.eval.split
+        )
+        report = {
+            **_run_record(config, model, step),
+            "file": name,
+            "changes": changes,
+            "data": {"source": config.data.source, **_short_info(source.info())},
+            **fields,
+            "time": time.time(),
+        }
+        if is_main:
+            run.write_eval(report, name)
+    return report
+
+
 def _run_record(
     config: ml_collections.ConfigDict, model: Transformer, step: int | None
 ) -> dict[str, Any]:
@@ -549,7 +582,7 @@ def _run_record(
     return {
         "encoding": config.encoding.name,
         "encoding_hparams": config.encoding.hparams.to_dict(),
-        # What was scored: "causal_lm", "masked_lm" or "translation".
+        # What was scored: "causal_lm", "masked_lm", "translation" or "classification".
         "objective": "translation" if translation.is_translation(config) else objective(config),
         "task": tasks.task_of(config),  # an algorithmic task (data.source synthetic:<task>)
         "train_seq_len": config.train.seq_len,

@@ -42,8 +42,8 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from posenc import classify, distributed, fits, sharding, tasks, translation
 from posenc import data as data_lib
-from posenc import distributed, fits, sharding, tasks, translation
 from posenc.config import (
     check_source,
     consecutive_segments,
@@ -58,6 +58,7 @@ from posenc.losses import smoothed_token_loss, token_loss
 from posenc.metrics import MetricsWriter, drop_metrics_after, progress_bar
 from posenc.models import build
 from posenc.models import memory as memory_lib
+from posenc.models.classifier import OWN_PARTS
 from posenc.models.lm import Transformer
 from posenc.workdir import Checkpoints, RunDir, config_sha256, diff_fields
 
@@ -147,6 +148,9 @@ class Trainer:
         # A translation run: batches of source/target pairs, a label-smoothed loss.
         self.translation = translation.is_translation(config)
         self.smoothing = config.train.get("label_smoothing", 0.0) if self.translation else 0.0
+        # A classification run: labelled rows, a loss per example (posenc.classify).
+        self.classify = classify.is_classifier(config)
+        self.regression = self.classify and classify.regression(config)
         self.mem_len = config.model.get("mem_len", 0)
         abstract = nnx.eval_shape(lambda: build(config))
         self.graphdef, _, self.rest = nnx.split(abstract, nnx.Param, ...)
@@ -267,6 +271,9 @@ class Trainer:
             rng = self.dropout_key(state["step"])
             if self.translation:
                 return self._pair_loss(model, batch, rng)
+            if self.classify:
+                mean, loss_sum = classify.batch_loss(model, batch, rng, self.regression)
+                return mean, (loss_sum, None)
             if self.mem_len:
                 memory = state["memory"][:, :, self.mem_len - memory_tokens :]  # [L, B, M, D]
                 logits, memory = memory_lib.forward(model, batch["inputs"], memory, rng=rng)
@@ -292,6 +299,8 @@ class Trainer:
         new_state = jax.lax.with_sharding_constraint(new_state, self.state_shardings)
         if self.translation:  # tokens read (both sides), scored (the targets)
             tokens = batch["src_mask"].sum() + batch["tgt_mask"].sum()
+        elif self.classify:  # tokens read; the loss is per example
+            tokens = batch["mask"].sum()
         else:
             tokens = batch["targets"].size
         metrics = {
@@ -304,6 +313,8 @@ class Trainer:
             metrics["scored"] = batch["weights"].sum()  # the loss's tokens; "tokens" all read
         if self.translation:
             metrics["scored"] = batch["tgt_mask"].sum().astype(jnp.float32)
+        if self.classify:
+            metrics["scored"] = jnp.asarray(batch["labels"].shape[0], jnp.float32)
         return new_state, metrics
 
     def _pair_loss(self, model, batch, rng):
@@ -321,7 +332,10 @@ class Trainer:
 
     def local_batch(
         self,
-        windows: data_lib.TrainWindows | data_lib.StreamSegments | tasks.TaskBatches,
+        windows: data_lib.TrainWindows
+        | data_lib.StreamSegments
+        | tasks.TaskBatches
+        | classify.ClassifyBatches,
         step: int,
     ) -> dict[str, np.ndarray]:
         """This process's rows of step ``step``'s batch: ``inputs``, ``targets`` (for a task,
@@ -330,6 +344,8 @@ class Trainer:
         masked LM the windows corrupted (BERT's rule, drawn per global row) with ``weights`` on
         the chosen tokens, and the windows themselves as ``targets``."""
         batch = windows.batch(step)
+        if self.classify:  # labelled rows, padded to train.seq_len
+            return batch
         if self.translation:  # where each row's pair came from stays on the host
             return {k: v for k, v in batch.items() if k != "index"}
         if self.masked_lm is not None:
@@ -389,16 +405,31 @@ def _params_of(
     """The parameters of another run's newest intact checkpoint (``train.init_from``), checked
     against the shapes this run's model needs, and what to record about them.
 
+    A classifier takes the shared parts of any run whose model has them (a masked-LM run, or
+    another classifier's): its own parts (:data:`posenc.models.classifier.OWN_PARTS`, the head
+    and segment embedding) start fresh where the other model has none, and the other model's
+    parts the classifier lacks (an LM's output projection) are left behind.
+
     Raises:
       ValueError: the other run is not a trained work directory, or its parameters do not fit
         this model (naming the parameters and the config fields that differ).
     """
     other = RunDir(source)
     other_config = other.read_config()
-    mine = _shapes(abstract_params)
-    theirs = _shapes(nnx.split(nnx.eval_shape(lambda: build(other_config)), nnx.Param, ...)[1])
-    if mine != theirs:
-        differ = sorted(k for k in set(mine) | set(theirs) if mine.get(k) != theirs.get(k))
+    theirs_abstract = nnx.split(nnx.eval_shape(lambda: build(other_config)), nnx.Param, ...)[1]
+    mine, theirs = _shapes(abstract_params), _shapes(theirs_abstract)
+    fresh: set[str] = set()
+    if classify.is_classifier(config):
+        own = tuple(f"['{part}']" for part in OWN_PARTS)
+        fresh = {k for k in mine if k not in theirs and k.startswith(own)}
+        theirs_used = {k: v for k, v in theirs.items() if k in mine}
+    else:
+        theirs_used = theirs
+    needed = {k: v for k, v in mine.items() if k not in fresh}
+    if needed != theirs_used:
+        differ = sorted(
+            k for k in set(needed) | set(theirs_used) if needed.get(k) != theirs_used.get(k)
+        )
         fields = [
             f
             for f in diff_fields(other_config.to_dict(), config.to_dict())
@@ -409,8 +440,11 @@ def _params_of(
             f"differ, e.g. {differ[:3]}; config fields that differ: {fields}); initialise from a "
             "run with the same model shape and encoder parameters"
         )
+    sharding = jax.tree.leaves(abstract_params)[0].sharding
     with other.lock():
-        step, params = other.restore_params(abstract_params)
+        step, params = other.restore_params(abstract_on(theirs_abstract, sharding))
+    if theirs != mine:  # keep the shared parts; the classifier's own parts start fresh
+        params = _merge_params(params, nnx.split(build(config), nnx.Param, ...)[1], fresh)
     record = {
         "init_from": os.path.abspath(source),
         "step": step,
@@ -418,8 +452,22 @@ def _params_of(
         "encoding": other_config.encoding.to_dict(),
         "train_seq_len": other_config.train.seq_len,
         "config_sha256": config_sha256(other_config),
+        "fresh": sorted(fresh),
     }
     return params, record
+
+
+def _merge_params(theirs: Any, mine: Any, fresh: set[str]) -> Any:
+    """``mine``'s tree with every leaf not in ``fresh`` taken from ``theirs`` (same path)."""
+    by_path = {
+        jax.tree_util.keystr(p): leaf for p, leaf in jax.tree_util.tree_leaves_with_path(theirs)
+    }
+    paths, treedef = jax.tree_util.tree_flatten_with_path(mine)
+    leaves = [
+        leaf if (key := jax.tree_util.keystr(path)) in fresh else by_path[key]
+        for path, leaf in paths
+    ]
+    return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
 def _shapes(tree: Any) -> dict[str, tuple[int, ...]]:
@@ -492,6 +540,13 @@ def _training_data(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh):
     """The run's training batches, the identity of its data (``data.json``) and a translation
     run's SentencePiece model (None otherwise): random windows or segments of a text stream, a
     task's generated examples, or token-bucketed pairs."""
+    if classify.is_classifier(config):
+        source, classes = classify.open_data(config)
+        return (
+            classify.train_batches(config, source, classes),
+            classify.data_record(source, classes),
+            None,
+        )
     if translation.is_translation(config):
         source, vocab = translation.open_data(config)
         pairs = encode_pairs(source.pairs("train"), vocab)

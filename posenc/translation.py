@@ -124,6 +124,7 @@ def train_batches(
         row_multiple=row_multiple,
         max_src_len=config.data.get("max_src_len"),
         max_tgt_len=config.data.get("max_tgt_len"),
+        bucket_step=config.data.get("bucket_step", 1.1),
         process_index=jax.process_index(),
         process_count=jax.process_count(),
     )

@@ -1,5 +1,5 @@
-"""The README's code runs: its sweep template loads and validates, its Python API section runs
-against a tiny trained run."""
+"""The README's and docs/ pages' code runs: the README's sweep template loads and validates,
+docs/api.md's Python API section runs against a tiny trained run."""
 
 import pytest
 from _train_helpers import REPO
@@ -7,9 +7,10 @@ from _train_helpers import REPO
 from posenc import sweep
 
 
-def readme_block(heading: str, language: str = "python") -> str:
-    """The first ``language`` code block of the README section under ``heading``."""
-    lines = (REPO / "README.md").read_text().splitlines()
+def readme_block(heading: str, language: str = "python", page: str = "README.md") -> str:
+    """The first ``language`` code block of the section under ``heading`` of ``page`` (the
+    README, or a page under docs/)."""
+    lines = (REPO / page).read_text().splitlines()
     start = lines.index(heading) + 1
     block, inside = [], None
     for line in lines[start:]:
@@ -26,7 +27,7 @@ def readme_block(heading: str, language: str = "python") -> str:
 
 def test_the_sweep_template_is_a_valid_sweep(tmp_path, monkeypatch):
     path = tmp_path / "my_sweep.py"
-    path.write_text(readme_block("### Sweeps and reports"))
+    path.write_text(readme_block("## Your question, end to end"))
     monkeypatch.chdir(REPO)  # the template names configs/base.py from the checkout
     overrides = ["train.steps=300", "data.source=pystdlib"]
     points, configs = sweep.load_sweep(str(path), overrides)
@@ -55,7 +56,7 @@ def test_the_python_api_section_runs_on_a_trained_run(tmp_path, monkeypatch):
     train(config, str(tmp_path / "runs" / "rope"))
     monkeypatch.chdir(tmp_path)
     scope = {}
-    exec(readme_block("### Python API"), scope)  # noqa: S102 - the README's own code
+    exec(readme_block("## Loading a trained run", page="docs/api.md"), scope)  # noqa: S102 - the README's own code
 
     run, yarn, tokens, logits = scope["run"], scope["yarn"], scope["tokens"], scope["logits"]
     assert (run.step, run.finished, run.changes) == (2, True, {})

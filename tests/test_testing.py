@@ -23,11 +23,15 @@ from posenc.testing import _harness, checks
 # The encoder-decoder check builds and decodes a second model: one encoder per hook kind in the
 # default suite, every registered encoder in the slow step.
 ENCDEC_DEFAULT = ("sinusoidal", "rope", "t5", "shaw", "xl", "conv", "cope")
+# The classifier check likewise: a rotation and a causal-only encoder's refusal in the default
+# suite (about 3 s of CPU each), every registered encoder in the slow step.
+CLASSIFIER_DEFAULT = ("rope", "cope")
+SLOW_EXCEPT = {"encoder_decoder": ENCDEC_DEFAULT, "classifier": CLASSIFIER_DEFAULT}
 
 
 def _contract_cases():
     for name, check in testing.cases():
-        slow = check == "encoder_decoder" and name not in ENCDEC_DEFAULT
+        slow = name not in SLOW_EXCEPT.get(check, (name,))
         yield pytest.param(name, check, marks=pytest.mark.slow) if slow else (name, check)
 
 
@@ -99,14 +103,14 @@ def test_an_encoder_registered_in_one_decorator_is_picked_up_by_the_battery():
 
 
 def test_the_readme_example_encoder_registers_and_keeps_the_contract(monkeypatch):
-    readme = (pathlib.Path(__file__).parents[1] / "README.md").read_text()
-    section = readme[readme.index("### Adding an encoder") :]
+    readme = (pathlib.Path(__file__).parents[1] / "docs" / "encoders.md").read_text()
+    section = readme[readme.index("## Adding an encoder") :]
     start = section.index("```python\n") + len("```python\n")
     source = section[start : section.index("\n```", start)]
     with testing.temporary_registry():
         module = types.ModuleType("readme_example")  # dataclasses look their module up
         monkeypatch.setitem(sys.modules, module.__name__, module)
-        exec(compile(source, "README.md", "exec"), module.__dict__)
+        exec(compile(source, "docs/encoders.md", "exec"), module.__dict__)
         assert encodings.get_class("my_kerple_log") is module.MyKerpleLog
         for check in ("declarations", "param_shapes", "shift"):  # the cheap ones
             testing.CHECKS[check]("my_kerple_log")

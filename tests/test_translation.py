@@ -4,6 +4,8 @@ loss is the direct cross entropy."""
 
 from __future__ import annotations
 
+import os
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -11,6 +13,7 @@ import pytest
 from flax import nnx
 
 from posenc import encodings, translation
+from posenc.config import apply_overrides, load_config, validate
 from posenc.data.pair_batching import encode_pairs, eval_pair_batches
 from posenc.data.vocab import ByteVocab
 from posenc.decoding.beam import beam_search
@@ -18,6 +21,7 @@ from posenc.layers.config import ModelConfig
 from posenc.models.encdec import EncoderDecoder
 
 VOCAB = ByteVocab()
+TRANSLATION_CONFIG = os.path.join(os.path.dirname(__file__), os.pardir, "configs", "translation.py")
 PAIRS = [
     ("the cat", "die Katze"),
     ("a dog sleeps", "ein Hund schläft"),
@@ -112,3 +116,18 @@ def test_bad_decoding_settings_are_refused():
         translation.decode_batch(model, batch, VOCAB, beam_size=0, alpha=0.6, max_len_offset=5)
     with pytest.raises(ValueError, match=r"^eval\.max_len_offset must be a positive integer"):
         translation.decode_batch(model, batch, VOCAB, beam_size=2, alpha=0.6, max_len_offset=0)
+
+
+@pytest.mark.parametrize(
+    "override, match",
+    [
+        ("data.bucket_step=1.0", r"^data\.bucket_step must be a number in \(1, 4\], got 1\.0$"),
+        ("train.label_smoothing=1.0", r"^train\.label_smoothing must be in \[0, 1\)"),
+        ("eval.alpha=-1.0", r"^eval\.alpha must be a number >= 0"),
+        ("model.mem_len=4", r"^model\.mem_len must be 0 for model\.assembly='encoder_decoder'$"),
+    ],
+)
+def test_bad_translation_configs_are_refused_in_one_line(override, match):
+    config = apply_overrides(load_config(f"{TRANSLATION_CONFIG}:tiny"), [override])
+    with pytest.raises(ValueError, match=match):
+        validate(config)

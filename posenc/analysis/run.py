@@ -76,6 +76,11 @@ def check_analyzable(config: ml_collections.ConfigDict, workdir: str) -> None:
             "is an encoder-decoder (model.assembly='encoder_decoder'); analyze reads the "
             "self-attention of decoder-only runs"
         )
+    elif assembly(config) == "classifier":
+        reasons.append(
+            "is a classifier (model.assembly='classifier'); analyze reads the self-attention "
+            "of language-model runs over text windows"
+        )
     elif config.model.attention_impl in linear_attention.PATHS:
         reasons.append(
             f"uses linear attention (model.attention_impl={config.model.attention_impl!r}), "

@@ -1,10 +1,10 @@
 """The embedded default parallel corpus: English-German sentence pairs from a small grammar.
 
 No package on PyPI that we could find ships a real parallel corpus (Tatoeba, Europarl, ...)
-inside its wheel under a licence that lets us read it (see README, "Translation data"), so the
-default is generated, deterministically, from a hand-written grammar of English and German.
-Every pair is grammatical in both languages and its German side is a correct translation of
-the English side, with what makes translation more than word substitution:
+inside its wheel under a licence that lets us read it (see docs/translation.md, "Translation
+data"), so the default is generated, deterministically, from a hand-written grammar of
+English and German. Every pair is grammatical in both languages and its German side is a
+correct translation of the English side, with what makes translation more than word substitution:
 
 - gender, case and number agreement: `a big dog` -> `ein großer Hund` (nominative),
   `sees a big dog` -> `sieht einen großen Hund` (accusative), `my old houses` -> `meine alten

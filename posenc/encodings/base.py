@@ -82,6 +82,10 @@ checks each one against what the encoder does):
   default is False, the claim that promises nothing.
 - ``param_shapes(dims)``: ``{name: shape}`` of what ``init`` returns (default ``{}``), so code
   can know an encoder's parameters without initialising them.
+- ``param_axes()``: ``{name: logical axis names}`` of the parameters worth splitting over
+  devices (Transformer-XL's ``W_kR``: ``("embed", "heads", "head_dim")``, as the attention
+  projections; :mod:`posenc.sharding` maps the names to mesh axes); the others are replicated
+  (default ``{}``).
 - ``eval_safe_hparams``: hyperparameters that may differ between training and evaluation without
   changing what was trained (Transformer-XL's ``clamp_len``: the original code clamps relative
   distances only at evaluation). ``posenc eval`` refuses to change any other;

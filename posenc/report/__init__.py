@@ -26,9 +26,11 @@ evidence flags of :mod:`posenc.report.evidence` follow it: runs still learning a
 step (``‡``, by a stated rule), lengths scored on few windows, tokens ``eval.max_tokens`` left
 unscored; the plots caption their error bars.
 
-A folder holding both algorithmic-task runs and text runs is reported as task runs, and one
-holding translation runs as translation runs (:mod:`posenc.report.translation`); the runs left
-out are named in a warning and at the end of ``report.md``.
+A folder holding both algorithmic-task runs and text runs is reported as task runs, one
+holding translation runs as translation runs (:mod:`posenc.report.translation`), and one holding
+classification runs as classification runs (:mod:`posenc.report.classify`: the GLUE metrics at
+the training length, and by example length); the runs left out are named in a warning and at
+the end of ``report.md``.
 
 Columns are named by encoder; two configurations of one encoder in the same table (a sweep over
 RoPE's base, say) get the config fields that tell them apart appended to the name, and an
@@ -43,6 +45,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from posenc.report import evidence
+from posenc.report.classify import CLASSIFY_METRICS, is_classify_run, write_classify_report
 from posenc.report.plots import bucket, line_colors, plot_metric, plot_positions, position_curve
 from posenc.report.runs import METRICS, Cell, Column, Run, cell, find_runs, group_runs
 from posenc.report.tables import (
@@ -139,7 +142,7 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
-    known = METRICS + TASK_METRICS + TRANSLATION_METRICS
+    known = tuple(dict.fromkeys(METRICS + TASK_METRICS + TRANSLATION_METRICS + CLASSIFY_METRICS))
     if metric not in known:
         raise ValueError(f"--metric must be one of {list(known)}, got {metric!r}")
     runs = find_runs(sweep_dir)
@@ -155,6 +158,13 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
         )
         others = [r for r in runs if not is_translation_run(r)]
         _name_left_out(paths[0], sweep_dir, others, "translation")
+        return paths
+    if any(is_classify_run(r) for r in runs):  # classification: GLUE metrics, by length
+        chosen = [r for r in runs if is_classify_run(r)]
+        paths = write_classify_report(sweep_dir, chosen, None if metric == "perplexity" else metric)
+        _name_left_out(
+            paths[0], sweep_dir, [r for r in runs if not is_classify_run(r)], "classification"
+        )
         return paths
     if any(is_task_run(r) for r in runs):  # algorithmic tasks: accuracy per input length
         paths = write_task_report(sweep_dir, runs, "accuracy" if metric == "perplexity" else metric)

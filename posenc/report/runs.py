@@ -26,6 +26,7 @@ from typing import Any
 from posenc.workdir import (
     CONFIG_FILE,
     EVAL_FILE,
+    INIT_FILE,
     SWEEP_FILE,
     RunDir,
     flatten,
@@ -156,6 +157,8 @@ def _identity(run_dir: str, report: dict[str, Any]) -> dict[str, Any]:
                 "data": {"source": report["data"]["source"]},
             }
         )
+    if flat.get("train.init_from"):
+        flat["train.init_from"] = _init_from(run_dir, flat["train.init_from"])
     flat["eval.mode"] = report["mode"]
     flat["eval.stride"] = report.get("stride")
     flat["eval.split"] = report["data"].get("split")
@@ -163,6 +166,15 @@ def _identity(run_dir: str, report: dict[str, Any]) -> dict[str, Any]:
     flat["eval.mem_len"] = report.get("mem_len", 0)
     flat.update(variant_changes(report))
     return {k: v for k, v in flat.items() if not _ignored(k)}
+
+
+def _init_from(run_dir: str, path: str) -> str:
+    """What a run started from, without the path (runs fine-tuned from different seeds of one
+    configuration share a column): its encoder and step (``init.json``), else the path."""
+    record = read_json(os.path.join(run_dir, INIT_FILE))
+    if record is None:
+        return path
+    return f"{record['encoding']['name']} run, step {record['step']}"
 
 
 def variant_changes(report: dict[str, Any]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ import csv
 import math
 import os
 import statistics
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 from posenc.report.runs import Column, Run, cell, group_runs, table_lengths
 from posenc.report.tables import describe, format_table, write_runs_csv
@@ -93,6 +93,35 @@ def bucket_table(columns: Sequence[Column], metric: str) -> list[list[str]]:
 
 
 def _plot(path: str, columns: Sequence[Column], metric: str) -> None:
+    def multiple(column: Column, length: int) -> float:
+        return next(
+            r["max_multiple"]
+            for run in column.runs
+            for r in run.eval["results"]
+            if r["length"] == length
+        )
+
+    plot_buckets(
+        path,
+        columns,
+        metric,
+        multiple,
+        "source length bucket (upper bound, multiples of the training length)",
+        _METRIC_TEXT[metric],
+    )
+
+
+def plot_buckets(
+    path: str,
+    columns: Sequence[Column],
+    metric: str,
+    x_of: Callable[[Column, int], float],
+    xlabel: str,
+    ylabel: str,
+) -> None:
+    """``metric`` per length bucket, one line per column with error bars over seeds; the x of a
+    bucket (upper bound ``length``) is ``x_of(column, length)``, a multiple of the training
+    length (log scale, the training length marked)."""
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(6, 4))
@@ -102,21 +131,15 @@ def _plot(path: str, columns: Sequence[Column], metric: str) -> None:
             entry = cell(column, length, metric)
             if entry is None or entry.mean is None:
                 continue
-            multiple = next(
-                r["max_multiple"]
-                for run in column.runs
-                for r in run.eval["results"]
-                if r["length"] == length
-            )
-            xs.append(multiple)
+            xs.append(x_of(column, length))
             ys.append(entry.mean)
             errs.append(entry.spread or 0.0)
         ax.errorbar(
             xs, ys, yerr=errs, marker="o", capsize=3, label=f"{column.label} (n={len(column.runs)})"
         )
     ax.set_xscale("log", base=2)
-    ax.set_xlabel("source length bucket (upper bound, multiples of the training length)")
-    ax.set_ylabel(_METRIC_TEXT[metric])
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
     ax.axvline(1, color="grey", linestyle=":", linewidth=1)
     ax.legend(fontsize=7)
     fig.tight_layout()
@@ -214,12 +237,22 @@ def write_translation_report(
 
 
 def _write_csv(path: str, columns: Sequence[Column]) -> None:
-    keys = (*TRANSLATION_METRICS, "loss")
+    write_overall_csv(path, columns, (*TRANSLATION_METRICS, "loss"), _overall)
+
+
+def write_overall_csv(
+    path: str,
+    columns: Sequence[Column],
+    keys: Sequence[str],
+    values: Callable[[Column, str], list[float]],
+) -> None:
+    """``report.csv`` of a table with one row per configuration: ``values(column, key)`` (one
+    per seed) as the mean and sample standard deviation of each key, full precision."""
     with open(path, "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["configuration", "n", *keys, *(f"{k} spread" for k in keys)])
         for column in columns:
-            values = [_overall(column, k) for k in keys]
-            means = [math.fsum(v) / len(v) if v else "" for v in values]
-            spreads = [statistics.stdev(v) if len(v) > 1 else "" for v in values]
+            per_key = [values(column, k) for k in keys]
+            means = [math.fsum(v) / len(v) if v else "" for v in per_key]
+            spreads = [statistics.stdev(v) if len(v) > 1 else "" for v in per_key]
             writer.writerow([column.label, len(column.runs), *means, *spreads])

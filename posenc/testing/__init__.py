@@ -34,6 +34,9 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ``encoder_decoder`` inside the encoder-decoder: padding removed exactly, a causal decoder over
                     the whole source, cached decoding equal to teacher forcing; or refused in
                     one line for the encoder side (causal-only encoders)
+``classifier``      inside the sequence classifier: a padded row classified as the row alone
+                    (first-token and mean pooling), the last token read; or refused in one line
+                    (causal-only encoders)
 ==================  ===========================================================================
 
 A check that does not apply to an encoder (``carry`` without ``contextual_logits``, ``augment``
@@ -75,6 +78,7 @@ from posenc.testing.checks import (
     check_trains,
     inapplicable,
 )
+from posenc.testing.classifier import check_classifier
 from posenc.testing.encdec import check_encoder_decoder
 from posenc.testing.linear import check_linear
 
@@ -95,6 +99,7 @@ CHECKS: dict[str, Check] = {
     "linear": check_linear,
     "augment": check_augment,
     "encoder_decoder": check_encoder_decoder,
+    "classifier": check_classifier,
 }
 
 
@@ -168,6 +173,7 @@ __all__ = [
     "check_bidirectional",
     "check_carry",
     "check_causal",
+    "check_classifier",
     "check_cudnn",
     "check_declarations",
     "check_encoder",

@@ -1,0 +1,262 @@
+"""Classification runs: a bidirectional model fine-tuned on labelled text (BERT's recipe, GLUE;
+RoFormer's Tables 2 and 5), and train short / test long by example length.
+
+A config is a classification run when ``model.assembly = "classifier"`` (``configs/
+classify.py``); its ``data.source`` is a labelled source (:mod:`posenc.data.labelled`:
+``labelled:default``, ``tsv:<dir>``, ``tfds:glue/<task>``) and ``model.num_labels`` the number of
+classes of its training split (1: a regression, STS-B).
+
+- Training (:func:`posenc.train.train`) reads :class:`~posenc.data.classify_batching.
+  ClassifyBatches` of ``train.batch_size`` examples truncated to ``train.seq_len`` tokens; the
+  loss is the cross entropy of the classes (a regression: the squared error), per example.
+  ``train.init_from`` starts the shared parts from a masked-LM run (or a model imported into a
+  run directory); the head and segment embedding start fresh.
+- Evaluation (:func:`evaluate_classifier`): ``overall``, every example of the split truncated
+  to ``train.seq_len`` as in training (the number GLUE tables report), with the task's metrics
+  (:mod:`posenc.classify_metrics`); and ``results``, one entry per length bucket, the examples
+  whose untruncated length falls in ``(previous length, length]`` of ``eval.lengths``, read
+  whole: within the training length, then longer (RoFormer Table 5's question). Examples longer
+  than the largest length are truncated to it (counted as ``truncated``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import ml_collections
+import numpy as np
+from flax import nnx
+
+from posenc import classify_metrics
+from posenc.data.classify_batching import (
+    ClassifyBatches,
+    EncodedExamples,
+    encode_examples,
+    eval_batches,
+)
+from posenc.data.labelled import LabelledSource, encode_labels, get_labelled_source, label_classes
+from posenc.models.build import assembly, head_config
+from posenc.models.classifier import Classifier
+
+
+def is_classifier(config: ml_collections.ConfigDict) -> bool:
+    """Whether ``config`` describes a classification run."""
+    return assembly(config) == "classifier"
+
+
+def regression(config: ml_collections.ConfigDict) -> bool:
+    """Whether the run is a regression (``model.num_labels == 1``)."""
+    return head_config(config).regression
+
+
+def open_data(config: ml_collections.ConfigDict) -> tuple[LabelledSource, tuple[str, ...] | None]:
+    """The run's labelled source and its classes (None for a regression), checked against
+    ``model.num_labels``."""
+    source = get_labelled_source(config.data.source, config.data.data_dir)
+    if source.pair and head_config(config).num_segments == 1:
+        raise ValueError(
+            f"model.num_segments=1, but data.source={config.data.source!r} holds sentence pairs "
+            "(segments 0 and 1); use model.num_segments=2, or 0 for no segment embedding"
+        )
+    if regression(config):
+        return source, None
+    classes = label_classes(source, source.examples("train"))
+    n = config.model.num_labels
+    if n != len(classes):
+        shown = list(classes) if len(classes) <= 10 else [*classes[:10], "..."]
+        raise ValueError(
+            f"model.num_labels={n}, but the training split of data.source="
+            f"{config.data.source!r} has {len(classes)} classes {shown}; set "
+            f"model.num_labels={len(classes)} (or 1 for a regression on numeric labels)"
+        )
+    return source, classes
+
+
+def encoded(source: LabelledSource, split: str, classes: tuple[str, ...] | None) -> EncodedExamples:
+    """A split's examples as byte rows with their label ids (or real targets)."""
+    examples = source.examples(split)
+    return encode_examples(examples, encode_labels(examples, classes, split))
+
+
+def data_record(source: LabelledSource, classes: tuple[str, ...] | None) -> dict[str, Any]:
+    """What ``data.json`` keeps about a classification run's data."""
+    return {**source.info(), "classes": None if classes is None else list(classes)}
+
+
+def train_batches(
+    config: ml_collections.ConfigDict, source: LabelledSource, classes: tuple[str, ...] | None
+) -> ClassifyBatches:
+    """The run's training batches (a function of (seed, step))."""
+    train = encoded(source, "train", classes)
+    if not regression(config) and (train.labels < 0).any():
+        raise ValueError(
+            f"data.source={config.data.source!r}: the training split has unlabelled rows"
+        )
+    t = config.train
+    return ClassifyBatches(
+        train,
+        t.seq_len,
+        t.batch_size,
+        config.seed,
+        process_index=jax.process_index(),
+        process_count=jax.process_count(),
+    )
+
+
+def example_losses(outputs: jax.Array, labels: jax.Array, is_regression: bool) -> jax.Array:
+    """Per-example losses ``[B]``: the cross entropy of ``outputs [B, C]`` logits at integer
+    ``labels [B]``, or for a regression the squared error of ``outputs [B, 1]``."""
+    if is_regression:
+        return (outputs[:, 0] - labels.astype(jnp.float32)) ** 2
+    log_probs = jax.nn.log_softmax(outputs, axis=-1)
+    return -jnp.take_along_axis(log_probs, labels[:, None].astype(jnp.int32), axis=-1)[:, 0]
+
+
+def batch_loss(
+    model: Classifier, batch: dict[str, jax.Array], rng: jax.Array | None, is_regression: bool
+):
+    """The mean loss over a training batch's examples, and its sum (what the metrics report)."""
+    outputs = model(batch["inputs"], batch["segments"], batch["mask"], rng=rng)
+    losses = example_losses(outputs, batch["labels"], is_regression)
+    return losses.mean(), losses.sum()
+
+
+# --- evaluation ---------------------------------------------------------------------------------
+
+
+@functools.partial(jax.jit, static_argnums=(0,))
+def _outputs(graphdef, state, batch):
+    model: Classifier = nnx.merge(graphdef, state)
+    return model(batch["inputs"], batch["segments"], batch["mask"])
+
+
+def predict(
+    model: Classifier, examples: EncodedExamples, bounds: list[int], batch_tokens: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """The outputs ``[N, labels]`` of every example read at its bucket's bound (longer ones
+    truncated to the last bound), and each example's bucket ``[N]``."""
+    graphdef, state = nnx.split(model)
+    outputs = np.zeros((len(examples), model.head.config.num_labels), np.float32)
+    bucket = np.zeros(len(examples), np.int64)
+    keys = ("inputs", "segments", "mask")
+    for k, indices, batch in eval_batches(examples, bounds, batch_tokens):
+        out = np.asarray(_outputs(graphdef, state, {key: jnp.asarray(batch[key]) for key in keys}))
+        real = indices >= 0
+        outputs[indices[real]] = out[real]
+        bucket[indices[real]] = k
+    return outputs, bucket
+
+
+def _scores(outputs: np.ndarray, labels: np.ndarray, num_classes: int | None) -> dict[str, Any]:
+    """The task's metrics and mean loss of some examples (float64 on the host)."""
+    if num_classes is None:
+        predictions = outputs[:, 0]
+        loss = float(((predictions - labels) ** 2).mean()) if labels.size else math.nan
+    else:
+        predictions = outputs.argmax(-1)
+        shifted = outputs - outputs.max(-1, keepdims=True)
+        log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+        picked = np.take_along_axis(log_probs, labels[:, None].astype(np.int64), -1)
+        loss = float(-picked.mean()) if labels.size else math.nan
+    return {**classify_metrics.metrics(labels, predictions, num_classes=num_classes), "loss": loss}
+
+
+def _bucket_label(lo: int, hi: int, train_len: int) -> str:
+    """``"<=1x"``, ``"1x-2x"``, ... of a bucket ``(lo, hi]`` relative to the training length."""
+
+    def x(n: int) -> str:
+        return f"{n / train_len:g}x"
+
+    return f"<={x(hi)}" if lo == 0 else f"{x(lo)}-{x(hi)}"
+
+
+def evaluate_classifier(
+    model: Classifier,
+    config: ml_collections.ConfigDict,
+    source: LabelledSource,
+    classes: tuple[str, ...] | None,
+    lengths: tuple[int, ...],
+    *,
+    split: str,
+) -> dict[str, Any]:
+    """Scores a classifier on ``split``: overall at the training length, and per length bucket
+    (module docstring).
+
+    Args:
+      model: the classifier.
+      config: the run config (``train.seq_len``, ``eval.batch_tokens``).
+      source: the labelled source.
+      classes: its classes (None: a regression).
+      lengths: the buckets' upper bounds in tokens (``eval.lengths``).
+      split: "validation" or "test".
+
+    Returns:
+      The report's fields: ``overall`` (metrics, ``loss``, ``examples``, ``truncated``),
+      ``results`` (per bucket: ``length`` its upper bound, ``lo``, ``label``, ``examples``,
+      ``truncated``, the metrics, or ``unrepresentable`` where the encoder cannot read that
+      length), ``metric`` (the task's headline metric), ``classes``, ``split``, ``seconds``.
+
+    Raises:
+      ValueError: an empty or unlabelled split.
+    """
+    examples = encoded(source, split, classes)
+    labelled = ~np.isnan(examples.labels) if classes is None else examples.labels >= 0
+    if not labelled.any():
+        raise ValueError(
+            f"eval.split={split!r} of data.source={config.data.source!r} has no labelled "
+            "examples (GLUE's test labels are held by its server); evaluate eval.split=validation"
+        )
+    examples = EncodedExamples(
+        [t for t, keep in zip(examples.texts, labelled, strict=True) if keep],
+        examples.labels[labelled],
+    )
+    start = time.perf_counter()
+    num_classes = None if classes is None else len(classes)
+    train_len, batch_tokens = config.train.seq_len, config.eval.batch_tokens
+    lengths_all = examples.lengths
+    outputs, _ = predict(model, examples, [train_len], batch_tokens)
+    overall = {
+        **_scores(outputs, examples.labels, num_classes),
+        "truncated": int((lengths_all > train_len).sum()),
+    }
+    bounds = sorted(set(lengths))
+    readable = []
+    for bound in bounds:
+        try:
+            model.encoding.check_length(bound)
+            readable.append(bound)
+        except ValueError:
+            break
+    results = []
+    if readable:
+        outputs, bucket = predict(model, examples, readable, batch_tokens)
+    lo = 0
+    for k, hi in enumerate(bounds):
+        row: dict[str, Any] = {"length": hi, "lo": lo, "label": _bucket_label(lo, hi, train_len)}
+        if k < len(readable):
+            # Longer examples truncated into the last readable bucket belong to later buckets
+            # when those exist (an encoder that cannot read them: reported unrepresentable).
+            members = (bucket == k) & ((lengths_all <= hi) | (k == len(bounds) - 1))
+            if members.any():  # an empty bucket has no metrics (a table shows "—")
+                row.update(_scores(outputs[members], examples.labels[members], num_classes))
+            else:
+                row["examples"] = 0
+            row["truncated"] = int((members & (lengths_all > hi)).sum())
+        else:
+            row["unrepresentable"] = True
+            row["examples"] = int(((lengths_all > lo) & (lengths_all <= hi)).sum())
+        results.append(row)
+        lo = hi
+    return {
+        "split": split,
+        "metric": classify_metrics.headline(config.data.source, classes is None),
+        "classes": None if classes is None else list(classes),
+        "overall": overall,
+        "results": results,
+        "seconds": time.perf_counter() - start,
+    }
