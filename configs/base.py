@@ -194,6 +194,17 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.distributed.num_processes = ml_collections.config_dict.placeholder(int)
     config.distributed.process_id = ml_collections.config_dict.placeholder(int)
 
+    config.mesh = ml_collections.ConfigDict()
+    # Device mesh axes (posenc/sharding.py); their product is the device count, and one of them
+    # may be -1 (the devices the others leave). data: batch rows, parameters replicated.
+    config.mesh.data = -1
+    # fsdp: batch rows too, and every parameter, gradient and Adam moment sharded (ZeRO-3).
+    config.mesh.fsdp = 1
+    # tensor: attention heads, MLP hidden units and the vocabulary split over devices.
+    config.mesh.tensor = 1
+    # context: the sequence of long evaluation windows split over devices.
+    config.mesh.context = 1
+
     if variant == "tiny":
         config.model.update(num_layers=2, model_dim=64, num_heads=4, mlp_dim=256, dtype="float32")
         config.optim.update(learning_rate=3e-3, warmup_steps=30)

@@ -7,6 +7,7 @@
     posenc report runs/table2
     posenc analyze --workdir runs/alibi --lengths 64,1024
     posenc retrieval --workdir runs/alibi --tasks passkey,niah_single_1 --lengths 256,1024
+    posenc plan --config configs/base.py --devices 8 --device-memory 80GB --config.mesh.fsdp=8
 
 Config overrides are given as ``--config.<field>=<value>`` (any number, applied in order).
 Errors are one line on stderr (exit status 2; 3 when training diverged; 130 when interrupted);
@@ -346,6 +347,15 @@ def _brief(info: dict) -> dict:
     return {k: v for k, v in info.items() if not isinstance(v, list) or len(v) <= 16}
 
 
+def _cmd_plan(args, overrides) -> int:
+    from posenc.plan import parse_bytes, plan
+
+    config = _load(args.config, overrides)
+    memory = parse_bytes(args.device_memory) if args.device_memory else None
+    print(plan(config, args.devices, memory).table())
+    return 0
+
+
 def _cmd_sweep(args, overrides) -> int:
     from posenc.sweep import plan_sweep, run_sweep
 
@@ -438,6 +448,29 @@ def build_parser() -> argparse.ArgumentParser:
         "optimizer, e.g. to fine-tune at a longer length (sets train.init_from)",
     )
     p.set_defaults(func=_cmd_train)
+
+    p = sub.add_parser(
+        "plan",
+        help="compile a run for a mesh and report each device's memory, before running it",
+        description="Compile the training step and the longest evaluation batch of a config "
+        "for --devices devices on its mesh (--config.mesh.fsdp=..., mesh.tensor, ...), on "
+        "virtual CPU devices when this machine has another count, and print the parameters, "
+        "optimizer state, temporaries and peak of one device, and whether they fit in "
+        "--device-memory. Nothing runs.",
+    )
+    p.add_argument(
+        "--config", required=True, help="config file[:variant], e.g. configs/base.py:tiny"
+    )
+    p.add_argument(
+        "--devices", type=_count, default=None, help="devices of the mesh (default: this host's)"
+    )
+    p.add_argument(
+        "--device-memory",
+        default=None,
+        help="memory of one device, e.g. 80GB (10^9 bytes) or 80GiB (default: this host's "
+        "device when --devices is not given, else no verdict)",
+    )
+    p.set_defaults(func=_cmd_plan)
 
     p = sub.add_parser(
         "eval",
@@ -825,6 +858,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "analyze",
         "import-hf",
         "retrieval",
+        "plan",
     ):
         parser.error(f"--config.* overrides do not apply to `posenc {args.command}`")
     if not os.environ.get("POSENC_TRACEBACK"):

@@ -251,10 +251,11 @@ EVAL_MAY_CHANGE = (
     "model.attention_block_size",
     "data.data_dir",
     "distributed.",
+    "mesh.",
     "train.progress",
 )
 # Of those, the fields that do not change the numbers an evaluation reports.
-_EVAL_NEUTRAL = ("data.data_dir", "distributed.", "train.progress")
+_EVAL_NEUTRAL = ("data.data_dir", "distributed.", "mesh.", "train.progress")
 
 
 def evaluation_changes(
@@ -417,7 +418,8 @@ def _validate_batch_split(batch_size: int, num_devices: int | None, process_coun
     if num_devices is not None and batch_size % num_devices:
         raise ValueError(
             f"train.batch_size={batch_size} must be divisible by the number of devices "
-            f"({num_devices}); use a multiple of {num_devices}"
+            f"({num_devices}) its rows are split over (mesh.data x mesh.fsdp); use a multiple "
+            f"of {num_devices}"
         )
     if batch_size % process_count:
         raise ValueError(
@@ -436,7 +438,8 @@ def validate(
 
     Args:
       config: the run config.
-      num_devices: devices the batch is split over (None: skip the divisibility check).
+      num_devices: devices the batch's rows are split over (``mesh.data x mesh.fsdp``; None:
+        skip the divisibility check).
       process_count: processes the batch is split over.
     """
     if assembly(config) == "encoder_decoder":

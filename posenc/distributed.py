@@ -1,9 +1,9 @@
 """Several processes (hosts): ``jax.distributed`` initialisation from the config or environment.
 
 Each process then feeds only its own rows of every global batch (see
-:class:`posenc.data.TrainWindows`), the mesh (:func:`make_mesh`) spans the devices of all
-processes, and only process 0 writes metrics, ``eval.json`` and reports; orbax coordinates
-checkpoint writes.
+:class:`posenc.data.TrainWindows`), the mesh (:func:`make_mesh`, its axes named by the config's
+``mesh`` section) spans the devices of all processes, and only process 0 writes metrics,
+``eval.json`` and reports; orbax coordinates checkpoint writes (each process its shards).
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ from typing import Any
 import jax
 import ml_collections
 
+from posenc import sharding
+
 _ENV = {
     "coordinator_address": "POSENC_COORDINATOR_ADDRESS",
     "num_processes": "POSENC_NUM_PROCESSES",
@@ -21,19 +23,23 @@ _ENV = {
 }
 
 
-def make_mesh() -> jax.sharding.Mesh:
-    """A one-axis mesh named ``data`` over every device of every process.
-
-    The axis is ``Auto``: XLA propagates the batch sharding through the model (parameters stay
-    replicated), rather than requiring explicit output shardings on every gather.
-    """
-    return jax.make_mesh((jax.device_count(),), ("data",), axis_types=(jax.sharding.AxisType.Auto,))
+def make_mesh(config: ml_collections.ConfigDict | None = None) -> jax.sharding.Mesh:
+    """The mesh of ``config.mesh`` (default: one ``data`` axis in effect) over every device of
+    every process; :func:`posenc.sharding.make_mesh`."""
+    return sharding.make_mesh(config)
 
 
-def abstract_on(tree: Any, sharding: jax.sharding.Sharding) -> Any:
-    """``tree``'s arrays (or shape structs) as ``jax.ShapeDtypeStruct`` placed with ``sharding``:
-    the target a checkpoint is restored into."""
-    return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
+def abstract_on(tree: Any, shardings: Any) -> Any:
+    """``tree``'s arrays (or shape structs) as ``jax.ShapeDtypeStruct`` placed with
+    ``shardings`` (one sharding for all, or a tree of them in ``tree``'s structure): the target
+    a checkpoint is restored into."""
+    if isinstance(shardings, jax.sharding.Sharding):
+        return jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=shardings), tree
+        )
+    return jax.tree.map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings
+    )
 
 
 def is_initialized() -> bool:

@@ -51,13 +51,13 @@ from collections.abc import Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import ml_collections
 import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding
-from jax.sharding import PartitionSpec as P
 
-from posenc import classify, fits, tasks, translation
+from posenc import classify, fits, sharding, tasks, translation
 from posenc import data as data_lib
 from posenc.config import (
     check_eval_lengths,
@@ -119,8 +119,14 @@ class Scorer:
         self.masked_lm = masked_lm
         self.graphdef, self.state = nnx.split(model)
         self.attention = (model.config.attention_impl, model.config.attention_block_size)
-        self.batch_sharding = NamedSharding(self.mesh, P("data"))
-        self.state = jax.device_put(self.state, NamedSharding(self.mesh, P()))
+        self.batch_sharding = NamedSharding(self.mesh, sharding.batch_spec(self.mesh))
+        # Parameters where training keeps them (posenc.sharding's rules; replicated on the
+        # default mesh). A model of shapes only (nnx.eval_shape) is planned, not run.
+        shardings = sharding.tree_shardings(self.state, self.mesh)
+        if all(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(self.state)):
+            self.state = abstract_on(self.state, shardings)
+        else:
+            self.state = jax.device_put(self.state, shardings)
         # Compiled once per length, refused in one line if it cannot fit (posenc.fits).
         self._score = fits.CheckedJit(self._score_batch, self._describe)
         self._score_memory = fits.CheckedJit(
@@ -138,7 +144,8 @@ class Scorer:
 
     def _score_batch(self, state, batch):
         model = nnx.merge(self.graphdef, state)
-        logits = model(batch["inputs"], batch.get("positions"))
+        with sharding.tracing_on(self.mesh):
+            logits = model(batch["inputs"], batch.get("positions"))
         losses = token_loss(logits, batch["targets"])  # [B, L]
         mask = batch["mask"]
         if self.masked_lm is None:
@@ -148,7 +155,8 @@ class Scorer:
 
     def _score_with_memory(self, state, batch, memory, mem_len):
         model = nnx.merge(self.graphdef, state)
-        logits, memory = memory_lib.forward(model, batch["inputs"], memory, mem_len=mem_len)
+        with sharding.tracing_on(self.mesh):
+            logits, memory = memory_lib.forward(model, batch["inputs"], memory, mem_len=mem_len)
         losses = token_loss(logits, batch["targets"])  # [B, L]
         mask = batch["mask"]
         return (losses * mask).sum(axis=0), mask.sum(axis=0), memory
@@ -170,6 +178,27 @@ class Scorer:
             for total, part in zip(sums, jax.device_get((loss_sum, count)), strict=True):
                 total += part
         return tuple(sums)
+
+    def lower(self, rows: int, length: int) -> jax.stages.Lowered:
+        """The scoring of ``rows`` windows of ``length`` tokens, lowered for the mesh without
+        running it (``posenc plan``)."""
+        fields = {"inputs": jnp.int32, "targets": jnp.int32, "mask": jnp.float32}
+        batch = {
+            k: jax.ShapeDtypeStruct(
+                (rows, length), t, sharding=self._window_sharding((rows, length))
+            )
+            for k, t in fields.items()
+        }
+        return self._score.lower(self.state, batch)
+
+    def _window_sharding(self, shape: tuple[int, ...]) -> NamedSharding:
+        """Where a batch field ``[rows, L, ...]`` goes: rows over ``data`` x ``fsdp`` and, when
+        ``mesh.context`` divides ``L``, each window split over ``context`` (XLA gathers the
+        keys and values each query block needs: context-parallel evaluation)."""
+        context = self.mesh.shape["context"]
+        if len(shape) < 2 or context == 1 or shape[1] % context:
+            return self.batch_sharding
+        return NamedSharding(self.mesh, sharding.batch_spec(self.mesh, length=True))
 
     def score(
         self,
@@ -200,7 +229,7 @@ class Scorer:
                 rows = local["inputs"].shape[0]
                 local = {**local, "positions": positions.draw(number, rows, windows.length)}
             batch = {
-                k: jax.make_array_from_process_local_data(self.batch_sharding, v)
+                k: jax.make_array_from_process_local_data(self._window_sharding(v.shape), v)
                 for k, v in local.items()
             }
             scored = jax.device_get(self._score(self.state, batch))
@@ -240,7 +269,10 @@ def evaluate(
         of the device count (padding windows are masked).
       max_tokens: score at most this many tokens per length (0: all); reported honestly.
       split: name of the split, for messages.
-      mesh: device mesh; default all devices along ``data``.
+      mesh: device mesh (:func:`posenc.sharding.make_mesh`); default all devices along
+        ``data``. Parameters are placed by :mod:`posenc.sharding`'s rules, batch rows split
+        over ``data`` x ``fsdp`` and, where ``context`` divides a length, each window over
+        ``context``.
       progress: print one line per length.
       positions: randomized window positions (:class:`Positions`); None: ``0 .. L - 1``.
       masked_lm: score as a masked LM (see the module docstring); None: causal LM.
@@ -255,7 +287,7 @@ def evaluate(
     """
     check_eval_lengths(len(stream), lengths, split)
     scorer = Scorer(model, mesh, masked_lm)
-    devices = scorer.mesh.devices.size
+    devices = sharding.batch_shards(scorer.mesh)  # the ways a batch's rows are split
     results = []
     for length in lengths:
         try:
@@ -364,10 +396,11 @@ def restore_model(
     run: RunDir, config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None = None
 ) -> tuple[Transformer, int]:
     """The model of a trained run, from the parameters of its newest intact checkpoint (no
-    optimizer state is read), replicated on ``mesh``; and the checkpoint's step."""
+    optimizer state is read), placed on ``mesh`` as training places them (default: replicated
+    on this process's devices, whatever mesh the run trained on); and the checkpoint's step."""
     mesh = mesh or make_mesh()
     graphdef, params, rest = nnx.split(nnx.eval_shape(lambda: build(config)), nnx.Param, ...)
-    step, params = run.restore_params(abstract_on(params, NamedSharding(mesh, P())))
+    step, params = run.restore_params(abstract_on(params, sharding.tree_shardings(params, mesh)))
     return nnx.merge(graphdef, params, rest), step
 
 
@@ -424,9 +457,10 @@ def evaluate_workdir(
         stream = source.split_stream(e.split)
         check_eval_lengths(len(stream), lengths, e.split)
     is_main = jax.process_index() == 0
+    mesh = make_mesh(config)  # the run's evaluation mesh (config.mesh; may differ from training's)
     with run.lock(enabled=is_main):
         if model is None:
-            model, step = restore_model(run, config)
+            model, step = restore_model(run, config, None if task else mesh)
         if task:  # generated examples per input length: accuracy and exact match
             results = tasks.evaluate_task(
                 model,
@@ -449,6 +483,7 @@ def evaluate_workdir(
                 batch_tokens=e.batch_tokens,
                 max_tokens=e.max_tokens,
                 split=e.split,
+                mesh=mesh,
                 progress=progress,
                 positions=_positions(config),
                 masked_lm=masked_lm(config),

@@ -1,9 +1,12 @@
-"""The training loop: functional NNX, one ``jax.jit`` step, data parallelism over a device mesh.
+"""The training loop: functional NNX, one ``jax.jit`` step, sharded over a device mesh.
 
 The model is split once into a static graph and a state pytree (``nnx.split``). The jitted step
 merges them, computes the loss and its gradient, applies the ``optax`` update and returns the new
-state. Batches are sharded over the ``data`` axis of a ``jax.sharding.Mesh`` and parameters are
-replicated, so the same code runs on one CPU, several GPUs, a TPU slice or several hosts (after
+state. The mesh's axes come from the config's ``mesh`` section and :mod:`posenc.sharding`'s rules
+place the state: by default every device is on ``data`` (batches split by rows, parameters
+replicated); ``mesh.fsdp`` also splits the parameters, gradients and Adam moments, and
+``mesh.tensor`` the attention heads and MLP units. XLA inserts the communication. The same code
+runs on one CPU, several GPUs, a TPU slice or several hosts (after
 :func:`posenc.distributed.initialize`).
 
 Everything a run needs to continue lives in its work directory (:class:`posenc.workdir.RunDir`,
@@ -39,7 +42,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from posenc import classify, distributed, fits, tasks, translation
+from posenc import classify, distributed, fits, sharding, tasks, translation
 from posenc import data as data_lib
 from posenc.config import (
     check_source,
@@ -144,9 +147,9 @@ class Trainer:
 
     def __init__(self, config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh | None = None):
         self.config = config
-        self.mesh = mesh or make_mesh()
+        self.mesh = mesh or make_mesh(config)
         self.replicated = NamedSharding(self.mesh, P())
-        self.batch_sharding = NamedSharding(self.mesh, P("data"))
+        self.batch_sharding = NamedSharding(self.mesh, sharding.batch_spec(self.mesh))
         self.optimizer, self.schedule = make_optimizer(config)
         self.masked_lm = masked_lm(config)  # None for causal LM
         # A translation run: batches of source/target pairs, a label-smoothed loss.
@@ -158,6 +161,9 @@ class Trainer:
         self.mem_len = config.model.get("mem_len", 0)
         abstract = nnx.eval_shape(lambda: build(config))
         self.graphdef, _, self.rest = nnx.split(abstract, nnx.Param, ...)
+        # Where every array of the train state lives (posenc.sharding's rules): parameters and
+        # their optimizer moments by their axis names, the rest replicated.
+        self.state_shardings = sharding.tree_shardings(jax.eval_shape(self._init), self.mesh)
         # CAPE-like encoders draw a position augmentation from the step's key, even without dropout.
         self.augments = "augment_positions" in abstract.encoding.hooks
         # With memory, the count of real memory states is static (one compilation per count).
@@ -182,7 +188,7 @@ class Trainer:
     def compile_step(self, windows: Any) -> None:
         """Compiles the step for the run's shapes (those of step 0's batch; with memory, a full
         memory), so that a run that cannot fit is refused before anything is written."""
-        state = abstract_on(jax.eval_shape(self.init_state), self.replicated)
+        state = self.abstract_state()
         if self.translation:  # the longest of the bucketed shapes
             rows, s, t = max(windows.shapes, key=lambda shape: (max(shape[1:]), shape))
             batch = {
@@ -199,25 +205,30 @@ class Trainer:
         }
         self._step.compile(state, batch, *([self.mem_len] if self.mem_len else []))
 
+    def _init(self, params: Any | None = None) -> dict[str, Any]:
+        """The train state at step 0 (traced: :meth:`init_state` places it)."""
+        if params is None:
+            _, params, _ = nnx.split(build(self.config), nnx.Param, ...)
+        state = {
+            "params": params,
+            "opt_state": self.optimizer.init(params),
+            "step": jnp.zeros((), jnp.int32),
+        }
+        if self.mem_len:
+            m = self.config.model
+            shape = (m.num_layers, self.config.train.batch_size, self.mem_len, m.model_dim)
+            state["memory"] = jnp.zeros(shape, jnp.float32)
+        return state
+
     def init_state(self, params: Any | None = None) -> dict[str, Any]:
-        """Step 0: fresh parameters (or ``params``) and a fresh optimizer state, replicated on
-        the mesh."""
+        """Step 0: fresh parameters (or ``params``) and a fresh optimizer state, placed on the
+        mesh as :attr:`state_shardings` says (replicated on the default mesh)."""
+        return jax.jit(self._init, out_shardings=self.state_shardings)(params)
 
-        def init(params):
-            if params is None:
-                _, params, _ = nnx.split(build(self.config), nnx.Param, ...)
-            state = {
-                "params": params,
-                "opt_state": self.optimizer.init(params),
-                "step": jnp.zeros((), jnp.int32),
-            }
-            if self.mem_len:
-                m = self.config.model
-                shape = (m.num_layers, self.config.train.batch_size, self.mem_len, m.model_dim)
-                state["memory"] = jnp.zeros(shape, jnp.float32)
-            return state
-
-        return jax.jit(init, out_shardings=self.replicated)(params)
+    def abstract_state(self) -> dict[str, Any]:
+        """The train state's shapes, dtypes and shardings (``jax.ShapeDtypeStruct`` s): what a
+        step compiles for and a checkpoint is restored into, on this trainer's mesh."""
+        return abstract_on(jax.eval_shape(self._init), self.state_shardings)
 
     def restore_or_init(
         self, checkpoints: Checkpoints, run: RunDir | None = None
@@ -225,7 +236,7 @@ class Trainer:
         """The state of the newest intact checkpoint (damaged ones are moved aside with a
         warning), or a fresh one (from ``train.init_from``'s parameters if set, recorded in
         ``run``); and the step resumed from (None for a fresh start)."""
-        abstract = abstract_on(jax.eval_shape(self.init_state), self.replicated)
+        abstract = self.abstract_state()
         train_state = _train_state(abstract)
         restored = checkpoints.restore_latest(abstract["params"], train_state, set_aside=True)
         if restored is not None:
@@ -260,6 +271,10 @@ class Trainer:
 
         def loss_fn(params):
             model = nnx.merge(self.graphdef, params, self.rest)
+            with sharding.tracing_on(self.mesh):
+                return _loss(model)
+
+        def _loss(model):
             rng = self.dropout_key(state["step"])
             if self.translation:
                 return self._pair_loss(model, batch, rng)
@@ -287,6 +302,8 @@ class Trainer:
         if self.mem_len:  # zero-padded at the front to the fixed [L, B, mem_len, D]
             pad = self.mem_len - memory.shape[2]
             new_state["memory"] = jnp.pad(memory, ((0, 0), (0, 0), (pad, 0), (0, 0)))
+        # The next step's state where this one's was (XLA would otherwise choose).
+        new_state = jax.lax.with_sharding_constraint(new_state, self.state_shardings)
         if self.translation:  # tokens read (both sides), scored (the targets)
             tokens = batch["src_mask"].sum() + batch["tgt_mask"].sum()
         elif self.classify:  # tokens read; the loss is per example
@@ -479,7 +496,8 @@ def train(
       workdir: the run's directory; created if missing, resumed if it holds checkpoints.
       stop_at: stop (with a checkpoint) after this step, as an interruption would; the run
         continues from there when called again. None: train to ``train.steps``.
-      mesh: device mesh; default all devices along ``data``.
+      mesh: device mesh; default the config's ``mesh`` section over every device
+        (:func:`posenc.sharding.make_mesh`).
 
     Returns:
       A :class:`TrainResult`.
@@ -492,7 +510,7 @@ def train(
       NonFiniteLossError: the loss became NaN/inf; the last good checkpoint is kept.
     """
     distributed.maybe_initialize(config)
-    mesh = mesh or make_mesh()
+    mesh = mesh or make_mesh(config)
     run = RunDir(workdir)
     if os.path.exists(run.file(PRETRAINED_FILE)):
         raise WorkdirError(
@@ -502,7 +520,7 @@ def train(
         )
     if stop_at is not None and (not isinstance(stop_at, int) or stop_at < 1):
         raise ValueError(f"--stop-at must be a step >= 1, got {stop_at!r}")
-    validate(config, num_devices=mesh.devices.size, process_count=jax.process_count())
+    validate(config, num_devices=sharding.batch_shards(mesh), process_count=jax.process_count())
     t = config.train
     windows, data_info, vocab_model = _training_data(config, mesh)
     is_main = jax.process_index() == 0
@@ -546,7 +564,7 @@ def _training_data(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh):
         source, vocab = translation.open_data(config)
         pairs = encode_pairs(source.pairs("train"), vocab)
         return (
-            translation.train_batches(config, pairs, mesh.devices.size),
+            translation.train_batches(config, pairs, sharding.batch_shards(mesh)),
             translation.data_record(source, vocab),
             getattr(vocab, "model_bytes", lambda: None)(),
         )

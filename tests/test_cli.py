@@ -268,6 +268,7 @@ HELP = {
     ("data", "info"): ["spec", "--data-dir", "--text-field"],
     ("sweep",): ["--config", "--workdir", "--jobs", "--only", "--list", "--config.<field>=<value>"],
     ("report",): ["sweep_dir", "--metric"],
+    ("plan",): ["--config", "--devices", "--device-memory"],
 }
 
 

@@ -99,7 +99,7 @@ def _wait(children) -> list[dict]:
     return [json.loads(report.read_text()) for _, _, report in children]
 
 
-def _train_both_ways(tmp: pathlib.Path) -> dict:
+def _train_both_ways(tmp: pathlib.Path, multi_overrides: tuple[str, ...] = ()) -> dict:
     data_dir = tmp / "data"
     source = get_source("pystdlib", data_dir=str(data_dir))
     for split in ("train", "validation"):  # built once here, not raced by the children
@@ -111,6 +111,7 @@ def _train_both_ways(tmp: pathlib.Path) -> dict:
         "distributed.initialize=True",
         f"distributed.coordinator_address='127.0.0.1:{port}'",
         "distributed.num_processes=2",
+        *multi_overrides,
     ]
     # The config is the same for both processes; each learns its id from the environment.
     children = [
@@ -126,6 +127,18 @@ def _train_both_ways(tmp: pathlib.Path) -> dict:
 def test_two_processes_train_like_one_process(tmp_path):
     """One test, not four: the runs take most of a minute and must not repeat per xdist worker."""
     runs = _train_both_ways(tmp_path)
+    _check_processes(runs)
+    _check_loss_curve(runs)
+    _check_single_writer(runs)
+    _check_checkpoint(runs)
+
+
+@pytest.mark.slow
+def test_two_processes_with_fsdp_train_like_one_data_parallel_process(tmp_path):
+    """The same with the parameters and Adam moments sharded over all four devices of the two
+    processes (``mesh.fsdp=4``): the same losses and evaluation as one data-parallel process,
+    and each process's shards make a checkpoint one single-device process restores."""
+    runs = _train_both_ways(tmp_path, ("mesh.data=1", "mesh.fsdp=4"))
     _check_processes(runs)
     _check_loss_curve(runs)
     _check_single_writer(runs)

@@ -102,6 +102,10 @@ checks each one against what the encoder does):
   claims that promise nothing).
 - ``param_shapes(dims)``: ``{name: shape}`` of what ``init`` returns (default ``{}``), so code
   can know an encoder's parameters without initialising them.
+- ``param_axes()``: ``{name: logical axis names}`` of the parameters worth splitting over
+  devices (Transformer-XL's ``W_kR``: ``("embed", "heads", "head_dim")``, as the attention
+  projections; :mod:`posenc.sharding` maps the names to mesh axes); the others are replicated
+  (default ``{}``).
 - ``eval_safe_hparams``: hyperparameters that may differ between training and evaluation without
   changing what was trained (Transformer-XL's ``clamp_len``: the original code clamps relative
   distances only at evaluation). ``posenc eval`` refuses to change any other;
@@ -223,6 +227,12 @@ class Encoding:
     def param_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:
         """The names and shapes of the arrays :meth:`init` returns for ``dims``. Default: none."""
         del dims
+        return {}
+
+    def param_axes(self) -> dict[str, tuple[str | None, ...]]:
+        """Logical axis names of the arrays :meth:`init` returns (``embed``, ``heads``,
+        ``head_dim``, ... or None; :mod:`posenc.sharding` maps them to mesh axes), for those
+        worth splitting over devices; an array not named here is replicated. Default: none."""
         return {}
 
     def qk_head_dim(self, head_dim: int) -> int:

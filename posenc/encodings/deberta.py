@@ -144,6 +144,10 @@ class DeBERTa(Encoding):
         h, d, m = dims.num_heads, dims.head_dim, dims.model_dim
         return {"p": (self.table_rows, m), "w_qr": (m, h, d), "w_kr": (m, h, d)}
 
+    def param_axes(self) -> dict[str, tuple[str | None, ...]]:
+        w = ("embed", "heads", "head_dim")
+        return {"p": (None, "embed"), "w_qr": w, "w_kr": w}
+
     def init(self, rng: jax.Array, dims: Dims) -> Params:
         rp, rq, rk = jax.random.split(rng, 3)
         shapes = self.param_shapes(dims)

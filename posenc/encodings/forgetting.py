@@ -69,6 +69,9 @@ class Forgetting(Encoding):
     def param_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:
         return {"w": (dims.model_dim, dims.num_heads), "b": (dims.num_heads,)}
 
+    def param_axes(self) -> dict[str, tuple[str | None, ...]]:
+        return {"w": ("embed", "heads"), "b": ("heads",)}
+
     def init(self, rng: jax.Array, dims: Dims) -> Params:
         shapes = self.param_shapes(dims)
         w = self.init_std * jax.random.normal(rng, shapes["w"])

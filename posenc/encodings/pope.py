@@ -77,6 +77,9 @@ class PoPE(Encoding):
     def param_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:
         return {"phase_bias": (dims.num_heads, dims.head_dim)} if self.phase_bias else {}
 
+    def param_axes(self) -> dict[str, tuple[str | None, ...]]:
+        return {"phase_bias": ("heads", "head_dim")}
+
     def init(self, rng: jax.Array, dims: Dims) -> Params:
         if not self.phase_bias:
             return {}

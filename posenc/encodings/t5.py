@@ -135,6 +135,9 @@ class T5Bias(Encoding):
     def param_shapes(self, dims: Dims) -> dict[str, tuple[int, ...]]:
         return {"table": (self.num_buckets, dims.num_heads)}
 
+    def param_axes(self) -> dict[str, tuple[str | None, ...]]:
+        return {"table": (None, "heads")}
+
     def init(self, rng: jax.Array, dims: Dims) -> Params:
         table = self.init_std * jax.random.normal(rng, self.param_shapes(dims)["table"])
         return {"table": table.astype(jnp.float32)}

@@ -99,6 +99,10 @@ class TransformerXL(Encoding):
         h, d, m = dims.num_heads, dims.head_dim, dims.model_dim
         return {"u": (h, d), "v": (h, d), "w_r": (m, h, d)}
 
+    def param_axes(self) -> dict[str, tuple[str | None, ...]]:
+        w_r = ("embed", "heads", "head_dim")
+        return {"u": ("heads", "head_dim"), "v": ("heads", "head_dim"), "w_r": w_r}
+
     def init(self, rng: jax.Array, dims: Dims) -> Params:
         ru, rv, rw = jax.random.split(rng, 3)
         shapes = self.param_shapes(dims)

@@ -28,6 +28,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from posenc import sharding
 from posenc.encodings.base import Encoding, Params
 from posenc.layers.attention import CrossAttention, SelfAttention
 from posenc.layers.cache import CrossCache, LayerCache
@@ -160,6 +161,7 @@ class Block(nnx.Module):
         """
         self._check_cross(cross)
         rngs = self._rngs(rng)
+        x = sharding.constrain(x, sharding.ACTIVATION)
         stream = x if memory is None else jnp.concatenate([memory, x], axis=1)  # [B, M + T, D]
         h = self._norm_in(self.attn_norm, stream)
         q, k, v = self.attn.qkv(h)
@@ -186,7 +188,8 @@ class Block(nnx.Module):
             performer_features=config.performer_features,
             k_valid=k_valid,
         )
-        return self._finish(x, attn, rngs, cross), LayerCache(h=h, k=k, v=v)
+        out = sharding.constrain(self._finish(x, attn, rngs, cross), sharding.ACTIVATION)
+        return out, LayerCache(h=h, k=k, v=v)
 
     def decode(
         self,

@@ -5,6 +5,8 @@ from __future__ import annotations
 import jax.numpy as jnp
 from flax import nnx
 
+from posenc.layers.params import axes_metadata
+
 NORMS = ("layernorm", "rmsnorm")
 
 
@@ -22,4 +24,7 @@ def make_norm(kind: str, dim: int, *, eps: float, rngs: nnx.Rngs) -> nnx.Module:
     if kind not in NORMS:
         raise ValueError(f"model.norm must be one of {list(NORMS)}, got {kind!r}")
     cls = nnx.LayerNorm if kind == "layernorm" else nnx.RMSNorm
-    return cls(dim, epsilon=eps, dtype=jnp.float32, param_dtype=jnp.float32, rngs=rngs)
+    axes = dict(scale_metadata=axes_metadata("embed"))
+    if kind == "layernorm":
+        axes["bias_metadata"] = axes_metadata("embed")
+    return cls(dim, epsilon=eps, dtype=jnp.float32, param_dtype=jnp.float32, rngs=rngs, **axes)

@@ -2,8 +2,9 @@
 
 Every parameter a layer makes carries the names of its axes (``embed``, ``heads``, ``kv_heads``,
 ``head_dim``, ``mlp``, ``vocab``) as the metadata ``axes``; :mod:`posenc.sharding` alone maps
-them to mesh axes. Encoder parameters (:class:`EncoderParam`) carry none: they are small and
-stay replicated.
+them to mesh axes. Encoder parameters (:class:`EncoderParam`) carry the names their encoder
+declares (``Encoding.param_axes``: Transformer-XL's ``W_kR`` is ``[embed, heads, head_dim]``
+like a projection); those it does not name are replicated.
 """
 
 from __future__ import annotations
@@ -40,9 +41,24 @@ class EncoderParam(nnx.Param):
 
 
 def encoder_params(encoding: Encoding, rngs: nnx.Rngs) -> nnx.Dict:
-    """The encoder's ``init`` (one key from ``rngs.params``) held as :class:`EncoderParam` s."""
+    """The encoder's ``init`` (one key from ``rngs.params``) held as :class:`EncoderParam` s,
+    with the axis names the encoder declares (``param_axes``)."""
     params = encoding.init(rngs.params(), encoding.bound_dims)
-    return nnx.Dict({name: EncoderParam(value) for name, value in params.items()})
+    axes = encoding.param_axes()
+    if set(axes) - set(params):
+        raise ValueError(
+            f"encoding {encoding.name!r}: param_axes names {sorted(set(axes) - set(params))}, "
+            f"which init does not return (it returns {sorted(params)})"
+        )
+    held = {}
+    for name, value in params.items():
+        if name in axes and len(axes[name]) != value.ndim:
+            raise ValueError(
+                f"encoding {encoding.name!r}: param_axes names {len(axes[name])} axes for "
+                f"{name!r}, which has shape {value.shape}"
+            )
+        held[name] = EncoderParam(value, **({AXES: tuple(axes[name])} if name in axes else {}))
+    return nnx.Dict(held)
 
 
 def values(params: nnx.Dict | None) -> Params:

@@ -49,6 +49,7 @@ _IGNORED = (
     "eval.batch_tokens",
     "data.data_dir",
     "distributed.",
+    "mesh.",
 )
 # Evaluation changes that choose how attention is computed, not what: an evaluation on another
 # path (blocked attention for a long window, say) scores the same model, in the same column.

@@ -67,7 +67,8 @@ from posenc.workdir.files import (
 )
 
 # Config fields (or prefixes ending in ".") that may differ when a run is resumed: logging,
-# checkpoint cadence, evaluation, the process layout and where prepared data is cached.
+# checkpoint cadence, evaluation, the process layout, the device mesh (checkpoints are restored
+# into the new mesh's shards) and where prepared data is cached.
 RESUMABLE = (
     "train.progress",
     "train.log_every",
@@ -75,6 +76,7 @@ RESUMABLE = (
     "train.keep_checkpoints",
     "eval.",
     "distributed.",
+    "mesh.",
     "data.data_dir",
 )
 
