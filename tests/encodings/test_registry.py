@@ -31,8 +31,20 @@ SHARED = {"sinusoidal", "learned", "t5"}
 ABSOLUTE = {"sinusoidal", "learned"}  # the rest see positions only through differences
 EVAL_SAFE = {
     "xl": ("clamp_len",),  # the original Transformer-XL clamps only at evaluation
-    # Context extension without retraining (PI, NTK, dynamic NTK, YaRN).
-    "rope": ("scaling", "factor", "original_max_len", "beta_fast", "beta_slow", "attention_factor"),
+    # Context extension without retraining (PI, NTK, dynamic NTK, YaRN, Llama 3.1's bands,
+    # LongRoPE's per-pair factors).
+    "rope": (
+        "scaling",
+        "factor",
+        "original_max_len",
+        "beta_fast",
+        "beta_slow",
+        "attention_factor",
+        "low_freq_factor",
+        "high_freq_factor",
+        "short_factor",
+        "long_factor",
+    ),
 }
 
 
