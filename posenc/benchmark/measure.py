@@ -17,6 +17,7 @@ import numpy as np
 from flax import nnx
 
 from posenc import data as data_lib
+from posenc import sharding
 from posenc.attention import choose_implementation
 from posenc.benchmark.settings import Settings, make_config
 from posenc.config import open_source
@@ -208,7 +209,7 @@ def measure_eval(
     stream = open_source(config).split_stream("validation")
     model = model or build(config)
     # One window on one device: a batch of 1 cannot be split over a mesh.
-    mesh = jax.sharding.Mesh(np.array(jax.local_devices()[:1]), ("data",))
+    mesh = sharding.make_mesh(devices=jax.local_devices()[:1])
     scorer = Scorer(model, mesh)
     results = []
     for length in lengths:

@@ -34,6 +34,7 @@ import jax
 import numpy as np
 
 from posenc import data as data_lib
+from posenc import sharding
 from posenc.attention import choose_implementation
 from posenc.benchmark.measure import short_error
 from posenc.benchmark.settings import Settings, make_config
@@ -82,7 +83,7 @@ class _Eval:
         # step donates (deletes) the trained ones every round.
         model = build(config)
         model.encoding.check_length(length)
-        mesh = jax.sharding.Mesh(np.array(jax.local_devices()[:1]), ("data",))
+        mesh = sharding.make_mesh(devices=jax.local_devices()[:1])
         self.scorer = Scorer(model, mesh)
         stream = open_source(config).split_stream("validation")
         self.windows = data_lib.eval_windows(stream, length, max_windows=1)
