@@ -16,9 +16,10 @@ Three measurements, each printed as a table and written to ``--out`` (JSON and M
    SentencePiece vocabularies; all sources and sources of at most 32 tokens).
 
 Timings are robust to a shared, noisy machine: the two sides of each comparison alternate in
-``--rounds`` rounds, each round timing ``--steps`` calls of each, and the report gives the median
-per-call time and the ratio of medians, with the spread over rounds (min-max of the per-round
-ratios). Compilation is excluded (every function is compiled and run once before timing).
+``--rounds`` rounds (``posenc.benchmark.rounds.time_rounds``), each round timing ``--steps``
+calls of each, and the report gives the median per-call time and the median of the per-round
+ratios, with their spread (min-max). Compilation is excluded (every function is compiled and
+run once before timing).
 
     python experiments/translation_speed.py                  # 2-core CPU defaults
     python experiments/translation_speed.py --width 512 --layers 6 --rows 64 --src-len 64 \\
@@ -31,7 +32,6 @@ import argparse
 import functools
 import json
 import os
-import statistics
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -44,6 +44,7 @@ from flax import nnx
 
 from posenc import data as data_lib
 from posenc import encodings
+from posenc.benchmark.rounds import summarise, time_rounds
 from posenc.config import apply_overrides, load_config
 from posenc.decoding.beam import beam_search
 from posenc.models import build
@@ -71,34 +72,30 @@ def _parse(argv: Sequence[str]) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def alternate(calls: dict[str, Callable[[], Any]], rounds: int, steps: int) -> dict[str, Any]:
-    """Times each call ``steps`` times per round, the calls alternating within every round.
-
-    Returns per call the median seconds per call and the per-round seconds; ``ratio_<a>/<b>``
-    entries are computed by the caller from the per-round figures."""
-    for call in calls.values():  # compiled and warm before any timing
+def timed_rounds(calls: dict[str, Callable[[], Any]], args: argparse.Namespace) -> dict:
+    """Each call compiled and warm, then timed per round by :func:`time_rounds` (the calls
+    alternating within every round); per call its seconds per call and their spread."""
+    for call in calls.values():
         jax.block_until_ready(call())
-    per_round: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(rounds):
-        for name, call in calls.items():
+
+    def per_call(call):
+        def seconds():
             start = time.perf_counter()
-            for _ in range(steps):
+            for _ in range(args.steps):
                 out = call()
             jax.block_until_ready(out)
-            per_round[name].append((time.perf_counter() - start) / steps)
-    return {
-        name: {"median_s": statistics.median(t), "rounds_s": t} for name, t in per_round.items()
-    }
+            return (time.perf_counter() - start) / args.steps
+
+        return seconds
+
+    figures = {(name, "time"): per_call(call) for name, call in calls.items()}
+    seconds, _ = time_rounds(figures, list(calls), args.rounds, repeats=1)
+    return {row["encoder"]: row for row in summarise(seconds, baseline=list(calls)[-1])}
 
 
-def _ratio(timed: dict[str, Any], slow: str, fast: str) -> dict[str, float]:
-    """The ratio of medians ``slow / fast`` and the range of the per-round ratios."""
-    rounds = [a / b for a, b in zip(timed[slow]["rounds_s"], timed[fast]["rounds_s"], strict=True)]
-    return {
-        "ratio": timed[slow]["median_s"] / timed[fast]["median_s"],
-        "min": min(rounds),
-        "max": max(rounds),
-    }
+def _ratio(row: dict[str, Any]) -> dict[str, float]:
+    """The median of the per-round ratios to the baseline, and their range."""
+    return {"ratio": row["ratio_median"], "min": row["ratio_min"], "max": row["ratio_max"]}
 
 
 def _configs(args: argparse.Namespace, encoder: str) -> tuple[Any, Any]:
@@ -161,21 +158,20 @@ def training(args: argparse.Namespace, encoder: str) -> dict[str, Any]:
     window = ids(rows, s + t + 1)
     lm_batch = {"inputs": window[:, :-1], "targets": window[:, 1:]}
     assert vocab > 256
-    timed = alternate(
+    timed = timed_rounds(
         {
             "encoder_decoder": _step_call(Trainer(ed_config), ed_batch),
-            "decoder_only": _step_call(Trainer(lm_config), lm_batch),
+            "decoder_only": _step_call(Trainer(lm_config), lm_batch),  # the baseline
         },
-        args.rounds,
-        args.steps,
+        args,
     )
     tokens = rows * (s + t)
     return {
         "encoder": encoder,
         "tokens_per_step": tokens,
-        "encoder_decoder_tokens_per_s": tokens / timed["encoder_decoder"]["median_s"],
-        "decoder_only_tokens_per_s": tokens / timed["decoder_only"]["median_s"],
-        "slowdown": _ratio(timed, "encoder_decoder", "decoder_only"),
+        "encoder_decoder_tokens_per_s": tokens / timed["encoder_decoder"]["median"],
+        "decoder_only_tokens_per_s": tokens / timed["decoder_only"]["median"],
+        "slowdown": _ratio(timed["encoder_decoder"]),
         "timed": timed,
     }
 
@@ -221,7 +217,10 @@ def beam(args: argparse.Namespace, encoder: str = "sinusoidal", k: int = 4) -> d
 
     cached, recomputed = search(True), search(False)
     same = bool(np.array_equal(np.asarray(cached()[0]), np.asarray(recomputed()[0])))
-    timed = alternate({"cached": cached, "recomputed": recomputed}, args.rounds, 1)
+    timed = timed_rounds(
+        {"recomputed": recomputed, "cached": cached},
+        argparse.Namespace(rounds=args.rounds, steps=1),
+    )
     memory = {}
     for beams in (1, 4, 8):
         for slots in (50, 100, 200):
@@ -235,7 +234,7 @@ def beam(args: argparse.Namespace, encoder: str = "sinusoidal", k: int = 4) -> d
         "beam": k,
         "new_tokens": n,
         "same_outputs": same,
-        "speedup": _ratio(timed, "recomputed", "cached"),
+        "speedup": _ratio(timed["recomputed"]),
         "timed": timed,
         "cache_bytes": memory,
     }
@@ -286,7 +285,7 @@ def _markdown(result: dict[str, Any]) -> str:
             f"## Beam {r['beam']}, {r['rows']} sources, {r['new_tokens']} new tokens "
             f"({r['encoder']})",
             "",
-            f"cached {t['cached']['median_s']:.3f} s, recomputed {t['recomputed']['median_s']:.3f}"
+            f"cached {t['cached']['median']:.3f} s, recomputed {t['recomputed']['median']:.3f}"
             f" s: {s['ratio']:.1f}x ({s['min']:.1f}-{s['max']:.1f}); same outputs: "
             f"{r['same_outputs']}",
             "",
