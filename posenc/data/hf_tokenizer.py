@@ -2,14 +2,17 @@
 
 ``data.tokenizer`` is ``"bytes"`` (posenc's default, :mod:`posenc.data.tokenizer`) or
 ``"hf:<folder>"``: a folder with a Hugging Face ``tokenizer.json`` (read with the ``tokenizers``
-library, no ``transformers`` needed) and the ``tokenizer_config.json`` that names its
-end-of-text token. ``posenc import-hf`` copies the model's files into the run directory and sets
-this field, so evaluation text is tokenised as the model was trained.
+library, no ``transformers`` needed) and the ``tokenizer_config.json`` (or the older
+``special_tokens_map.json``) that names its special tokens: :class:`HFTokenizer` exposes their
+ids (``bos_id``, ``eos_id``, ``pad_id``, ``cls_id``, ``mask_id``, ``unk_id``; None where the
+files name none), and the document separator ``sep_id`` (the end-of-text token, or BERT's
+``[SEP]`` for a tokenizer without one). ``posenc import-hf`` copies the model's files into the
+run directory and sets this field, so evaluation text is tokenised as the model was trained.
 
 :class:`TokenizedSource` turns any text source into that tokenizer's streams: the source's byte
 streams are split at their document separators, each document is decoded as UTF-8, encoded
-without special tokens, and followed by the end-of-text token (GPT-2's ``<|endoftext|>``
-between documents; the same token for every family). Streams are built once per source content
+without special tokens, and followed by the document separator (GPT-2's ``<|endoftext|>``
+between documents; BERT's ``[SEP]``). Streams are built once per source content
 and tokenizer (cached under the data directory by the byte stream's hash and the
 ``tokenizer.json`` hash) and memory-mapped as ``uint32`` (vocabularies beyond 65 536 ids).
 """
@@ -32,6 +35,9 @@ from posenc.data.tokenizer import SEP_ID
 PREFIX = "hf:"
 TOKENIZER_JSON = "tokenizer.json"
 TOKENIZER_CONFIG = "tokenizer_config.json"
+SPECIAL_TOKENS_MAP = "special_tokens_map.json"
+# The special tokens a tokenizer config may name, as attributes ``<role>_id``.
+ROLES = ("bos", "eos", "pad", "sep", "cls", "mask", "unk")
 _CHUNK = 1 << 22  # tokens of a byte stream scanned at a time
 _BATCH = 256  # documents encoded at a time
 
@@ -46,7 +52,18 @@ def check_spec(spec: str) -> None:
 
 
 class HFTokenizer:
-    """A ``tokenizer.json`` with its end-of-text token (module docstring).
+    """A ``tokenizer.json`` with its special tokens (module docstring).
+
+    Attributes:
+      vocab_size: ids the tokenizer produces (added tokens included).
+      sep_id: the document separator: the end-of-text token (``eos_token``), else the
+        separator (``sep_token``: BERT's ``[SEP]``).
+      bos_id: the beginning-of-text token, None where there is none or ``tokenizer_config.json``
+        says the model's texts do not start with it (``add_bos_token: false``, GPT-2's files):
+        what retrieval prompts start with.
+      eos_id, pad_id, cls_id, mask_id, unk_id: the tokens ``tokenizer_config.json`` names (or
+        ``special_tokens_map.json``), None where it names none. ``cls_id`` and ``sep_id`` frame a
+        classifier's rows (:meth:`frame`), ``mask_id`` is a masked LM's mask token.
 
     Args:
       folder: holds ``tokenizer.json`` and ``tokenizer_config.json`` (or ``tokenizer.json``'s
@@ -54,7 +71,8 @@ class HFTokenizer:
 
     Raises:
       FileNotFoundError: no ``tokenizer.json``.
-      ValueError: no end-of-text token named, or one the vocabulary does not have.
+      ValueError: no document separator named, or a named special token the vocabulary does
+        not have.
     """
 
     def __init__(self, folder: str):
@@ -73,13 +91,38 @@ class HFTokenizer:
         self.tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
         self.folder = folder
         self.vocab_size = self.tokenizer.get_vocab_size(with_added_tokens=True)
-        self.eos = _token_text(_read_json(os.path.join(folder, TOKENIZER_CONFIG)).get("eos_token"))
-        self.sep_id = self.tokenizer.token_to_id(self.eos) if self.eos else None
+        config = {
+            **_read_json(os.path.join(folder, SPECIAL_TOKENS_MAP)),
+            **_read_json(os.path.join(folder, TOKENIZER_CONFIG)),
+        }
+        ids = {role: self._special_id(config, role) for role in ROLES}
+        self.eos_id, self.pad_id, self.cls_id = ids["eos"], ids["pad"], ids["cls"]
+        self.mask_id, self.unk_id = ids["mask"], ids["unk"]
+        self.bos_id = ids["bos"] if config.get("add_bos_token", True) is not False else None
+        self.sep_id = ids["eos"] if ids["eos"] is not None else ids["sep"]
         if self.sep_id is None:
             raise ValueError(
-                f"data.tokenizer: {folder}/{TOKENIZER_CONFIG} names no eos_token the vocabulary "
-                f"has (got {self.eos!r}); posenc separates documents with it"
+                f"data.tokenizer: {folder}/{TOKENIZER_CONFIG} names no eos_token or sep_token; "
+                "posenc separates documents with it"
             )
+        self.eos = self.tokenizer.id_to_token(self.sep_id)
+
+    def _special_id(self, config: dict[str, Any], role: str) -> int | None:
+        """The id of the ``<role>_token`` the config names (None: it names none)."""
+        text = _token_text(config.get(f"{role}_token"))
+        if not text:
+            return None
+        found = self.tokenizer.token_to_id(text)
+        if found is None:
+            raise ValueError(
+                f"data.tokenizer: {self.folder}/{TOKENIZER_CONFIG} names {role}_token {text!r}, "
+                f"which {TOKENIZER_JSON}'s vocabulary does not have"
+            )
+        return int(found)
+
+    def special_ids(self) -> dict[str, int | None]:
+        """``{"bos_id", "eos_id", "pad_id", "sep_id", "cls_id", "mask_id", "unk_id"}``."""
+        return {f"{role}_id": getattr(self, f"{role}_id") for role in ROLES}
 
     def encode(self, text: str) -> np.ndarray:
         """``text`` as uint32 ids (no special tokens added)."""

@@ -91,5 +91,56 @@ def test_missing_files_and_tokens_are_one_line(tmp_path):
     folder = tmp_path / "tok"
     shutil.copytree(FOLDER, folder, ignore=shutil.ignore_patterns("*.safetensors", "*.npz"))
     (folder / "tokenizer_config.json").write_text(json.dumps({"eos_token": "<|endoftext|>"}))
-    with pytest.raises(ValueError, match="names no eos_token the vocabulary has"):
+    with pytest.raises(
+        ValueError, match="names eos_token '<\\|endoftext\\|>', which tokenizer.json"
+    ):
         HFTokenizer(str(folder))
+
+
+def _word_level(folder: Path, words, config: dict) -> None:
+    """A word-level ``tokenizer.json`` of ``words`` (ids in that order) and its config."""
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token=words[1]))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    folder.mkdir(parents=True, exist_ok=True)
+    tok.save(str(folder / "tokenizer.json"))
+    (folder / "tokenizer_config.json").write_text(json.dumps(config))
+
+
+def test_special_ids_are_the_tokens_the_config_names(tmp_path):
+    words = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "fox"]
+    bert = {
+        "cls_token": "[CLS]",
+        "sep_token": "[SEP]",
+        "pad_token": "[PAD]",
+        "mask_token": {"content": "[MASK]", "lstrip": False},
+        "unk_token": "[UNK]",
+    }
+    _word_level(tmp_path / "bert", words, bert)
+    tok = HFTokenizer(str(tmp_path / "bert"))
+    assert tok.special_ids() == {
+        "bos_id": None,
+        "eos_id": None,
+        "pad_id": 0,
+        "sep_id": 3,  # no end-of-text token: documents are separated by [SEP]
+        "cls_id": 2,
+        "mask_id": 4,
+        "unk_id": 1,
+    }
+    llama = ["<unk>", "<s>", "</s>", "the", "fox"]
+    _word_level(tmp_path / "llama", llama, {"bos_token": "<s>", "eos_token": "</s>"})
+    tok = HFTokenizer(str(tmp_path / "llama"))
+    assert (tok.bos_id, tok.eos_id, tok.sep_id, tok.pad_id) == (1, 2, 2, None)
+    # A config that says texts do not start with its BOS (GPT-2's files): no BOS to prepend.
+    (tmp_path / "llama" / "tokenizer_config.json").write_text(
+        json.dumps({"bos_token": "<s>", "eos_token": "</s>", "add_bos_token": False})
+    )
+    assert HFTokenizer(str(tmp_path / "llama")).bos_id is None
+    # special_tokens_map.json (older folders) names them when tokenizer_config.json does not.
+    (tmp_path / "llama" / "tokenizer_config.json").write_text("{}")
+    (tmp_path / "llama" / "special_tokens_map.json").write_text(json.dumps({"eos_token": "</s>"}))
+    assert HFTokenizer(str(tmp_path / "llama")).eos_id == 2
+    (tmp_path / "llama" / "special_tokens_map.json").unlink()
+    with pytest.raises(ValueError, match="names no eos_token or sep_token"):
+        HFTokenizer(str(tmp_path / "llama"))
