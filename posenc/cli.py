@@ -615,8 +615,9 @@ def build_parser() -> argparse.ArgumentParser:
         description="Read a local Hugging Face model folder (config.json, model.safetensors or "
         "its shards and index, tokenizer.json) and write a run directory that posenc eval, "
         "posenc report, posenc.load_run and posenc train --init-from accept. Families: Llama "
-        "(Llama 2/3/3.1/3.2, Mistral, Qwen2), Phi-3, GPT-NeoX/Pythia, GPT-2, OPT, BLOOM (T5, BERT "
-        "and RoBERTa through posenc.hf.load_pretrained). --config.<field>=<value> overrides the "
+        "(Llama 2/3/3.1/3.2, Mistral, Qwen2), Phi-3, GPT-NeoX/Pythia, GPT-2, OPT, BLOOM "
+        "(causal-LM runs), BERT and RoBERTa (masked-LM runs), T5 and Flan-T5 (translation runs, "
+        "base config configs/translation.py:base). --config.<field>=<value> overrides the "
         "base run config (e.g. data.data_dir, eval.lengths); the model, encoding and "
         "train.seq_len are the pretrained model's. Nothing downloads: fetch the folder with "
         "your own tools.",
@@ -624,7 +625,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("hf_dir", help="the model's folder")
     p.add_argument("--workdir", required=True, help="the run directory to create")
     p.add_argument(
-        "--data", default="pystdlib", help="data.source that posenc eval scores (default pystdlib)"
+        "--data",
+        default=None,
+        help="data.source that posenc eval scores (default pystdlib; parallel:default for an "
+        "encoder-decoder such as T5)",
     )
     p.add_argument("--dtype", choices=dtypes, default="float32", help="compute dtype (model.dtype)")
     p.add_argument(
@@ -636,7 +640,10 @@ def build_parser() -> argparse.ArgumentParser:
         help="import the weights without the model's tokenizer.json (text is then bytes)",
     )
     p.add_argument(
-        "--config", default=None, help="base run config file[:variant] (default configs/base.py)"
+        "--config",
+        default=None,
+        help="base run config file[:variant] (default configs/base.py; "
+        "configs/translation.py:base for an encoder-decoder)",
     )
     p.set_defaults(func=_cmd_import_hf)
 

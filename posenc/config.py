@@ -197,8 +197,26 @@ def objective(config: ml_collections.ConfigDict) -> str:
 
 
 def masked_lm(config: ml_collections.ConfigDict) -> data_lib.MaskedLM | None:
-    """The run's masked-LM corruption (a function of its seed), or None for causal LM."""
-    return data_lib.MaskedLM(config.seed) if objective(config) == "masked_lm" else None
+    """The run's masked-LM corruption (a function of its seed), or None for causal LM.
+
+    With posenc's bytes the mask token is id 257 and random replacements are bytes or the
+    separator; with a pretrained tokenizer (``data.tokenizer="hf:..."``, an imported BERT or
+    RoBERTa) the mask token is the tokenizer's own (``mask_token``) and replacements are uniform
+    over its ids, as Hugging Face's masked-LM collator draws them."""
+    if objective(config) != "masked_lm":
+        return None
+    tokenizer = config.data.get("tokenizer", "bytes")
+    if tokenizer == "bytes":
+        return data_lib.MaskedLM(config.seed)
+    from posenc.data.hf_tokenizer import make_tokenizer
+
+    hf = make_tokenizer(tokenizer)
+    if hf.mask_id is None:
+        raise ValueError(
+            f"data.tokenizer={tokenizer!r} names no mask_token (tokenizer_config.json), which "
+            "train.objective='masked_lm' replaces chosen tokens with; use a masked LM's tokenizer"
+        )
+    return data_lib.MaskedLM(config.seed, num_tokens=hf.vocab_size, mask_id=hf.mask_id)
 
 
 def eval_positions(config: ml_collections.ConfigDict) -> str:
@@ -318,7 +336,8 @@ def _validate_objective(config: ml_collections.ConfigDict) -> None:
             "train.objective='masked_lm' needs model.causal=False: a masked LM reads the tokens "
             "on both sides of the masked ones"
         )
-    if goal == "masked_lm" and m.vocab_size <= data_lib.MASK_ID:
+    bytes_ = config.data.get("tokenizer", "bytes") == "bytes"
+    if goal == "masked_lm" and bytes_ and m.vocab_size <= data_lib.MASK_ID:
         raise ValueError(
             f"model.vocab_size={m.vocab_size} has no id for the mask token of "
             f"train.objective='masked_lm' (id {data_lib.MASK_ID}); use model.vocab_size >= "
@@ -514,7 +533,7 @@ def validate(
 
 def _validate_tokenizer(config: ml_collections.ConfigDict, task: str | None) -> None:
     """``data.tokenizer``: its form, and a pretrained tokenizer only where text is tokenised
-    (not an algorithmic task, not masked LM, whose mask token follows the byte ids)."""
+    (not an algorithmic task), with a mask token for masked LM."""
     from posenc.data.hf_tokenizer import check_spec
 
     tokenizer = config.data.get("tokenizer", "bytes")
@@ -526,11 +545,7 @@ def _validate_tokenizer(config: ml_collections.ConfigDict, task: str | None) -> 
             f"data.tokenizer={tokenizer!r} with data.source={config.data.source!r}: algorithmic "
             "tasks generate token ids, not text; use data.tokenizer='bytes'"
         )
-    if objective(config) == "masked_lm":
-        raise ValueError(
-            f"data.tokenizer={tokenizer!r} with train.objective='masked_lm': the mask token "
-            "follows the byte ids; masked LM runs use data.tokenizer='bytes'"
-        )
+    masked_lm(config)  # a masked LM needs the tokenizer's mask token
 
 
 def _validate_task(config: ml_collections.ConfigDict) -> None:
@@ -597,7 +612,7 @@ def _validate_translation(
     ``configs/translation.py``): the encoder in both directions, the parallel data, token
     batches, label smoothing and decoding; one line naming the first bad field."""
     from posenc.data.pair_batching import TOKENS_FIELD
-    from posenc.data.vocab import MODEL_TYPES, VOCAB_KINDS
+    from posenc.data.vocab import HF_PREFIX, MODEL_TYPES, VOCAB_KINDS
 
     bind_sides(model_config(config), make_encoding(config))
     m, d, t, e = config.model, config.data, config.train, config.eval
@@ -609,7 +624,9 @@ def _validate_translation(
                 f"{field}='randomized' applies to decoder-only runs; a translation run reads "
                 "contiguous positions"
             )
-    _require_choice("data.vocab", d.get("vocab"), VOCAB_KINDS)
+    vocab = d.get("vocab")
+    if not (isinstance(vocab, str) and vocab.startswith(HF_PREFIX) and vocab[len(HF_PREFIX) :]):
+        _require_choice("data.vocab", vocab, VOCAB_KINDS)
     _require_choice("data.spm_model_type", d.get("spm_model_type"), MODEL_TYPES)
     _require_int("data.vocab_size", d.get("vocab_size"))
     for field in ("max_src_len", "max_tgt_len"):

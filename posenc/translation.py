@@ -37,7 +37,14 @@ from flax import nnx
 from posenc import translation_metrics
 from posenc.data.pair_batching import EncodedPairs, PairBatches, encode_pairs, eval_pair_batches
 from posenc.data.parallel import ParallelSource, get_parallel_source
-from posenc.data.vocab import ByteVocab, SentencePieceVocab, Vocab, make_vocab
+from posenc.data.vocab import (
+    HF_PREFIX,
+    ByteVocab,
+    HFVocab,
+    SentencePieceVocab,
+    Vocab,
+    make_vocab,
+)
 from posenc.decoding.beam import beam_search
 from posenc.decoding.greedy import greedy_search
 from posenc.losses import token_loss
@@ -69,9 +76,15 @@ def open_data(config: ml_collections.ConfigDict) -> tuple[ParallelSource, Vocab]
 
 def run_vocab(run: RunDir, config: ml_collections.ConfigDict) -> Vocab:
     """The vocabulary a trained run was trained with: its recorded SentencePiece model
-    (``vocab.model``), or bytes; checked against ``data.json``'s record."""
+    (``vocab.model``), a pretrained tokenizer (``data.vocab="hf:<folder>"``, an imported T5),
+    or bytes; checked against ``data.json``'s record."""
     model = run.read_vocab()
-    vocab = SentencePieceVocab(model) if model is not None else ByteVocab()
+    if config.data.vocab.startswith(HF_PREFIX):
+        vocab = make_vocab(config.data.vocab)
+    elif model is not None:
+        vocab = SentencePieceVocab(model)
+    else:
+        vocab = ByteVocab()
     recorded = (run.read_data() or {}).get("vocab")
     if recorded is not None and recorded != vocab.identity():
         raise ValueError(
@@ -103,8 +116,10 @@ def make_run_vocab(config: ml_collections.ConfigDict, source: ParallelSource) ->
 
 
 def check_vocab(config: ml_collections.ConfigDict, vocab: Vocab) -> None:
-    """``model.vocab_size`` must equal the vocabulary's size (one line naming both)."""
-    if config.model.vocab_size != vocab.vocab_size:
+    """``model.vocab_size`` must equal the vocabulary's size (one line naming both); a
+    pretrained model's table may be larger than its tokenizer (T5: 32128 rows, 32100 ids)."""
+    size = config.model.vocab_size
+    if size != vocab.vocab_size and not (isinstance(vocab, HFVocab) and size > vocab.vocab_size):
         raise ValueError(
             f"model.vocab_size={config.model.vocab_size} does not match data.vocab="
             f"{config.data.vocab!r}, which has {vocab.vocab_size} ids; set "

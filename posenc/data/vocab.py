@@ -1,4 +1,5 @@
-"""Vocabularies for sequence-to-sequence data: bytes, or a SentencePiece model trained once.
+"""Vocabularies for sequence-to-sequence data: bytes, a SentencePiece model trained once, or a
+pretrained model's own tokenizer (``data.vocab="hf:<folder>"``, an imported T5).
 
 One small interface for both (`Vocab`): `vocab_size`, `pad_id`, `bos_id`, `eos_id`,
 `encode(text) -> int32 ids` (no BOS or EOS added), `decode(ids) -> text` (stops at the first EOS,
@@ -10,6 +11,11 @@ Special ids:
 |---|---|---|---|---|---|---|
 | `ByteVocab` | 0..255 (UTF-8 bytes, as `ByteTokenizer`) | 256 (`SEP_ID`) | 257 | 258 | — | 259 |
 | `SentencePieceVocab` | 4.. | 1 | 2 | 0 | 3 | the model's |
+| `HFVocab` | its own | `eos_token` | decoder start (below) | `pad_token` | `unk_token` | its own |
+
+`HFVocab`'s "BOS" is what the decoder starts from: `decoder_start_token_id` of the folder's
+`generation_config.json` when it names one, else the tokenizer's `bos_token`, else its
+`pad_token` (T5 starts its decoder with its padding token).
 
 The byte vocabulary's EOS is the language-model stream's document separator, so "end of text"
 has one id in posenc. SentencePiece models are trained on the joint source + target training
@@ -40,7 +46,9 @@ from posenc.workdir.files import atomic_write_bytes
 VOCAB_FIELD = "data.vocab"
 VOCAB_SIZE_FIELD = "data.vocab_size"
 MODEL_TYPE_FIELD = "data.spm_model_type"
-VOCAB_KINDS: tuple[str, ...] = ("bytes", "sentencepiece")
+VOCAB_KINDS: tuple[str, ...] = ("bytes", "sentencepiece", "hf:<folder>")
+HF_PREFIX = "hf:"
+GENERATION_CONFIG = "generation_config.json"
 MODEL_TYPES: tuple[str, ...] = ("unigram", "bpe")
 # Sentences (source and target lines) a SentencePiece model is trained on at most; a larger
 # training set is thinned to every k-th pair (deterministic, unlike SentencePiece's sampling).
@@ -179,6 +187,67 @@ class SentencePieceVocab(Vocab):
         }
 
 
+class HFVocab(Vocab):
+    """A pretrained model's ``tokenizer.json`` (:class:`~posenc.data.hf_tokenizer.HFTokenizer`)
+    as a sequence-to-sequence vocabulary (module docstring).
+
+    Args:
+      folder: the tokenizer's folder (``tokenizer.json``, ``tokenizer_config.json``, optionally
+        ``generation_config.json``).
+
+    Raises:
+      ValueError: the tokenizer names no ``eos_token`` or ``pad_token``.
+    """
+
+    def __init__(self, folder: str):
+        import json
+
+        from posenc.data.hf_tokenizer import HFTokenizer
+
+        self.tokenizer = HFTokenizer(folder)
+        tok = self.tokenizer
+        if tok.eos_id is None or tok.pad_id is None:
+            raise ValueError(
+                f"{VOCAB_FIELD}=hf:{folder}: its tokenizer_config.json must name an eos_token and "
+                "a pad_token (a sequence-to-sequence model ends outputs and pads rows with them)"
+            )
+        generation = Path(folder) / GENERATION_CONFIG
+        start = None
+        if generation.is_file():
+            start = json.loads(generation.read_text()).get("decoder_start_token_id")
+        if start is None:
+            start = tok.bos_id if tok.bos_id is not None else tok.pad_id
+        self.vocab_size = tok.vocab_size
+        self.eos_id, self.pad_id, self.bos_id = tok.eos_id, tok.pad_id, int(start)
+
+    def encode(self, text: str) -> np.ndarray:
+        """See `Vocab.encode` (no special tokens added)."""
+        return self.tokenizer.encode(text).astype(np.int32)
+
+    def encode_batch(self, texts: Sequence[str]) -> list[np.ndarray]:
+        """See `Vocab.encode_batch`: the tokenizers library encodes the list in threads."""
+        found = self.tokenizer.tokenizer.encode_batch(list(texts), add_special_tokens=False)
+        return [np.asarray(e.ids, np.int32) for e in found]
+
+    def decode(self, ids: Iterable[int] | np.ndarray) -> str:
+        """See `Vocab.decode`; ids past the tokenizer's, which a pretrained model's larger table
+        may emit (T5: 28 rows past its 32100 ids), have no text and are dropped."""
+        arr = np.asarray(ids if isinstance(ids, np.ndarray) else list(ids), dtype=np.int64)
+        return super().decode(arr[arr < self.vocab_size] if arr.ndim == 1 else arr)
+
+    def _decode_ids(self, ids: list[int]) -> str:
+        return self.tokenizer.tokenizer.decode(ids, skip_special_tokens=True)
+
+    def identity(self) -> dict[str, Any]:
+        """See `Vocab.identity`; `tokenizer_sha256` is the hash of `tokenizer.json`."""
+        return {
+            "kind": "hf",
+            "vocab_size": self.vocab_size,
+            "tokenizer_sha256": self.tokenizer.sha256,
+            **self.special_ids(),
+        }
+
+
 def _training_sentences(pairs: Sequence[Pair], max_sentences: int) -> Iterator[str]:
     stride = max(1, -(-2 * len(pairs) // max_sentences))  # ceil: each pair gives two sentences
     for src, tgt in pairs[::stride]:
@@ -283,17 +352,19 @@ def make_vocab(
     """The vocabulary a config asks for, training and caching a SentencePiece model once.
 
     Args:
-      kind: "bytes" or "sentencepiece" (`data.vocab`).
+      kind: "bytes", "sentencepiece" or "hf:<folder>" (`data.vocab`).
       train_pairs: the training pairs (`source.pairs("train")`); used by "sentencepiece" only.
       vocab_size: SentencePiece vocabulary size (`data.vocab_size`).
       model_type: "unigram" or "bpe" (`data.spm_model_type`).
       data_dir: data directory holding the cache; None means `default_data_dir()`.
 
     Returns:
-      A `ByteVocab` or a `SentencePieceVocab`.
+      A `ByteVocab`, a `SentencePieceVocab` or an `HFVocab`.
     """
     if kind == "bytes":
         return ByteVocab()
+    if isinstance(kind, str) and kind.startswith(HF_PREFIX) and kind[len(HF_PREFIX) :]:
+        return HFVocab(kind[len(HF_PREFIX) :])
     if kind != "sentencepiece":
         raise ValueError(f"{VOCAB_FIELD}={kind!r}; allowed: {list(VOCAB_KINDS)}")
     from posenc.data.base import resolve_data_dir

@@ -16,6 +16,14 @@ so ``posenc eval`` (any lengths, sliding windows, RoPE scaling overrides), ``pos
 W/config.json --init-from W --workdir NEW`` fine-tunes it. Training in the imported directory
 itself is refused (it holds no optimizer state and is not a training run).
 
+Each assembly is the run posenc trains of that kind, so it goes down that kind's code paths:
+a decoder-only model is a causal-LM run; a bidirectional one (BERT, RoBERTa) a masked-LM run
+(``train.objective="masked_lm"``, the tokenizer's own mask token), evaluated as posenc's
+masked-LM runs are and fine-tuned into a classifier with ``--init-from``; an encoder-decoder
+(T5, Flan-T5) a translation run on ``configs/translation.py:base`` whose vocabulary
+(``data.vocab``) is the model's tokenizer, evaluated (loss, beam search, BLEU) as translation
+runs are.
+
 Export writes ``config.json``, ``model.safetensors`` (sharded beyond 5 GB) and the tokenizer
 files of a run: an imported one as its family, a posenc-trained one as the first family that
 holds its options (RoPE: Llama or GPT-NeoX; learned: GPT-2; ALiBi with an embedding norm:
@@ -61,37 +69,48 @@ TOKENIZER_FILES = (
     "vocab.txt",
     "generation_config.json",
 )
-_BASE_CONFIG = os.path.join(
-    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
-    "configs",
-    "base.py",
+_CONFIGS = os.path.join(
+    os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "configs"
 )
+# The run config an import starts from, and the data it scores, per assembly: a decoder-only
+# or masked LM is a language-model run; an encoder-decoder (T5) a translation run.
+_BASES = {
+    "lm": (os.path.join(_CONFIGS, "base.py"), "pystdlib"),
+    "encoder_decoder": (os.path.join(_CONFIGS, "translation.py") + ":base", "parallel:default"),
+}
 # The step an imported checkpoint is saved at, and the run's train.steps: a finished run.
 IMPORTED_STEP = 1
 
 
 def base_config(
-    spec: str | None = None, overrides: Sequence[str] = ()
+    spec: str | None = None, overrides: Sequence[str] = (), kind: str = "lm"
 ) -> ml_collections.ConfigDict:
     """The run config an import starts from: ``spec`` (``file.py[:variant]``), default the
-    repository's ``configs/base.py``, with ``overrides`` (``"eval.lengths=..."``) applied; the
-    model, encoder and training length are then the pretrained model's."""
+    repository's ``configs/base.py`` (``configs/translation.py:base`` for an encoder-decoder,
+    ``kind``), with ``overrides`` (``"eval.lengths=..."``) applied; the model, encoder and
+    training length are then the pretrained model's."""
     from posenc.config import apply_overrides, load_config
 
-    return apply_overrides(load_config(spec or _BASE_CONFIG), overrides)
+    return apply_overrides(load_config(spec or _BASES[kind][0]), overrides)
 
 
 def run_config(
     spec: Spec, base: ml_collections.ConfigDict, *, source: str, tokenizer: str
 ) -> ml_collections.ConfigDict:
-    """The run config of an imported model (module docstring)."""
+    """The run config of an imported model (module docstring): a bidirectional model is a
+    masked-LM run (``train.objective="masked_lm"``), an encoder-decoder a translation run whose
+    vocabulary (``data.vocab``) is the model's tokenizer."""
     fields = base.to_dict()
     fields["model"] = {**fields["model"], **dataclasses.asdict(spec.model)}
     if spec.assembly != "lm":
         fields["model"]["assembly"] = spec.assembly
     fields["encoding"] = {"name": spec.encoding, "hparams": dict(spec.hparams)}
     fields["data"].update(source=source, tokenizer=tokenizer)
+    if spec.assembly == "encoder_decoder":
+        fields["data"]["vocab"] = tokenizer
     fields["train"].update(seq_len=spec.train_len, steps=IMPORTED_STEP, init_from=None)
+    if spec.assembly == "lm":
+        fields["train"]["objective"] = "causal_lm" if spec.model.causal else "masked_lm"
     return config_from_dict(fields)
 
 
@@ -99,7 +118,7 @@ def import_hf(
     hf_dir: str,
     workdir: str,
     *,
-    data: str = "pystdlib",
+    data: str | None = None,
     dtype: str = "float32",
     param_dtype: str | None = None,
     tokenizer: bool = True,
@@ -111,24 +130,20 @@ def import_hf(
     Args:
       hf_dir: the model's folder (``config.json``, safetensors, tokenizer files).
       workdir: the run directory to create (must hold no run).
-      data: the run's ``data.source`` (what ``posenc eval`` scores).
+      data: the run's ``data.source`` (what ``posenc eval`` scores); None: ``pystdlib`` for a
+        language model (causal or masked), ``parallel:default`` for an encoder-decoder.
       dtype: the compute dtype recorded in the config (``model.dtype``).
       param_dtype: the checkpoint's parameter dtype; None: float32.
       tokenizer: require the model's ``tokenizer.json`` (False: import the weights alone; the
         run then tokenises as bytes, which fits only a model with >= 257 ids).
-      base: the run config to start from (``file.py[:variant]``); default ``configs/base.py``.
+      base: the run config to start from (``file.py[:variant]``); default ``configs/base.py``
+        (``configs/translation.py:base`` for an encoder-decoder).
       overrides: ``"field=value"`` overrides of that config (``data.data_dir``, ``eval.*``).
 
     Returns:
       The provenance record written to ``pretrained.json``.
     """
     family, spec, reader = read_spec(hf_dir)
-    if spec.assembly != "lm" or not spec.model.causal:
-        kind = "encoder-decoder" if spec.assembly != "lm" else "bidirectional (masked LM)"
-        raise ValueError(
-            f"{hf_dir}: posenc import-hf writes run directories of decoder-only models; load "
-            f"this {kind} {family.name} model with posenc.hf.load_pretrained"
-        )
     has_tokenizer = os.path.isfile(os.path.join(hf_dir, "tokenizer.json"))
     if tokenizer and not has_tokenizer:
         raise FileNotFoundError(
@@ -141,7 +156,9 @@ def import_hf(
         raise WorkdirError(f"{workdir} already holds a run; import into a new work directory")
     tokenizer_spec = f"hf:{os.path.abspath(run.file(TOKENIZER_DIR))}" if tokenizer else "bytes"
     spec = dataclasses.replace(spec, model=dataclasses.replace(spec.model, dtype=dtype))
-    config = run_config(spec, base_config(base, overrides), source=data, tokenizer=tokenizer_spec)
+    base_run = base_config(base, overrides, spec.assembly)
+    source = data or _BASES[spec.assembly][1]
+    config = run_config(spec, base_run, source=source, tokenizer=tokenizer_spec)
     model = convert.fill(family, spec, reader, param_dtype=param_dtype)
     from flax import nnx
 

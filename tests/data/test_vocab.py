@@ -83,7 +83,8 @@ def test_make_vocab_trains_once_and_caches_by_content(tmp_path, train_pairs, mon
 def test_vocab_refusals(train_pairs):
     assert isinstance(make_vocab("bytes"), ByteVocab)
     with pytest.raises(
-        ValueError, match=r"data.vocab='words'; allowed: \['bytes', 'sentencepiece'\]"
+        ValueError,
+        match=r"data.vocab='words'; allowed: \['bytes', 'sentencepiece', 'hf:<folder>'\]",
     ):
         make_vocab("words")
     with pytest.raises(ValueError, match=r"data.vocab_size=100: .* at least 260"):
