@@ -7,8 +7,10 @@ scaling type of the Llama family) this script builds a tiny randomly initialised
 and opt, also gets a small ``tokenizer.json`` for the import and extrapolation tests), stores its
 float32 logits on random ids in ``golden.npz`` beside it, at a length within the model's
 ``max_position_embeddings`` and one beyond it (the learned tables of GPT-2, OPT, BERT and RoBERTa
-have no row beyond it, so both of their lengths are within). The tests (``tests/hf/``) import these
-folders with posenc and compare; they need neither torch nor transformers.
+have no row beyond it, so both of their lengths are within); for a few decoder-only folders
+also transformers' greedy continuation through its key/value cache (``greedy.npz``). The tests
+(``tests/hf/``) import these folders with posenc and compare; they need neither torch nor
+transformers.
 
     pip install torch==2.13.0 transformers   # not posenc's test extras: CI uses the files
     python tests/hf/make_golden.py            # rewrites tests/hf/golden/
@@ -356,6 +358,40 @@ def phi3() -> None:
         language_model(name, config, transformers.Phi3ForCausalLM, seed=130 + i, lengths=(24, 80))
 
 
+# Decoder-only folders whose greedy continuation transformers records (greedy.npz), 42 tokens:
+# past max_position_embeddings (32) for RoPE with GQA, YaRN's scaled RoPE, partial rotary with
+# a parallel residual and ALiBi; within GPT-2's 64 learned rows (OPT's table ends at 32).
+GREEDY = ("llama", "llama_yarn", "gpt_neox", "gpt2", "bloom")
+PROMPT, NEW = 12, 30
+
+
+def greedy() -> None:
+    """transformers' own greedy decoding through its key/value cache (a prefill over the prompt,
+    then one token per step with ``past_key_values``), into ``greedy.npz`` beside each folder of
+    :data:`GREEDY`: ``prompts [2, PROMPT]``, ``tokens [2, NEW]`` and the ``logits [2, NEW, V]``
+    each token was chosen from. The folders themselves are not rewritten."""
+    for name in GREEDY:
+        folder = os.path.join(GOLDEN, name)
+        model = _reload(transformers.AutoModelForCausalLM, folder)
+        prompts = _ids(PROMPT, 2, seed=200)
+        with torch.no_grad():
+            out = model(input_ids=torch.from_numpy(prompts), use_cache=True)
+            tokens, logits = [], []
+            for _ in range(NEW):
+                last = out.logits[:, -1].float()
+                logits.append(last.numpy())
+                tokens.append(last.argmax(-1))
+                cache = out.past_key_values
+                out = model(input_ids=tokens[-1][:, None], past_key_values=cache, use_cache=True)
+        np.savez_compressed(
+            os.path.join(folder, "greedy.npz"),
+            prompts=prompts.astype(np.int32),
+            tokens=torch.stack(tokens, 1).numpy().astype(np.int32),
+            logits=np.stack(logits, 1),
+        )
+        print(f"{name}: greedy.npz")
+
+
 FAMILIES = {
     "llama": llama_family,
     "gpt_neox": gpt_neox,
@@ -365,6 +401,7 @@ FAMILIES = {
     "bert": bert,
     "opt": opt,
     "phi3": phi3,
+    "greedy": greedy,  # after the decoder-only families: it reads their folders
 }
 
 if __name__ == "__main__":

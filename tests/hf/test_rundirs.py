@@ -217,3 +217,27 @@ def test_imported_t5_evaluates_as_a_translation_run(tmp_path, texts):
     assert report["teacher_forced"]["tokens"] == len(losses)
     np.testing.assert_allclose(report["teacher_forced"]["loss"], np.mean(losses), rtol=1e-5)
     assert len((workdir / "eval.hypotheses.txt").read_text().splitlines()) == len(sources)
+
+
+# Folders with transformers' greedy continuation (make_golden.py's GREEDY).
+GREEDY = ("llama", "llama_yarn", "gpt_neox", "gpt2", "bloom")
+
+
+@pytest.mark.slow  # about 3 s each: 30 decoding steps compiled in one program
+@pytest.mark.parametrize("name", GREEDY)
+def test_generation_on_an_imported_run_is_transformers_greedy(tmp_path, name):
+    """posenc's greedy decoding through its key/value cache, on the model of an imported run
+    directory, continues 30 tokens past a 12-token prompt (to 42: beyond the 32 positions the
+    RoPE and ALiBi models were trained at) as transformers' greedy decoding through its own cache
+    does: the same tokens, from the same logits."""
+    from posenc.decoding.lm import greedy_generate
+
+    workdir = tmp_path / "run"
+    import_hf(str(GOLDEN / name), str(workdir), tokenizer=False)
+    golden = np.load(GOLDEN / name / "greedy.npz")
+    model = posenc.load_run(str(workdir)).model
+    tokens, logits = greedy_generate(
+        model, jnp.asarray(golden["prompts"]), golden["tokens"].shape[1], return_logits=True
+    )
+    np.testing.assert_array_equal(np.asarray(tokens), golden["tokens"])
+    _close(np.asarray(logits), golden["logits"])
