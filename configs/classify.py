@@ -19,7 +19,11 @@ Variants (``--config configs/classify.py:VARIANT``):
 
 Classes: ``model.num_labels`` is the number of classes of the training split (2 for MRPC,
 SST-2, QNLI, QQP; 3 for MNLI), 1 for a regression (STS-B). ``--init-from`` needs the masked-LM
-run's model fields (shapes, encoder) to equal the classifier's.
+run's model fields (shapes, encoder) to equal the classifier's, or
+``--config.train.inherit_model=True`` to take them (with its tokenizer) from that run: the way
+to fine-tune an imported BERT or RoBERTa (``posenc import-hf``), whose rows are then framed by
+its own tokenizer (``[CLS] a [SEP] b [SEP]``; RoBERTa's ``<s> a </s></s> b </s>``) and whose
+segment embedding and pooler start from its token-type table and pooler.
 
 Example::
 
@@ -28,6 +32,9 @@ Example::
     posenc eval --workdir runs/cls        # accuracy per length bucket: <=1x, 1x-2x, 2x-4x
     posenc train --config configs/classify.py:base --config.data.source=tfds:glue/mrpc \\
         --workdir runs/mrpc --init-from runs/bert
+    posenc import-hf /models/bert-base-uncased --workdir runs/bert-hf
+    posenc train --config configs/classify.py:base --config.data.source=tfds:glue/mrpc \\
+        --workdir runs/mrpc-hf --init-from runs/bert-hf --config.train.inherit_model=True
 """
 
 import os
@@ -59,6 +66,10 @@ def _classifier(config: ml_collections.ConfigDict) -> None:
     config.model.pooler = True
     # What is trained: the classes (or the regression) of labelled examples.
     config.train.objective = "classification"
+    # True: the model's shape and options, the encoder and data.tokenizer are those of the run
+    # train.init_from names (an imported BERT or RoBERTa: --init-from W
+    # --config.train.inherit_model=True); the head's fields and dropout stay this config's.
+    config.train.inherit_model = False
     # "labelled:default" (the embedded text-order task), "tsv:<dir>" (train.tsv, validation.tsv,
     # optionally test.tsv; header text[, text_b], label) or a prepared "tfds:glue/<task>".
     config.data.source = "labelled:default"

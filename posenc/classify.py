@@ -40,13 +40,44 @@ from posenc.data.classify_batching import (
     eval_batches,
 )
 from posenc.data.labelled import LabelledSource, encode_labels, get_labelled_source, label_classes
-from posenc.models.build import assembly, head_config
+from posenc.models.build import HEAD_FIELDS, assembly, head_config
 from posenc.models.classifier import Classifier
 
 
 def is_classifier(config: ml_collections.ConfigDict) -> bool:
     """Whether ``config`` describes a classification run."""
     return assembly(config) == "classifier"
+
+
+# Fields of `config.model` a classifier keeps when it takes its model from train.init_from: the
+# assembly, its head, and what fine-tuning may choose (dropout, the attention path).
+_OWN_FIELDS = ("assembly", *HEAD_FIELDS, "dropout", "attention_impl", "attention_block_size")
+
+
+def inherit_model(config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+    """``config`` with its model, encoder and ``data.tokenizer`` taken from the run
+    ``train.init_from`` names, when ``train.inherit_model`` is True (an imported BERT or
+    RoBERTa, whose options no one types: ``posenc train --config configs/classify.py:tiny
+    --config.train.inherit_model=True --init-from W``); the head's fields, dropout and the
+    attention path stay ``config``'s. The same config back otherwise (and when it already
+    holds the other run's model), so it may be applied twice."""
+    t = config.train
+    if not t.get("inherit_model", False):
+        return config
+    if not t.get("init_from"):
+        raise ValueError(
+            "train.inherit_model=True takes the model from train.init_from, which is not set; "
+            "pass --init-from RUN (a masked-LM run or an imported BERT or RoBERTa)"
+        )
+    from posenc.workdir import RunDir, config_from_dict
+
+    other = RunDir(t.init_from).read_config()
+    fields = config.to_dict()
+    own = {k: v for k, v in fields["model"].items() if k in _OWN_FIELDS}
+    fields["model"] = {**other.model.to_dict(), **own}
+    fields["encoding"] = other.encoding.to_dict()
+    fields["data"]["tokenizer"] = other.data.get("tokenizer", "bytes")
+    return config_from_dict(fields)
 
 
 def regression(config: ml_collections.ConfigDict) -> bool:
@@ -77,10 +108,20 @@ def open_data(config: ml_collections.ConfigDict) -> tuple[LabelledSource, tuple[
     return source, classes
 
 
-def encoded(source: LabelledSource, split: str, classes: tuple[str, ...] | None) -> EncodedExamples:
-    """A split's examples as byte rows with their label ids (or real targets)."""
+def encoded(
+    source: LabelledSource,
+    split: str,
+    classes: tuple[str, ...] | None,
+    tokenizer: str = "bytes",
+) -> EncodedExamples:
+    """A split's examples as token rows of ``data.tokenizer`` (bytes, or a pretrained model's
+    tokenizer, whose own special tokens frame the rows) with their label ids (or real
+    targets)."""
+    from posenc.data.hf_tokenizer import make_tokenizer
+
     examples = source.examples(split)
-    return encode_examples(examples, encode_labels(examples, classes, split))
+    labels = encode_labels(examples, classes, split)
+    return encode_examples(examples, labels, make_tokenizer(tokenizer))
 
 
 def data_record(source: LabelledSource, classes: tuple[str, ...] | None) -> dict[str, Any]:
@@ -92,7 +133,7 @@ def train_batches(
     config: ml_collections.ConfigDict, source: LabelledSource, classes: tuple[str, ...] | None
 ) -> ClassifyBatches:
     """The run's training batches (a function of (seed, step))."""
-    train = encoded(source, "train", classes)
+    train = encoded(source, "train", classes, config.data.get("tokenizer", "bytes"))
     if not regression(config) and (train.labels < 0).any():
         raise ValueError(
             f"data.source={config.data.source!r}: the training split has unlabelled rows"
@@ -204,7 +245,7 @@ def evaluate_classifier(
     Raises:
       ValueError: an empty or unlabelled split.
     """
-    examples = encoded(source, split, classes)
+    examples = encoded(source, split, classes, config.data.get("tokenizer", "bytes"))
     labelled = ~np.isnan(examples.labels) if classes is None else examples.labels >= 0
     if not labelled.any():
         raise ValueError(
@@ -214,6 +255,7 @@ def evaluate_classifier(
     examples = EncodedExamples(
         [t for t, keep in zip(examples.texts, labelled, strict=True) if keep],
         examples.labels[labelled],
+        examples.fmt,
     )
     start = time.perf_counter()
     num_classes = None if classes is None else len(classes)

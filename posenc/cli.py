@@ -89,12 +89,13 @@ def _length(text: str) -> int:
 
 
 def _cmd_train(args, overrides) -> int:
+    from posenc.classify import inherit_model
     from posenc.evaluate import evaluate_workdir
     from posenc.train import train
 
     if args.init_from:
         overrides = [*overrides, f"train.init_from={os.path.abspath(args.init_from)!r}"]
-    config = _load(args.config, overrides)
+    config = inherit_model(_load(args.config, overrides))  # a classifier from an imported BERT
     result = train(config, args.workdir, stop_at=args.stop_at)
     if result.resumed_from is not None:
         print(f"resumed from step {result.resumed_from}")

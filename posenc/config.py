@@ -672,7 +672,18 @@ def _validate_classifier(config: ml_collections.ConfigDict) -> None:
         )
     if model_cfg.mem_len:
         raise ValueError("model.mem_len must be 0 for model.assembly='classifier'")
-    if m.vocab_size < CLASSIFY_VOCAB_SIZE:
+    tokenizer = config.data.get("tokenizer", "bytes")
+    if tokenizer != "bytes":  # a pretrained model's own: rows framed by its special tokens
+        from posenc.data.hf_tokenizer import check_spec, make_tokenizer
+
+        check_spec(tokenizer)
+        size = make_tokenizer(tokenizer).vocab_size
+        if m.vocab_size < size:
+            raise ValueError(
+                f"model.vocab_size={m.vocab_size} is smaller than the {size} ids of "
+                f"data.tokenizer={tokenizer!r}; use model.vocab_size >= {size}"
+            )
+    elif m.vocab_size < CLASSIFY_VOCAB_SIZE:
         raise ValueError(
             f"model.vocab_size={m.vocab_size} has no id for [CLS] (id {CLASSIFY_VOCAB_SIZE - 1}, "
             "after the bytes, the separator and the mask token); use model.vocab_size >= "

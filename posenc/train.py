@@ -62,6 +62,7 @@ from posenc.models.classifier import OWN_PARTS
 from posenc.models.lm import Transformer
 from posenc.workdir import (
     PRETRAINED_FILE,
+    PRETRAINED_PARTS,
     Checkpoints,
     RunDir,
     WorkdirError,
@@ -414,8 +415,10 @@ def _params_of(
 
     A classifier takes the shared parts of any run whose model has them (a masked-LM run, or
     another classifier's): its own parts (:data:`posenc.models.classifier.OWN_PARTS`, the head
-    and segment embedding) start fresh where the other model has none, and the other model's
-    parts the classifier lacks (an LM's output projection) are left behind.
+    and segment embedding) start fresh where the other model has none, except those an
+    imported checkpoint holds (``pretrained_parts.safetensors``: BERT's token-type table as
+    the segment embedding, its pooler), and the other model's parts the classifier lacks (an
+    LM's output projection) are left behind.
 
     Raises:
       ValueError: the other run is not a trained work directory, or its parameters do not fit
@@ -450,8 +453,11 @@ def _params_of(
     sharding = jax.tree.leaves(abstract_params)[0].sharding
     with other.lock():
         step, params = other.restore_params(abstract_on(theirs_abstract, sharding))
+    pretrained: list[str] = []
     if theirs != mine:  # keep the shared parts; the classifier's own parts start fresh
-        params = _merge_params(params, nnx.split(build(config), nnx.Param, ...)[1], fresh)
+        start = nnx.split(build(config), nnx.Param, ...)[1]
+        start, pretrained = _pretrained_parts(other, start, fresh)
+        params = _merge_params(params, start, fresh)
     record = {
         "init_from": os.path.abspath(source),
         "step": step,
@@ -459,9 +465,37 @@ def _params_of(
         "encoding": other_config.encoding.to_dict(),
         "train_seq_len": other_config.train.seq_len,
         "config_sha256": config_sha256(other_config),
-        "fresh": sorted(fresh),
+        "fresh": sorted(set(fresh) - set(pretrained)),
+        "pretrained_parts": pretrained,
     }
     return params, record
+
+
+def _pretrained_parts(other: RunDir, start: Any, fresh: set[str]) -> tuple[Any, list[str]]:
+    """``start`` (a fresh classifier's parameters) with the parts in ``fresh`` that the other
+    run's ``pretrained_parts.safetensors`` holds put in (a table with fewer rows than this
+    model's, RoBERTa's one token type, fills the first rows); and which were."""
+    path = other.file(PRETRAINED_PARTS)
+    if not os.path.isfile(path):
+        return start, []
+    from safetensors.numpy import load_file
+
+    parts = {
+        "".join(f"['{p}']" for p in name.split(".")): array
+        for name, array in load_file(path).items()
+    }
+    taken = []
+
+    def put(key_path, leaf):
+        key = jax.tree_util.keystr(key_path)
+        part = next((v for k, v in parts.items() if key.startswith(k + ".") or key == k), None)
+        if key not in fresh or part is None or part.shape[1:] != leaf.shape[1:]:
+            return leaf
+        taken.append(key)
+        rows = min(len(part), len(leaf))
+        return jnp.asarray(leaf).at[:rows].set(jnp.asarray(part[:rows], leaf.dtype))
+
+    return jax.tree_util.tree_map_with_path(put, start), sorted(taken)
 
 
 def _merge_params(theirs: Any, mine: Any, fresh: set[str]) -> Any:
@@ -510,6 +544,7 @@ def train(
       NonFiniteLossError: the loss became NaN/inf; the last good checkpoint is kept.
     """
     distributed.maybe_initialize(config)
+    config = classify.inherit_model(config)
     mesh = mesh or make_mesh(config)
     run = RunDir(workdir)
     if os.path.exists(run.file(PRETRAINED_FILE)):

@@ -39,6 +39,7 @@ from posenc.config import (
 from posenc.data.hf_tokenizer import make_tokenizer
 from posenc.evaluate import evaluate_workdir, restore_model
 from posenc.losses import token_loss
+from posenc.models.build import assembly
 from posenc.models.lm import Transformer
 from posenc.workdir import RunDir
 
@@ -52,7 +53,11 @@ class TrainedRun:
       workdir: the run's work directory.
       config: the config the model is built with: the run's, with the overrides applied.
       changes: ``{dotted field: value}`` the overrides change (empty: the run's own settings).
-      model: the model with the checkpoint's parameters (:class:`posenc.models.lm.Transformer`).
+      model: the model with the checkpoint's parameters: the decoder-only (or masked-LM)
+        :class:`posenc.models.lm.Transformer`, a translation run's
+        :class:`~posenc.models.encdec.EncoderDecoder` (``model(source, target)``) or a
+        classification run's :class:`~posenc.models.classifier.Classifier`
+        (``model(tokens, segments, mask)``).
       step: the checkpoint's step.
       finished: whether training had finished at that step.
       tokenizer: the run's tokenizer (``data.tokenizer``; bytes: ids 0..255, 256 separates
@@ -64,7 +69,7 @@ class TrainedRun:
         workdir: str,
         config: ml_collections.ConfigDict,
         changes: dict[str, Any],
-        model: Transformer,
+        model: Any,
         step: int,
     ):
         self.workdir = workdir
@@ -106,6 +111,12 @@ class TrainedRun:
           float32 ``[T, V]`` (or ``[B, T, V]``): causal runs predict the next token at every
           position, masked-LM runs each position's own token.
         """
+        if not isinstance(self.model, Transformer):
+            kind = type(self.model).__name__
+            raise ValueError(
+                f"{self.workdir} holds a {kind} (model.assembly={assembly(self.config)!r}), "
+                "whose inputs are not one token window; call run.model directly"
+            )
         tokens = np.asarray(tokens)
         batch = tokens if tokens.ndim == 2 else tokens[None]
         if positions is not None:

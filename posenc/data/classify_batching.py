@@ -2,12 +2,16 @@
 
 A row is BERT's input (Devlin et al. 2019, Sec. 3): ``[CLS] a [SEP]`` for one text,
 ``[CLS] a [SEP] b [SEP]`` for a pair, with segment ids 0 up to and including the first
-``[SEP]`` and 1 after it. Texts are UTF-8 bytes (ids 0-255); ``[SEP]`` is the byte tokenizer's
-document separator (:data:`~posenc.data.tokenizer.SEP_ID`, 256), which a masked-LM run has seen
-between documents, and ``[CLS]`` is id 258 (:data:`CLS_ID`, after the masked LM's mask token
-257), so a classifier needs ``model.vocab_size >= 259`` (:data:`VOCAB_SIZE`). Rows longer than
-the training length are truncated as BERT's ``_truncate_seq_pair`` does: one token at a time
-from the end of the longer text.
+``[SEP]`` and 1 after it. How a row is framed is the tokenizer's (:func:`row_format`, its
+:class:`RowFormat`): with posenc's bytes (texts are UTF-8 bytes, ids 0-255) ``[SEP]`` is the
+byte tokenizer's document separator (:data:`~posenc.data.tokenizer.SEP_ID`, 256), which a
+masked-LM run has seen between documents, and ``[CLS]`` is id 258 (:data:`CLS_ID`, after the
+masked LM's mask token 257), so a classifier needs ``model.vocab_size >= 259``
+(:data:`VOCAB_SIZE`); a pretrained tokenizer (``data.tokenizer="hf:..."``, an imported BERT or
+RoBERTa) frames rows with its own special tokens and segment ids, as its post-processor does
+(BERT's ``[CLS] a [SEP] b [SEP]`` with segments 0 and 1; RoBERTa's ``<s> a </s></s> b </s>``,
+all segment 0). Rows longer than the training length are truncated as BERT's
+``_truncate_seq_pair`` does: one token at a time from the end of the longer text.
 
 Training batches (:class:`ClassifyBatches`) are a function of (seed, step): each epoch is a
 permutation of the training examples drawn from (seed, epoch); every batch is padded to
@@ -20,33 +24,80 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import numpy as np
 
 from posenc.data.labelled import Example
-from posenc.data.tokenizer import SEP_ID
+from posenc.data.tokenizer import SEP_ID, ByteTokenizer
 
 CLS_ID = 258
 VOCAB_SIZE = 259
-# Rows of a pair need [CLS] and two [SEP]s; of one text [CLS] and one.
-_SPECIALS = {False: 2, True: 3}
+# What an item of a row template holds: a special token, or the text a or b.
+SPECIAL, TEXT_A, TEXT_B = -1, 0, 1
 
 
-def _text_ids(text: str) -> np.ndarray:
-    return np.frombuffer(text.encode("utf-8"), np.uint8).astype(np.int32)
+@dataclasses.dataclass(frozen=True)
+class RowFormat:
+    """How a tokenizer frames one text, or a pair, as a row.
+
+    Attributes:
+      single, pair: the templates, one ``(what, token id, segment)`` per item: ``what`` is
+        :data:`SPECIAL` (the token ``id``), :data:`TEXT_A` or :data:`TEXT_B` (that text's
+        tokens; ``id`` unused); each item's tokens get ``segment``.
+    """
+
+    single: tuple[tuple[int, int, int], ...]
+    pair: tuple[tuple[int, int, int], ...]
+
+    def specials(self, pair: bool) -> int:
+        """The special tokens of a row (of a pair, or of one text)."""
+        return sum(what == SPECIAL for what, _, _ in (self.pair if pair else self.single))
+
+    def frame(self, a: np.ndarray, b: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """The row of texts ``a`` (and ``b``): token ids ``[T]`` and segment ids ``[T]``."""
+        ids, segs = [], []
+        for what, token, segment in self.single if b is None else self.pair:
+            part = np.asarray([token] if what == SPECIAL else a if what == TEXT_A else b)
+            ids.append(part)
+            segs.append(np.full(len(part), segment))
+        return np.concatenate(ids).astype(np.int32), np.concatenate(segs).astype(np.int32)
+
+
+# posenc's bytes: [CLS] a [SEP] (b [SEP]), segment 1 from b on.
+BYTES_FORMAT = RowFormat(
+    single=((SPECIAL, CLS_ID, 0), (TEXT_A, 0, 0), (SPECIAL, SEP_ID, 0)),
+    pair=(
+        (SPECIAL, CLS_ID, 0),
+        (TEXT_A, 0, 0),
+        (SPECIAL, SEP_ID, 0),
+        (TEXT_B, 0, 1),
+        (SPECIAL, SEP_ID, 1),
+    ),
+)
+
+
+def row_format(tokenizer: Any = None) -> RowFormat:
+    """The tokenizer's own row format (its ``row_format()`` hook: a pretrained tokenizer's
+    post-processor); posenc's bytes (None, or no such hook): :data:`BYTES_FORMAT`."""
+    hook = getattr(tokenizer, "row_format", None)
+    return BYTES_FORMAT if hook is None else hook()
 
 
 def encode_row(
-    a: np.ndarray, b: np.ndarray | None, max_len: int | None
+    a: np.ndarray,
+    b: np.ndarray | None,
+    max_len: int | None,
+    fmt: RowFormat = BYTES_FORMAT,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """BERT's row of one text ``a`` (or a pair ``a``, ``b``) of byte ids: token ids ``[T]``
-    and segment ids ``[T]``, at most ``max_len`` tokens (None: no limit).
+    """BERT's row of one text ``a`` (or a pair ``a``, ``b``) of token ids, framed by ``fmt``:
+    token ids ``[T]`` and segment ids ``[T]``, at most ``max_len`` tokens (None: no limit).
 
     >>> ids, segs = encode_row(np.array([1, 2, 3]), np.array([7]), max_len=6)
     >>> ids.tolist(), segs.tolist()   # a lost its last token: it was the longer
     ([258, 1, 2, 256, 7, 256], [0, 0, 0, 0, 1, 1])
     """
-    specials = _SPECIALS[b is not None]
+    specials = fmt.specials(b is not None)
     if max_len is not None:
         if max_len < specials + 1:
             raise ValueError(f"a row of {max_len} tokens cannot hold [CLS], [SEP] and a token")
@@ -61,12 +112,7 @@ def encode_row(
                 else:
                     lb -= 1
             a, b = a[:la], b[:lb]
-    parts = [[CLS_ID], a, [SEP_ID]]
-    segs = [np.zeros(len(a) + 2, np.int32)]
-    if b is not None:
-        parts += [b, [SEP_ID]]
-        segs.append(np.ones(len(b) + 1, np.int32))
-    return np.concatenate(parts).astype(np.int32), np.concatenate(segs)
+    return fmt.frame(a, b)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,13 +120,15 @@ class EncodedExamples:
     """Rows of a split, untruncated (training truncates per batch, evaluation per bucket).
 
     Attributes:
-      texts: per example the byte ids of ``(a, b)`` (``b`` None for one text); rows are made
+      texts: per example the token ids of ``(a, b)`` (``b`` None for one text); rows are made
         from them at the length a batch needs (:meth:`rows`).
       labels: ``[N]`` int32 class ids, or float32 targets (a regression).
+      fmt: how rows are framed (the tokenizer's :class:`RowFormat`).
     """
 
     texts: list[tuple[np.ndarray, np.ndarray | None]]
     labels: np.ndarray
+    fmt: RowFormat = BYTES_FORMAT
 
     def __len__(self) -> int:
         return len(self.texts)
@@ -90,7 +138,7 @@ class EncodedExamples:
         """``[N]`` the untruncated row lengths in tokens."""
         return np.array(
             [
-                len(a) + (0 if b is None else len(b)) + _SPECIALS[b is not None]
+                len(a) + (0 if b is None else len(b)) + self.fmt.specials(b is not None)
                 for a, b in self.texts
             ],
             np.int64,
@@ -108,19 +156,25 @@ class EncodedExamples:
         for r, i in enumerate(indices):
             if i < 0:
                 continue
-            ids, segs = encode_row(*self.texts[i], max_len=length)
+            ids, segs = encode_row(*self.texts[i], max_len=length, fmt=self.fmt)
             inputs[r, : len(ids)], segments[r, : len(ids)], mask[r, : len(ids)] = ids, segs, True
             labels[r] = self.labels[i]
         return {"inputs": inputs, "segments": segments, "mask": mask, "labels": labels}
 
 
-def encode_examples(examples: Sequence[Example], labels: np.ndarray) -> EncodedExamples:
-    """Byte ids of each example's texts, with their encoded labels
-    (:func:`posenc.data.labelled.encode_labels`)."""
-    texts = [
-        (_text_ids(e.text), None if e.text_b is None else _text_ids(e.text_b)) for e in examples
-    ]
-    return EncodedExamples(texts, np.asarray(labels))
+def encode_examples(
+    examples: Sequence[Example], labels: np.ndarray, tokenizer: Any = None
+) -> EncodedExamples:
+    """Token ids of each example's texts (``tokenizer``'s, default posenc's bytes), with their
+    encoded labels (:func:`posenc.data.labelled.encode_labels`), framed as the tokenizer frames
+    rows (:func:`row_format`)."""
+    tokenizer = ByteTokenizer() if tokenizer is None else tokenizer
+
+    def ids(text: str) -> np.ndarray:
+        return np.asarray(tokenizer.encode(text), np.int32)
+
+    texts = [(ids(e.text), None if e.text_b is None else ids(e.text_b)) for e in examples]
+    return EncodedExamples(texts, np.asarray(labels), row_format(tokenizer))
 
 
 class ClassifyBatches:

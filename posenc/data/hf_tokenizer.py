@@ -89,6 +89,10 @@ class HFTokenizer:
             raw = f.read()
         self.sha256 = hashlib.sha256(raw).hexdigest()
         self.tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
+        # A file may carry truncation or padding settings (for its model's inputs); posenc
+        # cuts and pads its own windows and rows.
+        self.tokenizer.no_truncation()
+        self.tokenizer.no_padding()
         self.folder = folder
         self.vocab_size = self.tokenizer.get_vocab_size(with_added_tokens=True)
         config = {
@@ -119,6 +123,30 @@ class HFTokenizer:
                 f"which {TOKENIZER_JSON}'s vocabulary does not have"
             )
         return int(found)
+
+    def row_format(self):
+        """How this tokenizer frames a classifier's row
+        (:class:`~posenc.data.classify_batching.RowFormat`): its post-processor run on a probe
+        text and pair (the tokenizers library's ``post_process``), each special token kept with
+        its segment id (``type_ids``), each text replaced by a slot. BERT's gives ``[CLS] a
+        [SEP] b [SEP]`` with segments 0, 0, 0, 1, 1; RoBERTa's ``<s> a </s></s> b </s>``, all
+        0; a tokenizer with no post-processor the bare texts."""
+        from posenc.data.classify_batching import SPECIAL, RowFormat
+
+        probe = self.tokenizer.encode("a", add_special_tokens=False)
+
+        def template(*texts) -> tuple[tuple[int, int, int], ...]:
+            done = self.tokenizer.post_process(*texts, add_special_tokens=True)
+            items, last = [], None
+            for token, segment, seq in zip(done.ids, done.type_ids, done.sequence_ids, strict=True):
+                if seq is None:
+                    items.append((SPECIAL, token, segment))
+                elif (seq, segment) != last:  # the first token of a text: its slot
+                    items.append((seq, 0, segment))
+                last = None if seq is None else (seq, segment)
+            return tuple(items)
+
+        return RowFormat(single=template(probe), pair=template(probe, probe))
 
     def special_ids(self) -> dict[str, int | None]:
         """``{"bos_id", "eos_id", "pad_id", "sep_id", "cls_id", "mask_id", "unk_id"}``."""

@@ -22,7 +22,8 @@ Positions: BERT reads row ``t`` of its table at position ``t``; RoBERTa row ``t 
 rows from that offset on. Every token has token type 0, so that row is a constant added to every
 embedding: it is folded into posenc's table on import and written as zeros on export (the
 exported table holds the sum). Pooler and next-sentence weights are not part of the masked LM and
-are left out, as transformers' ``BertForMaskedLM`` leaves them.
+are left out, as transformers' ``BertForMaskedLM`` leaves them; the token-type table and the
+pooler start a classifier fine-tuned from the import (:meth:`Bert.head_rules`).
 """
 
 from __future__ import annotations
@@ -177,6 +178,27 @@ class Bert(Family):
         rules += dense(transform + "dense", ("head_transform", "dense"), d, d)
         rules += layernorm(transform + norm, ("head_transform", "norm"), d)
         return rules + [copy(head + "bias", ("output_bias",), (m.vocab_size,))]
+
+    def head_rules(self, spec: Spec, names: set[str]) -> list[Rule]:
+        """A classifier's segment embedding from the token-type table (row ``s`` minus row 0,
+        which the position table holds), so segment ``s`` adds what token type ``s`` adds in
+        BERT; and BERT's pooler (dense + tanh on ``[CLS]``) where the checkpoint has one
+        (``BertForPreTraining``'s files; a masked-LM-only file has none). The output layer is
+        always new, as in BERT's fine-tuning (Devlin et al. 2019, Sec. 4.1)."""
+        t, _, _, _ = self._names(spec)
+        d, types = spec.model.model_dim, spec.extra.get("type_vocab_size", 2)
+        rules = [
+            Rule(
+                t + "embeddings.token_type_embeddings.weight",
+                (types, d),
+                (("segment_embed", "embedding"),),
+                lambda table: (table - table[:1],),
+                lambda table: table,
+            )
+        ]
+        if t + "pooler.dense.weight" in names:
+            rules += dense(t + "pooler.dense", ("head", "pooler"), d, d)
+        return rules
 
     def export_rules(self, spec: Spec) -> list[Rule]:
         """The rules of the exported model: the token-type table as zeros (its row 0 is in the

@@ -102,6 +102,15 @@ class Family:
         and posenc's does not (:func:`zero_tensor`)."""
         return self.rules(spec)
 
+    def head_rules(self, spec: Spec, names: set[str]) -> list[Rule]:
+        """Rules for the parts of a sequence classifier (:mod:`posenc.models.classifier`) that
+        the checkpoint holds beside its language model (BERT's token-type table and pooler):
+        what ``posenc train --init-from`` of an imported run starts the classifier's own parts
+        from; ``names`` are the checkpoint's tensors (a part it lacks starts fresh). None by
+        default."""
+        del spec, names
+        return []
+
     def fits(self, spec: Spec) -> list[str]:
         """What of ``spec`` this family cannot hold (empty: it can be exported as this family)."""
         raise NotImplementedError

@@ -10,6 +10,9 @@ An imported run directory is an ordinary one::
       checkpoints/1/     the parameters as an orbax checkpoint (step 1 = train.steps: finished)
       tokenizer/         the model's tokenizer files, as found
       pretrained.json    provenance: the family, the source folder, its config.json
+      pretrained_parts.safetensors   a sequence classifier's parts the checkpoint holds beside
+                         its masked LM (BERT: token-type table, pooler), which
+                         ``posenc train --init-from`` starts a classifier's own parts from
 
 so ``posenc eval`` (any lengths, sliding windows, RoPE scaling overrides), ``posenc report``,
 ``posenc.load_run`` and generation take it as they are, and ``posenc train --config
@@ -39,15 +42,17 @@ from collections.abc import Sequence
 from typing import Any
 
 import ml_collections
+import numpy as np
 
 from posenc import encodings
 from posenc.hf import convert
 from posenc.hf.family import Family, Spec, families, get
 from posenc.hf.load import read_config, read_spec
-from posenc.hf.tensors import CONFIG_FILE, write_safetensors
+from posenc.hf.tensors import CONFIG_FILE, TensorReader, write_safetensors
 from posenc.models.build import assembly, model_config
 from posenc.workdir import (
     PRETRAINED_FILE,
+    PRETRAINED_PARTS,
     TOKENIZER_DIR,
     RunDir,
     WorkdirError,
@@ -160,6 +165,7 @@ def import_hf(
     source = data or _BASES[spec.assembly][1]
     config = run_config(spec, base_run, source=source, tokenizer=tokenizer_spec)
     model = convert.fill(family, spec, reader, param_dtype=param_dtype)
+    parts = head_parts(family, spec, reader)
     from flax import nnx
 
     record = {
@@ -180,9 +186,29 @@ def import_hf(
             checkpoints.save(IMPORTED_STEP, params, {"imported": IMPORTED_STEP})
         finally:
             checkpoints.close()
+        if parts:
+            from safetensors.numpy import save_file
+
+            save_file(parts, run.file(PRETRAINED_PARTS))
         write_json(run.file(PRETRAINED_FILE), record)
         started()
     return record
+
+
+def head_parts(family: Family, spec: Spec, reader: TensorReader) -> dict[str, np.ndarray]:
+    """The classifier parts of a checkpoint (:meth:`Family.head_rules`) as float32 arrays
+    keyed by their dotted posenc path (``"segment_embed.embedding"``)."""
+    parts = {}
+    for rule in family.head_rules(spec, reader.names()):
+        array = reader.read(rule.hf).astype(np.float32)
+        if tuple(array.shape) != rule.shape:
+            raise ValueError(
+                f"{reader.folder}: tensor {rule.hf!r} has shape {tuple(array.shape)}, the config "
+                f"({family.name}) says {rule.shape}"
+            )
+        for path, value in zip(rule.paths, rule.load(array), strict=True):
+            parts[".".join(str(p) for p in path)] = np.ascontiguousarray(value, np.float32)
+    return parts
 
 
 def _copy_tokenizer(src: str, dst: str) -> list[str]:

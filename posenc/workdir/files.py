@@ -42,6 +42,8 @@ LOG_FILE = "log.txt"  # a point's output when it runs in a child process
 VOCAB_FILE = "vocab.model"  # a translation run's SentencePiece model (bytes need none)
 PRETRAINED_FILE = "pretrained.json"  # an imported Hugging Face model's provenance (import-hf)
 TOKENIZER_DIR = "tokenizer"  # an imported model's tokenizer files (data.tokenizer = hf:<it>)
+# An imported model's classifier parts (BERT's token types, pooler), for --init-from.
+PRETRAINED_PARTS = "pretrained_parts.safetensors"
 # A translation evaluation's outputs beside its report: eval.json -> eval.hypotheses.txt.
 HYPOTHESES_SUFFIX = ".hypotheses.txt"
 # posenc analyze: attention by distance and attention entropy. Each output is the stem and a

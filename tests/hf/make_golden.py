@@ -8,7 +8,8 @@ and opt, also gets a small ``tokenizer.json`` for the import and extrapolation t
 float32 logits on random ids in ``golden.npz`` beside it, at a length within the model's
 ``max_position_embeddings`` and one beyond it (the learned tables of GPT-2, OPT, BERT and RoBERTa
 have no row beyond it, so both of their lengths are within); for a few decoder-only folders
-also transformers' greedy continuation through its key/value cache (``greedy.npz``). The tests
+also transformers' greedy continuation through its key/value cache (``greedy.npz``), and for
+BERT its hidden states on padded sentence pairs (``states.npz``). The tests
 (``tests/hf/``) import these folders with posenc and compare; they need neither torch nor
 transformers.
 
@@ -358,6 +359,34 @@ def phi3() -> None:
         language_model(name, config, transformers.Phi3ForCausalLM, seed=130 + i, lengths=(24, 80))
 
 
+def bert_states() -> None:
+    """transformers' final hidden states of the golden BERT (``BertModel``, no head) on sentence
+    pairs: random ids with token types 0 then 1 and a padded second row (``attention_mask``),
+    into ``bert/states.npz`` (``ids``, ``types``, ``mask``, ``states``): what a classifier
+    fine-tuned from the import reads before its first step. The folder is not rewritten."""
+    folder = os.path.join(GOLDEN, "bert")
+    model = _reload(transformers.BertModel, folder)
+    ids = _ids(20, 2, seed=300)
+    types = np.zeros_like(ids)
+    types[:, 9:] = 1
+    mask = np.ones_like(ids)
+    mask[1, 15:] = 0
+    with torch.no_grad():
+        states = model(
+            input_ids=torch.from_numpy(ids),
+            token_type_ids=torch.from_numpy(types),
+            attention_mask=torch.from_numpy(mask),
+        ).last_hidden_state
+    np.savez_compressed(
+        os.path.join(folder, "states.npz"),
+        ids=ids.astype(np.int32),
+        types=types.astype(np.int32),
+        mask=mask.astype(bool),
+        states=states.float().numpy(),
+    )
+    print("bert: states.npz")
+
+
 # Decoder-only folders whose greedy continuation transformers records (greedy.npz), 42 tokens:
 # past max_position_embeddings (32) for RoPE with GQA, YaRN's scaled RoPE, partial rotary with
 # a parallel residual and ALiBi; within GPT-2's 64 learned rows (OPT's table ends at 32).
@@ -402,6 +431,7 @@ FAMILIES = {
     "opt": opt,
     "phi3": phi3,
     "greedy": greedy,  # after the decoder-only families: it reads their folders
+    "bert_states": bert_states,  # after bert
 }
 
 if __name__ == "__main__":

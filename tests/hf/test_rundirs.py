@@ -131,6 +131,8 @@ def test_encoder_decoder_import_is_a_translation_run(tmp_path):
     golden = np.load(GOLDEN / "t5" / "golden.npz")
     got = run.model(jnp.asarray(golden["src_12"]), jnp.asarray(golden["tgt_12"]))
     _close(np.asarray(got), golden["logits_12"])
+    with pytest.raises(ValueError, match="call run.model directly"):
+        run.logits(golden["src_12"])
     export_hf(str(workdir), str(tmp_path / "out"))
     assert_same_model_folder(str(tmp_path / "out"), str(GOLDEN / "t5"))
 
@@ -241,3 +243,81 @@ def test_generation_on_an_imported_run_is_transformers_greedy(tmp_path, name):
     )
     np.testing.assert_array_equal(np.asarray(tokens), golden["tokens"])
     _close(np.asarray(logits), golden["logits"])
+
+
+@pytest.mark.parametrize("family", ["bert", "roberta"])
+def test_classifier_rows_are_framed_as_the_tokenizer_frames_pairs(tmp_path, family):
+    """The rows of a classifier on a pretrained tokenizer are that tokenizer's own encoding of
+    the pair (the tokenizers library's ``encode(a, b)``: BERT's [CLS] a [SEP] b [SEP] with
+    segments 0 and 1, RoBERTa's <s> a </s></s> b </s>), truncated as BERT truncates pairs
+    (the library's ``longest_first``)."""
+    from tokenizers import Tokenizer
+
+    from posenc.data.classify_batching import encode_examples
+    from posenc.data.hf_tokenizer import HFTokenizer
+    from posenc.data.labelled import Example
+
+    word_tokenizer(tmp_path, family)
+    reference = Tokenizer.from_file(str(tmp_path / "tokenizer.json"))
+    pairs = [("the quick brown fox", "jumps over"), ("a b", None), ("def add a b return a", "b")]
+    examples = [Example(a, b, "x", "test") for a, b in pairs]
+    encoded = encode_examples(examples, np.zeros(3, np.int32), HFTokenizer(str(tmp_path)))
+    batch = encoded.rows([0, 1, 2], 12)
+    for row, (a, b) in enumerate(pairs):
+        want = reference.encode(a, b) if b is not None else reference.encode(a)
+        n = len(want.ids)
+        assert batch["inputs"][row, :n].tolist() == want.ids
+        assert batch["segments"][row, :n].tolist() == want.type_ids
+        assert batch["mask"][row].sum() == n
+    # At 8 tokens the longer text loses tokens from its end (the library's longest_first).
+    reference.enable_truncation(8, strategy="longest_first")
+    want = reference.encode(*pairs[2])
+    assert encoded.rows([2], 8)["inputs"][0].tolist() == want.ids and len(want.ids) == 8
+
+
+@pytest.mark.slow  # about 10 s: one training step of the classifier and its evaluation
+def test_classifier_from_imported_bert_starts_as_bert(tmp_path):
+    """posenc train --init-from <imported BERT> --config.train.inherit_model=True: the
+    classifier takes BERT's model, tokenizer and token-type table (its segment embedding), and
+    after one update at a learning rate of 1e-12 (as before its first) its final states on
+    padded sentence pairs with segments 0 and 1 are transformers' (golden bert/states.npz,
+    BertModel with token_type_ids and attention_mask); posenc.load_run loads the run."""
+    folder, imported, tuned = with_tokenizer(tmp_path, "bert"), tmp_path / "bert", tmp_path / "cls"
+    import_hf(str(folder), str(imported))
+    tsv = tmp_path / "tsv"
+    tsv.mkdir()
+    rng = np.random.default_rng(0)
+    for split, n in (("train", 16), ("validation", 6)):
+        rows = ["text\ttext_b\tlabel"]
+        for i in range(n):
+            a, b = (" ".join(rng.choice(WORDS, size=rng.integers(2, 8))) for _ in range(2))
+            rows.append(f"{a}\t{b}\t{'yes' if i % 2 else 'no'}")
+        (tsv / f"{split}.tsv").write_text("\n".join(rows) + "\n")
+    argv = [
+        "train",
+        "--config=configs/classify.py:tiny",
+        f"--workdir={tuned}",
+        f"--init-from={imported}",
+        "--config.train.inherit_model=True",
+        f"--config.data.source=tsv:{tsv}",
+        f"--config.data.data_dir={tmp_path / 'data'}",
+        "--config.train.seq_len=32",
+        "--config.train.steps=1",
+        "--config.train.batch_size=4",
+        "--config.optim.learning_rate=1e-12",
+        "--config.train.progress=False",
+        "--config.eval.multiples=(1,)",
+    ]
+    assert main(argv) == 0
+    init = json.loads((tuned / "init.json").read_text())
+    assert init["pretrained_parts"] == ["['segment_embed']['embedding'].value"]
+    run = posenc.load_run(str(tuned))
+    assert run.config.model.assembly == "classifier" and run.config.encoding.name == "learned"
+    assert run.config.data.tokenizer == f"hf:{imported / 'tokenizer'}"
+    golden = np.load(GOLDEN / "bert" / "states.npz")
+    states = run.model.encode(
+        jnp.asarray(golden["ids"]), jnp.asarray(golden["types"]), jnp.asarray(golden["mask"])
+    )
+    real = golden["mask"]
+    _close(np.asarray(states)[real], golden["states"][real])
+    assert load_eval(str(tuned))["overall"]["examples"] == 6
