@@ -90,10 +90,18 @@ def prepare(model: str, workdir: str, data: str | None, data_dir: str | None) ->
     ``workdir`` (made once, scoring ``data``)."""
     if RunDir(model).has_checkpoints():
         return model
+    from posenc.hf import read_spec
     from posenc.hf.rundir import import_hf
 
     run_dir = os.path.join(workdir, os.path.basename(os.path.normpath(model)))
     if not RunDir(run_dir).has_checkpoints():
+        family, spec, _ = read_spec(model)
+        if spec.assembly != "lm" or not spec.model.causal:
+            raise ValueError(
+                f"{model} is a {family.name} model, not a causal LM: perplexity by length is a "
+                "causal LM's; import it with posenc import-hf and score it with posenc eval (a "
+                "masked-LM or translation run)"
+            )
         if data is None:
             raise ValueError(
                 f"{model} is not a posenc run directory: give the text it scores (--data, e.g. "

@@ -84,3 +84,9 @@ def test_a_missing_model_folder_is_one_line(tmp_path):
 def test_a_hugging_face_folder_needs_data(tmp_path):
     with pytest.raises(ValueError, match="is not a posenc run directory: give the text it scores"):
         pe.run([str(GOLDEN / "llama")], str(tmp_path / "exp"), None)
+
+
+def test_a_model_that_is_not_a_causal_lm_is_refused_in_one_line(tmp_path):
+    with pytest.raises(ValueError, match="is a t5 model, not a causal LM") as error:
+        pe.run([str(GOLDEN / "t5")], str(tmp_path / "exp"), "pystdlib")
+    assert "\n" not in str(error.value) and not os.path.exists(tmp_path / "exp" / "t5")
