@@ -429,6 +429,7 @@ def _params_of(
     theirs_abstract = nnx.split(nnx.eval_shape(lambda: build(other_config)), nnx.Param, ...)[1]
     mine, theirs = _shapes(abstract_params), _shapes(theirs_abstract)
     fresh: set[str] = set()
+    own: tuple[str, ...] = ()
     if classify.is_classifier(config):
         own = tuple(f"['{part}']" for part in OWN_PARTS)
         fresh = {k for k in mine if k not in theirs and k.startswith(own)}
@@ -449,6 +450,7 @@ def _params_of(
             f"train.init_from={source!r}: its parameters do not fit this model ({len(differ)} "
             f"differ, e.g. {differ[:3]}; config fields that differ: {fields}); initialise from a "
             "run with the same model shape and encoder parameters"
+            + (" (a classifier takes them with train.inherit_model=True)" if own else "")
         )
     sharding = jax.tree.leaves(abstract_params)[0].sharding
     with other.lock():
