@@ -21,7 +21,10 @@ What a tile costs beyond NoPE's is chosen from the encoder's declarations
 
 An encoder with contextual logits has the key blocks visited from the last to the first instead,
 its running sum over the later keys carried along (the online softmax gives the same result in
-any order). The cumulative decays of a ``log_decay`` encoder are tiled with the queries and keys.
+any order). If it declares a ``carry_limit``, a tile reached once every query's carry is at the
+limit (CoPE's count at ``max_pos - 1``) adds the hook's terms for one probe key (a masked logit)
+instead of calling it on the tile: NoPE's cost, decided per tile from the carry (``lax.switch``).
+The cumulative decays of a ``log_decay`` encoder are tiled with the queries and keys.
 """
 
 from __future__ import annotations
@@ -150,8 +153,15 @@ class _Window(NamedTuple):
                     lambda carry, ys, probe=probe: self._step(carry, xs, ys, table, probe)
                 )
 
+            limit = self.encoding.carry_limit if contextual_hook else None
+            if limit is not None:
+                saturated = len(branches)
+                branches.append(lambda carry, ys: self._step(carry, xs, ys, table, None, True))
+
             def key_block(carry, ys):
                 kind = self._kind(q_start, qpos_blk, ys[2], ys[3])
+                if limit is not None:  # every query's carry at the limit: the probe's terms
+                    kind = jnp.where((kind == _NEAR) & jnp.all(carry[4] >= limit), saturated, kind)
                 return jax.lax.switch(kind, branches, carry, ys), None
 
             init = (
@@ -196,8 +206,9 @@ class _Window(NamedTuple):
             probes.append(_probe(self, q_blk, qpos_blk, last + reach + 1))
         return probes
 
-    def _step(self, carry, xs, ys, table, probe: _Probes | None):
-        """One tile of the online softmax: the hooks (or, past the reach, ``probe``) on it."""
+    def _step(self, carry, xs, ys, table, probe: _Probes | None, saturated: bool = False):
+        """One tile of the online softmax: the hooks (or, past the reach, ``probe``) on it;
+        ``saturated``: every query's contextual carry is at the encoder's ``carry_limit``."""
         q_blk, qpos_blk, q_start, decay_q_blk = xs
         k_blk, v_blk, kpos_blk, k_start, decay_k_blk, valid_k_blk = ys
         m, l, acc, extra, count = carry
@@ -231,7 +242,12 @@ class _Window(NamedTuple):
         if valid_k_blk is not None:
             visible = visible & valid_k_blk[:, None, None, :]  # [B|1, 1, blk, blk]
         logits = jnp.where(visible, logits, NEG)  # [B, H, blk, blk]
-        if count is not None:
+        if count is not None and saturated:
+            # One key with a masked logit stands for every key of the tile (``carry_limit``).
+            masked = jnp.full((*logits.shape[:3], 1), NEG, jnp.float32)
+            terms, _ = enc.contextual_logits(params, q_blk, k_blk[:, :1] * 0, masked, count)
+            logits = jnp.where(visible, logits + terms.astype(jnp.float32), NEG)
+        elif count is not None:
             logits, count = contextual(q_blk, k_blk, logits, visible, count, enc, params)
         m_new = jnp.maximum(m, logits.max(axis=-1))  # [B, H, blk]
         p = jnp.exp(logits - m_new[..., None])

@@ -1,7 +1,8 @@
 """The blocked path's cheaper tiles (posenc.attention_blocked) against the einsum reference,
 forward and gradients: per-distance tables (``bias_by_distance``), probed tiles past the
-``reach``, causal and bidirectional, at offsets, with invalid keys, with randomized positions;
-and the per-distance table laid out per tile against the encoder's bias of every pair."""
+``reach``, contextual tiles past the ``carry_limit``, causal and bidirectional, at offsets, with
+invalid keys, with randomized positions; and the per-distance table laid out per tile against
+the encoder's bias of every pair."""
 
 from __future__ import annotations
 
@@ -16,8 +17,13 @@ from posenc.attention_terms import bias_from_table, distance_table
 from posenc.encodings import Dims
 
 DIMS = Dims(num_heads=2, head_dim=8, model_dim=16)
-# Small enough hyperparameters that a window of 26 keys has tiles past the reach.
-HPARAMS = {"t5": {"num_buckets": 8, "max_distance": 6}, "shaw": {"max_distance": 3}}
+# Small enough hyperparameters that a window of 26 keys has tiles past the reach, and CoPE's
+# counts reach their clip (max_pos - 1 = 1) after a few keys.
+HPARAMS = {
+    "t5": {"num_buckets": 8, "max_distance": 6},
+    "shaw": {"max_distance": 3},
+    "cope": {"max_pos": 2, "init_std": 0.5},
+}
 T, S, BLOCK = 21, 26, 4
 
 # The default optimisation level: at LLVM -O0, XLA:CPU returns NaN gradients through the blocked
@@ -29,13 +35,13 @@ _jit = jax.jit
 def _declaring():
     for name in encodings.names():
         enc = encodings.get(name, **HPARAMS.get(name, {}))
-        if enc.bias_by_distance or enc.reach is not None:
+        if enc.bias_by_distance or enc.reach is not None or enc.carry_limit is not None:
             yield name
 
 
 def test_the_declaring_encoders_are_the_founding_distance_ones():
     names = set(_declaring())
-    assert {"alibi", "t5", "kerple_log", "kerple_power", "dynamic_bias", "shaw"} <= names
+    assert {"alibi", "t5", "kerple_log", "kerple_power", "dynamic_bias", "shaw", "cope"} <= names
 
 
 def _loss(impl, causal, enc):
@@ -113,3 +119,43 @@ def test_distance_table_laid_out_per_tile_equals_the_bias_of_every_pair():
             got = tile(q_start, k_start)
             want = expected[:, :, q_start : q_start + 3, k_start : k_start + 5]
             np.testing.assert_array_equal(np.asarray(got), want)
+
+
+class _CopeClippedEarlier(encodings.get_class("cope")):
+    """Claims its counts stop mattering half a key before they do."""
+
+    @property
+    def carry_limit(self):
+        return self.max_pos - 1.5
+
+
+def test_saturated_cope_tiles_equal_the_einsum_path_and_are_taken():
+    """Past the carry limit CoPE's tiles take a probe key's terms: the blocked output equals the
+    einsum one; an encoder declaring a limit half a key too low differs at the same shapes, so
+    those tiles are really taken (not skipped as never saturated)."""
+    rng = np.random.default_rng(3)
+    q, k, v = (jnp.asarray(rng.standard_normal((2, n, 2, 8)), jnp.float32) for n in (T, S, S))
+    k_pos = jnp.asarray(np.arange(S))[None, :]
+
+    def out(enc, impl):
+        params = enc.init(jax.random.key(0), DIMS)
+        run = _jit(
+            lambda q, k, v: attend(
+                q,
+                k,
+                v,
+                encoding=enc,
+                params=params,
+                q_pos=k_pos[:, S - T :],
+                k_pos=k_pos,
+                causal=True,
+                implementation=impl,
+                block_size=BLOCK,
+            )
+        )
+        return np.asarray(run(q, k, v))
+
+    enc = encodings.get("cope", **HPARAMS["cope"]).bind(DIMS)
+    np.testing.assert_allclose(out(enc, "blocked"), out(enc, "einsum"), rtol=1e-5, atol=1e-5)
+    liar = _CopeClippedEarlier(**HPARAMS["cope"]).bind(DIMS)
+    assert np.abs(out(liar, "blocked") - out(liar, "einsum")).max() > 1e-3

@@ -52,7 +52,9 @@ def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
     by_distance = {name for name, check in cases if check == "bias_by_distance"}
     assert by_distance == {"alibi", "t5", "kerple_log", "kerple_power", "dynamic_bias"}
     assert {name for name, check in cases if check == "reach"} == {"shaw", "t5"}
-    every_other = set(testing.CHECKS) - {"carry", "augment", "cudnn", "bias_by_distance", "reach"}
+    assert [name for name, check in cases if check == "carry_limit"] == ["cope"]
+    cheaper_tiles = {"bias_by_distance", "reach", "carry_limit"}
+    every_other = set(testing.CHECKS) - {"carry", "augment", "cudnn"} - cheaper_tiles
     for check in every_other:
         assert sum(c == check for _, c in cases) == len(encodings.names()), check
     with pytest.raises(testing.NotApplicable, match=r"carry does not apply.*'rope'.*no contex"):
@@ -65,6 +67,8 @@ def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
         testing.check_bias_by_distance("fire")
     with pytest.raises(testing.NotApplicable, match=r"reach does not apply.*'alibi'"):
         testing.check_reach("alibi")
+    with pytest.raises(testing.NotApplicable, match=r"carry_limit does not apply.*'rope'"):
+        testing.check_carry_limit("rope")
     not_run = testing.check_encoder("nope", checks=("declarations", "carry", "augment"))
     assert sorted(not_run) == ["augment", "carry"]
 
@@ -110,6 +114,7 @@ def test_an_encoder_registered_in_one_decorator_is_picked_up_by_the_battery():
             "augment",
             "bias_by_distance",
             "reach",
+            "carry_limit",
         }
         testing.check_encoder(LearnedRotary.name, checks=tuple(picked))
     assert LearnedRotary.name not in encodings.names()  # the registry is restored
@@ -246,6 +251,15 @@ class ShawReachTooShort(encodings.Shaw):
         return self.max_distance - 2
 
 
+@dataclasses.dataclass(frozen=True)
+class CopeLimitTooLow(encodings.get_class("cope")):
+    """CoPE's counts are clipped at max_pos - 1; below that the gates still move positions."""
+
+    @property
+    def carry_limit(self):
+        return self.max_pos - 2.5
+
+
 def test_false_declarations_of_cheaper_tiles_fail_their_checks():
     """The blocked path trusts bias_by_distance and reach; each check catches a false one."""
     with pytest.raises(AssertionError, match=r"fails bias_by_distance: declares.*reads more than"):
@@ -254,6 +268,8 @@ def test_false_declarations_of_cheaper_tiles_fail_their_checks():
         testing.check_reach(AlibiWithReach())
     with pytest.raises(AssertionError, match=r"'shaw'.*fails reach: content_logits differs"):
         testing.check_reach(ShawReachTooShort(max_distance=4))
+    with pytest.raises(AssertionError, match=r"'cope'.*fails carry_limit: with every carry"):
+        testing.check_carry_limit(CopeLimitTooLow(max_pos=4, init_std=0.5))
 
 
 @pytest.mark.slow

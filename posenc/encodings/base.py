@@ -82,6 +82,13 @@ name; :mod:`posenc.testing` checks that each is true):
   reaches. The ``blocked`` path then calls those hooks once per query block on one probe key on
   each side and runs tiles lying wholly beyond the reach at NoPE's cost, adding the probed
   per-query constants.
+- ``carry_limit``: a float ``c`` (None: none) at which ``contextual_logits`` stops reading its
+  tile. For every query whose carry is at or past ``c`` (CoPE's count, clipped at ``max_pos - 1``),
+  the terms are the same for every key of the tile, whatever its logits and content, and the
+  carry returned stays at or past ``c``. The ``blocked`` path then runs a key tile whose every
+  query has reached the limit at NoPE's cost plus the terms of one probe key (a masked logit,
+  content zero), which is exact; whether a tile qualifies depends on the data, so the saving
+  does too (CoPE: every key tile but the last two of a query block, while its gates stay open).
 
 Logit units: ``content_logits`` are *unscaled* terms added to ``q . k`` (both are multiplied by
 ``1/sqrt(Dh)`` together, as in Shaw et al. and Transformer-XL); ``bias`` terms are added after
@@ -98,8 +105,8 @@ checks each one against what the encoder does):
 - ``relative``: True when attention depends on positions only through differences ``j - i``
   (shifting every position by a constant changes nothing), False for absolute encoders. The
   default is False, the claim that promises nothing.
-- ``bias_by_distance``, ``reach``: the cheaper tiles above (defaults False and None, the
-  claims that promise nothing).
+- ``bias_by_distance``, ``reach``, ``carry_limit``: the cheaper tiles above (defaults False,
+  None and None, the claims that promise nothing).
 - ``param_shapes(dims)``: ``{name: shape}`` of what ``init`` returns (default ``{}``), so code
   can know an encoder's parameters without initialising them.
 - ``param_axes()``: ``{name: logical axis names}`` of the parameters worth splitting over
@@ -243,6 +250,12 @@ class Encoding:
     def reach(self) -> int | None:
         """The distance past which pairs on one side of a query are all alike to every hook
         (module docstring), or None. Default None: no such distance is promised."""
+        return None
+
+    @property
+    def carry_limit(self) -> float | None:
+        """The carry at which ``contextual_logits`` stops reading its tile (module docstring),
+        or None. Default None: no such value is promised."""
         return None
 
     def check_causal(self, causal: bool) -> None:

@@ -39,11 +39,12 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
                     (causal-only encoders)
 ``bias_by_distance`` ``bias`` of each pair equals ``bias`` at its distance ``k_pos - q_pos`` alone
 ``reach``           past the declared reach, every key gets the same terms (per query and side)
+``carry_limit``     past the declared carry limit, every key gets the probe key's contextual terms
 ==================  ===========================================================================
 
 A check that does not apply to an encoder (``carry`` without ``contextual_logits``, ``augment``
-without continuous positions, ``bias_by_distance`` and ``reach`` without the declaration,
-``cudnn`` for an encoder the path refuses) or cannot run here
+without continuous positions, ``bias_by_distance``, ``reach`` and ``carry_limit`` without the
+declaration, ``cudnn`` for an encoder the path refuses) or cannot run here
 (``cudnn`` without an NVIDIA GPU) raises :class:`NotApplicable` rather than passing:
 :func:`applicable` and :func:`cases` leave the first kind out, and the second is a skip.
 
@@ -84,7 +85,7 @@ from posenc.testing.checks import (
 from posenc.testing.classifier import check_classifier
 from posenc.testing.encdec import check_encoder_decoder
 from posenc.testing.linear import check_linear
-from posenc.testing.tiling import check_bias_by_distance, check_reach
+from posenc.testing.tiling import check_bias_by_distance, check_carry_limit, check_reach
 
 Check = Callable[..., None]
 
@@ -106,6 +107,7 @@ CHECKS: dict[str, Check] = {
     "classifier": check_classifier,
     "bias_by_distance": check_bias_by_distance,
     "reach": check_reach,
+    "carry_limit": check_carry_limit,
 }
 
 
@@ -179,6 +181,7 @@ __all__ = [
     "check_bias_by_distance",
     "check_bidirectional",
     "check_carry",
+    "check_carry_limit",
     "check_causal",
     "check_classifier",
     "check_cudnn",

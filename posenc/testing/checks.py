@@ -83,6 +83,7 @@ _INAPPLICABLE = {
     "cudnn": _not_on_cudnn,
     "bias_by_distance": tiling.without_distance_bias,
     "reach": tiling.without_reach,
+    "carry_limit": tiling.without_carry_limit,
 }
 
 

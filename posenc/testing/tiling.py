@@ -1,11 +1,12 @@
 """Checks of the declarations that let the ``blocked`` path do less work per tile
-(:mod:`posenc.attention_blocked`): ``bias_by_distance`` and ``reach``.
+(:mod:`posenc.attention_blocked`): ``bias_by_distance``, ``reach`` and ``carry_limit``.
 
 Attention trusts them without looking: a bias declared a function of the distance is read from
-a per-distance table, and hooks declared alike past a reach are called once per query block on
-a probe key. So each check calls the hooks directly, at non-contiguous positions with distances
-of both signs, and compares every pair with what the declaration promises; ``paths_agree`` then
-compares the tiled path that relies on them with the reference.
+a per-distance table; hooks declared alike past a reach, and contextual terms past the carry
+limit, are taken from a probe key. So each check calls the hooks directly (at non-contiguous
+positions with distances of both signs, or at carries past the limit) and compares every pair
+with what the declaration promises; ``paths_agree`` then compares the tiled path that relies on
+them with the reference.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from posenc.attention_terms import NEG
 from posenc.encodings.base import Encoding
 from posenc.testing._harness import (
     NotApplicable,
@@ -37,6 +39,13 @@ def without_reach(enc: Encoding, settings: Settings) -> str | None:
     """Why ``reach`` does not apply to ``enc`` (None: it does)."""
     if enc.reach is None:
         return "declares no reach"
+    return None
+
+
+def without_carry_limit(enc: Encoding, settings: Settings) -> str | None:
+    """Why ``carry_limit`` does not apply to ``enc`` (None: it does)."""
+    if enc.carry_limit is None:
+        return "declares no carry_limit"
     return None
 
 
@@ -176,4 +185,59 @@ def _same(enc, hook, where, got, expected, settings) -> None:
             "reach",
             f"{hook} differs between {where} and the probe key just past the reach "
             f"({max_error(got, expected)}): those keys are not all alike",
+        )
+
+
+def check_carry_limit(encoder: str | Encoding, settings: Settings | None = None) -> None:
+    """``carry_limit`` holds: with every carry at or past it, ``contextual_logits`` gives every
+    visible key the terms of the probe key the ``blocked`` path uses (content zero, a masked
+    logit), whatever the keys' logits and content, and returns carries still at or past it.
+
+    Random queries, keys and causally masked logits (``T`` queries, the last of ``S`` keys), with
+    carries drawn from ``[limit, limit + 4)``.
+    """
+    settings = settings or Settings()
+    enc = resolve(encoder)
+    reason = without_carry_limit(enc, settings)
+    if reason:
+        raise NotApplicable(f"carry_limit does not apply to {label(enc)}: {reason}")
+    if "contextual_logits" not in enc.hooks:
+        raise fail(enc, "carry_limit", "declares carry_limit without a contextual_logits hook")
+    limit = float(enc.carry_limit)
+    bound, params = _setup(enc, settings)
+    dims = settings.dims
+    rng = np.random.default_rng(settings.seed + 7)
+    b, t, s, h = (
+        len(settings.offsets),
+        settings.length,
+        settings.length + settings.extra_keys,
+        dims.num_heads,
+    )
+    q, k = (jnp.asarray(rng.standard_normal((b, n, h, dims.head_dim)), jnp.float32) for n in (t, s))
+    visible = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)  # [T, S]
+    logits = 3 * rng.standard_normal((b, h, t, s))
+    logits = jnp.asarray(np.where(visible, logits, NEG), jnp.float32)
+    carry = jnp.asarray(limit + 4 * rng.random((b, h, t)), jnp.float32)
+    hook = jit(bound.contextual_logits)
+    terms, after = hook(params, q, k, logits, carry)
+    zero = jnp.zeros((b, 1, h, dims.head_dim), jnp.float32)
+    probe, _ = hook(params, q, zero, jnp.full((b, h, t, 1), NEG, jnp.float32), carry)
+    got = np.where(visible, np.asarray(terms, np.float64), 0.0)
+    expected = np.where(visible, np.broadcast_to(np.asarray(probe, np.float64), got.shape), 0.0)
+    tol = settings.tolerance
+    if not np.allclose(got, expected, rtol=tol, atol=tol):
+        raise fail(
+            enc,
+            "carry_limit",
+            f"with every carry at or past carry_limit={limit:g}, contextual_logits differ "
+            f"between the keys and the probe key ({max_error(got, expected)}): they still read "
+            "the tile",
+        )
+    if not np.all(np.asarray(after) >= limit - tol):
+        raise fail(
+            enc,
+            "carry_limit",
+            f"a carry at or past carry_limit={limit:g} came back below it "
+            f"(min {float(np.min(np.asarray(after))):g}): earlier tiles would be taken as "
+            "saturated",
         )
