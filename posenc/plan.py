@@ -200,7 +200,7 @@ def _compile(config: ml_collections.ConfigDict) -> dict[str, Any]:
     import jax.numpy as jnp
     from flax import nnx
 
-    from posenc import sharding, tasks, translation
+    from posenc import fits, sharding, tasks, translation
     from posenc.config import eval_lengths, masked_lm, validate
     from posenc.evaluate import Scorer
     from posenc.models import build
@@ -224,7 +224,10 @@ def _compile(config: ml_collections.ConfigDict) -> dict[str, Any]:
         for k, d in fields.items()
     }
     memory = [trainer.mem_len] if trainer.mem_len else []
-    train = _memory(trainer._step.lower(state, batch, *memory).compile())
+    # The options the run itself compiles with (fits.CheckedJit): on a CPU, those that keep
+    # model.remat's recomputation where jax.checkpoint put it.
+    lowered = trainer._step.lower(state, batch, *memory)
+    train = _memory(lowered.compile(fits.compiler_options()))
     result: dict[str, Any] = {
         "devices": int(mesh.devices.size),
         "mesh": dict(mesh.shape),
