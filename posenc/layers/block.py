@@ -43,7 +43,6 @@ from posenc.layers.mlp import Mlp
 from posenc.layers.norms import make_norm
 from posenc.layers.params import encoder_params, values
 
-
 # ``model.remat`` -> what ``jax.checkpoint`` keeps of a block for the backward pass ("none": no
 # checkpoint, every intermediate kept). "full" keeps the block's inputs only (MaxText's "full");
 # "dots" keeps the results of matmuls against weights (no batch dimensions: the projections and
