@@ -32,7 +32,7 @@ from typing import Any
 
 import ml_collections
 
-from posenc import encodings
+from posenc import encodings, sharding
 from posenc.hf import convert
 from posenc.hf.family import Family, Spec, families, get
 from posenc.hf.load import read_config, read_spec
@@ -142,7 +142,16 @@ def import_hf(
     tokenizer_spec = f"hf:{os.path.abspath(run.file(TOKENIZER_DIR))}" if tokenizer else "bytes"
     spec = dataclasses.replace(spec, model=dataclasses.replace(spec.model, dtype=dtype))
     config = run_config(spec, base_config(base, overrides), source=data, tokenizer=tokenizer_spec)
-    model = convert.fill(family, spec, reader, param_dtype=param_dtype)
+    # With FSDP or tensor parallelism in the config's mesh, each tensor goes straight into its
+    # shards (and the checkpoint is written from them); else onto the default device.
+    mesh = sharding.make_mesh(config)
+    model = convert.fill(
+        family,
+        spec,
+        reader,
+        param_dtype=param_dtype,
+        mesh=mesh if sharding.splits_parameters(mesh) else None,
+    )
     from flax import nnx
 
     record = {
