@@ -169,8 +169,12 @@ def plan(
 
 def _check_parts(config: ml_collections.ConfigDict, parts: tuple[str, ...]) -> tuple[str, ...]:
     """``parts`` checked against :data:`PARTS` and what ``config`` can plan (one-line errors)."""
-    from posenc import translation
+    from posenc import classify, translation
 
+    if classify.is_classifier(config):
+        raise ValueError(
+            "posenc plan covers decoder-only and translation runs; a classifier is not planned"
+        )
     parts = tuple(parts)
     if not parts or any(p not in PARTS for p in parts):
         raise ValueError(f"posenc plan --only must be one of {list(PARTS)}, got {list(parts)}")
