@@ -65,8 +65,9 @@ def test_remat_gives_the_gradients_of_no_remat():
 def test_remat_shrinks_the_planned_training_step():
     """``posenc plan``'s compiled training step of a 4-layer model keeps a block's activations
     instead of four: with "full" its temporaries are under half of no remat's (1.5 MB
-    against 5.0 MB), "dots" in between (1.9 MB). (On a CPU this needs fits.compiler_options(): without it XLA:CPU merged the
-    recomputation back into the forward pass, and the three peaks were equal.)"""
+    against 5.0 MB), "dots" in between (1.9 MB). On a CPU this needs fits.compiler_options():
+    without it XLA:CPU merged the recomputation back into the forward pass, and the three were
+    equal."""
     temporaries = {}
     for remat in REMATS:
         config = apply_overrides(
