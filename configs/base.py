@@ -85,6 +85,10 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # dense D -> D layer followed by a norm before the output projection; and a bias on the logits.
     config.model.head_transform = ml_collections.config_dict.placeholder(str)
     config.model.output_bias = False
+    # Rematerialisation of each block in training's backward pass: "none" (keep every
+    # intermediate), "full" (keep each block's input, recompute the block) or "dots" (keep the
+    # weight matmuls' outputs, recompute attention). Memory and time only; the numbers stay.
+    config.model.remat = "none"
 
     config.encoding = ml_collections.ConfigDict()
     # Registered encoder name: any of posenc.encodings.names() (alibi, learned, nope, rope, shaw,

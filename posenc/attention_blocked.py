@@ -25,6 +25,10 @@ any order). If it declares a ``carry_limit``, a tile reached once every query's 
 limit (CoPE's count at ``max_pos - 1``) adds the hook's terms for one probe key (a masked logit)
 instead of calling it on the tile: NoPE's cost, decided per tile from the carry (``lax.switch``).
 The cumulative decays of a ``log_decay`` encoder are tiled with the queries and keys.
+
+Under a gradient each query block is recomputed in the backward pass (``jax.checkpoint``, as
+FlashAttention recomputes its tiles), so a training step on this path also holds ``T x block``
+of attention per layer rather than every tile's probabilities.
 """
 
 from __future__ import annotations
@@ -176,6 +180,11 @@ class _Window(NamedTuple):
             (_, l, acc, extra, _), _ = jax.lax.scan(key_block, init, keys, reverse=contextual_hook)
             return ((acc + extra) / l.transpose(0, 2, 1)[..., None]).astype(self.out_dtype)
 
+        # Differentiated (training), each query block is recomputed in the backward pass from
+        # its inputs (FlashAttention's recomputation) rather than keeping every tile's
+        # probabilities: training memory grows as T x block too, not T x S. No change without
+        # a gradient. Inside lax.map (a scan) there is no common subexpression to prevent.
+        query_block = jax.checkpoint(query_block, prevent_cse=False)
         return jax.lax.map(query_block, (tiles.q, tiles.q_pos, tiles.q_start, tiles.decay_q))
 
     def _kind(self, q_start, qpos_blk, kpos_blk, k_start) -> jax.Array:

@@ -349,11 +349,12 @@ def _brief(info: dict) -> dict:
 
 
 def _cmd_plan(args, overrides) -> int:
-    from posenc.plan import parse_bytes, plan
+    from posenc.plan import PARTS, parse_bytes, plan
 
     config = _load(args.config, overrides)
     memory = parse_bytes(args.device_memory) if args.device_memory else None
-    print(plan(config, args.devices, memory).table())
+    parts = (args.only,) if args.only else PARTS
+    print(plan(config, args.devices, memory, parts).table())
     return 0
 
 
@@ -457,7 +458,8 @@ def build_parser() -> argparse.ArgumentParser:
         "for --devices devices on its mesh (--config.mesh.fsdp=..., mesh.tensor, ...), on "
         "virtual CPU devices when this machine has another count, and print the parameters, "
         "optimizer state, temporaries and peak of one device, and whether they fit in "
-        "--device-memory. Nothing runs.",
+        "--device-memory. Nothing runs. A translation run's training step is planned at its "
+        "longest bucket of pairs (its data is read).",
     )
     p.add_argument(
         "--config", required=True, help="config file[:variant], e.g. configs/base.py:tiny"
@@ -470,6 +472,13 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="memory of one device, e.g. 80GB (10^9 bytes) or 80GiB (default: this host's "
         "device when --devices is not given, else no verdict)",
+    )
+    p.add_argument(
+        "--only",
+        choices=("train", "eval"),
+        default=None,
+        help="plan only the training step, or only the evaluation (a model that is only "
+        "evaluated: no optimizer state); default both",
     )
     p.set_defaults(func=_cmd_plan)
 

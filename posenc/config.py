@@ -270,10 +270,11 @@ EVAL_MAY_CHANGE = (
     "data.data_dir",
     "distributed.",
     "mesh.",
+    "model.remat",
     "train.progress",
 )
 # Of those, the fields that do not change the numbers an evaluation reports.
-_EVAL_NEUTRAL = ("data.data_dir", "distributed.", "mesh.", "train.progress")
+_EVAL_NEUTRAL = ("data.data_dir", "distributed.", "mesh.", "model.remat", "train.progress")
 
 
 def evaluation_changes(

@@ -216,6 +216,12 @@ def batch_spec(mesh: jax.sharding.Mesh, *, length: bool = False) -> P:
     return P(*parts)
 
 
+def splits_parameters(mesh: jax.sharding.Mesh) -> bool:
+    """Whether ``mesh`` shards parameters (``fsdp`` or ``tensor`` above 1), rather than
+    replicating them as data parallelism does."""
+    return any(mesh.shape[a] > 1 for a in ("fsdp", "tensor"))
+
+
 def batch_shards(mesh: jax.sharding.Mesh) -> int:
     """How many ways a batch's rows are split (``data`` x ``fsdp``)."""
     return int(np.prod([mesh.shape[a] for a in _mesh_axes("batch")]))

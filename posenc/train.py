@@ -189,6 +189,12 @@ class Trainer:
     def compile_step(self, windows: Any) -> None:
         """Compiles the step for the run's shapes (those of step 0's batch; with memory, a full
         memory), so that a run that cannot fit is refused before anything is written."""
+        self._step.compile(*self.step_inputs(windows))
+
+    def step_inputs(self, windows: Any) -> tuple[Any, ...]:
+        """The step's arguments as shapes with their shardings (``jax.ShapeDtypeStruct``): the
+        state, the batch of step 0 (a translation run's longest bucket) and, with memory, the
+        static count of a full memory; what :meth:`compile_step` and ``posenc plan`` compile."""
         state = self.abstract_state()
         if self.translation:  # the longest of the bucketed shapes
             rows, s, t = max(windows.shapes, key=lambda shape: (max(shape[1:]), shape))
@@ -196,15 +202,14 @@ class Trainer:
                 k: jax.ShapeDtypeStruct((rows, n), dtype, sharding=self.batch_sharding)
                 for k, n, dtype in _pair_fields(s, t)
             }
-            self._step.compile(state, batch)
-            return
+            return state, batch
         local = self.local_batch(windows, 0)
         rows = self.config.train.batch_size
         batch = {
             k: jax.ShapeDtypeStruct((rows, *v.shape[1:]), v.dtype, sharding=self.batch_sharding)
             for k, v in local.items()
         }
-        self._step.compile(state, batch, *([self.mem_len] if self.mem_len else []))
+        return (state, batch, *([self.mem_len] if self.mem_len else []))
 
     def _init(self, params: Any | None = None) -> dict[str, Any]:
         """The train state at step 0 (traced: :meth:`init_state` places it)."""

@@ -115,3 +115,66 @@ def test_fsdp_gathers_weights_not_activations():
     weights = data["params"]  # replicated: all of them
     for what in ("train", "eval"):
         assert fsdp[what] <= 1.1 * (data[what] + 2 * weights), (what, data, fsdp)
+
+
+TRANSLATION = str(helpers.REPO / "configs" / "translation.py") + ":tiny"
+
+
+@pytest.mark.slow
+def test_translation_plan_matches_the_run_at_its_longest_bucket(tmp_path):
+    """A translation run is planned at its longest bucket of pairs (read from its data as
+    training reads them): the plan's parameters and optimizer state equal the bytes of the
+    real arrays, and its training-step peak is within 10 % of the program the run compiled and
+    ran on a batch of that bucket."""
+    from posenc import sharding, translation
+    from posenc.config import apply_overrides, load_config
+    from posenc.data.pair_batching import encode_pairs
+    from posenc.fits import required_bytes
+    from posenc.plan import plan
+    from posenc.train import Trainer
+
+    config = apply_overrides(
+        load_config(TRANSLATION),
+        [f"data.data_dir={tmp_path}", "model.num_layers=1", "train.tokens_per_batch=1024"],
+    )
+    planned = plan(config)
+    t = planned.train
+    assert planned.eval is None and t["source"] > 100
+
+    trainer = Trainer(config)
+    source, vocab = translation.open_data(config)
+    batches = translation.train_batches(config, encode_pairs(source.pairs("train"), vocab), 1)
+    step = next(
+        i
+        for i in range(10_000)
+        if batches.batch(i)["src"].shape == (t["rows"], t["source"])
+        and batches.batch(i)["tgt_in"].shape[1] == t["length"]
+    )
+    batch = trainer.global_batch(trainer.local_batch(batches, step))
+    state, _ = trainer.step(trainer.init_state(), batch)
+    measured = sharding.shard_bytes({"p": state["params"], "o": state["opt_state"]})
+    assert planned.params + planned.optimizer == pytest.approx(measured, rel=1e-2)
+    ran = required_bytes(trainer._step.compile(state, batch))
+    assert t["peak"] == pytest.approx(ran, rel=0.10)
+
+
+def test_plan_only_eval_plans_the_evaluation_without_an_optimizer():
+    """``--only eval``: the evaluation of the longest length alone (no training step, no
+    optimizer state), with the parameters per device; a translation run's evaluation is not
+    planned and says so in one line."""
+    code, text, err = helpers.run_cli(
+        "plan",
+        "--config",
+        helpers.TINY_SPEC,
+        "--only",
+        "eval",
+        *[f"--config.{o}" for o in helpers.TINY_OVERRIDES],
+    )
+    assert code == 0, err
+    assert "optimizer" not in text and "train step" not in text
+    assert re.search(r"evaluation \(4 x 32 tokens\): temporaries", text), text
+    code, _, err = helpers.run_cli("plan", "--config", TRANSLATION, "--only", "eval")
+    assert code == 2
+    assert "a translation run's evaluation (beam search on one device) is not planned" in (
+        helpers.one_line_error(err, "plan")
+    )

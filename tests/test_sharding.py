@@ -179,9 +179,10 @@ def test_meshes_train_like_one_device_and_shrink_the_state(tmp_path):
 
 @pytest.mark.slow
 def test_context_parallel_evaluation_equals_one_device_for_every_encoder(tmp_path):
-    """Every registered encoder's model scores 64-token windows (blocked attention, tiles of
-    16: four tiles, one per context shard) on a mesh of 2 data x 4 context, each window split
-    over the context devices, with one device's loss (to 1e-5)."""
+    """The encoder battery's ``context_parallel`` check (posenc.testing), on 8 virtual devices
+    for every registered encoder: 32-token windows on the blocked path in tiles of 8, split over
+    4 context devices (a tile each), score one device's loss (to 1e-5). A battery check, so an
+    encoder registered later is covered with no edit here."""
     out = tmp_path / "context.json"
     env = {
         **os.environ,
@@ -189,12 +190,9 @@ def test_context_parallel_evaluation_equals_one_device_for_every_encoder(tmp_pat
         "JAX_PLATFORMS": "cpu",
     }
     args = [sys.executable, str(SCRIPT), "--devices", "8", "--encodings", "all"]
-    args += ["--context-eval", json.dumps({"data": 2, "context": 4}), "--out", str(out)]
+    args += ["--context-parallel", "--out", str(out)]
     proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(out.read_text())
     assert set(report) == set(encodings.names())
-    for name, losses in report.items():
-        assert isinstance(losses, list), (name, losses)
-        one, split = losses
-        assert split == pytest.approx(one, rel=1e-5), name
+    assert {name: r for name, r in report.items() if r != "ok"} == {}

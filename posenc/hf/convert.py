@@ -4,8 +4,11 @@
 parameter (``nnx.eval_shape``); :func:`fill` streams the checkpoint's tensors into it through the
 family's rules: each tensor is read, its shape asserted against the config, converted, cast to the
 parameter dtype and placed on the device before the next is read, so the host never holds more
-than one tensor beside the model. Every parameter must be filled exactly once and every tensor
-used (or one the family knows transformers ignores), else a one-line error names it.
+than one tensor beside the model. Given a mesh, each parameter goes straight into its shards
+(:func:`posenc.sharding.named_sharding` of its axis names: the placement training uses), each
+device receiving only its slice, so no device ever holds a whole copy of a sharded parameter.
+Every parameter must be filled exactly once and every tensor used (or one the family knows
+transformers ignores), else a one-line error names it.
 :func:`hf_tensors` runs the rules backwards for export.
 """
 
@@ -21,6 +24,7 @@ import numpy as np
 from flax import nnx
 
 from posenc import encodings
+from posenc import sharding as sharding_lib
 from posenc.hf.family import Family, Path, Rule, Spec
 from posenc.hf.tensors import TensorReader
 from posenc.models.encdec import EncoderDecoder
@@ -51,6 +55,7 @@ def fill(
     dtype: str | None = None,
     param_dtype: str | None = None,
     sharding: jax.sharding.Sharding | None = None,
+    mesh: jax.sharding.Mesh | None = None,
 ) -> Transformer | EncoderDecoder:
     """The model of ``spec`` with the checkpoint's parameters (module docstring).
 
@@ -62,10 +67,14 @@ def fill(
       param_dtype: the parameters' dtype; None keeps posenc's float32.
       sharding: where each parameter is placed as it is read (e.g. a mesh's replicated
         ``NamedSharding``); None: the default device.
+      mesh: place each parameter in its shards on this mesh, as the sharding rules say for its
+        axis names (instead of ``sharding``).
 
     Raises:
       ValueError: a tensor is missing, has another shape than the config says, or is not used.
     """
+    if sharding is not None and mesh is not None:
+        raise ValueError("give fill() a sharding for every parameter or a mesh, not both")
     graphdef, params, rest = build(spec, dtype)
     slots = dict(nnx.to_flat_state(params))
     filled: dict[Path, Any] = {}
@@ -83,7 +92,9 @@ def fill(
                 raise RuntimeError(f"{family.name} maps {rule.hf!r} onto {_name(path)}, twice")
             if tuple(value.shape) != tuple(slot.shape):
                 raise RuntimeError(f"{rule.hf!r} -> {_name(path)}: {value.shape} != {slot.shape}")
-            filled[path] = slot.replace(jax.device_put(np.asarray(value).astype(target), sharding))
+            filled[path] = slot.replace(
+                _place(np.asarray(value).astype(target), slot, sharding, mesh)
+            )
         del arrays
     read = {r.hf for r in rules} | {name for r in rules for name, _ in r.also}
     unused = sorted(n for n in names - read if not n.endswith(family.ignored_suffixes))
@@ -97,6 +108,23 @@ def fill(
         raise RuntimeError(f"{family.name}'s rules leave posenc parameters unset: {missing[:3]}")
     state = nnx.from_flat_state([(p, filled[p]) for p in slots])
     return nnx.merge(graphdef, state, rest)
+
+
+def _place(
+    value: np.ndarray,
+    slot: nnx.Variable,
+    sharding: jax.sharding.Sharding | None,
+    mesh: jax.sharding.Mesh | None,
+) -> jax.Array:
+    """``value`` (on the host) as the parameter ``slot``'s device array: in its shards on
+    ``mesh`` (each device is sent its own slice: no device holds the whole of a sharded
+    parameter, and every process fills only its devices), else at ``sharding``."""
+    if mesh is None:
+        return jax.device_put(value, sharding)
+    placement = sharding_lib.named_sharding(
+        slot.get_metadata().get(sharding_lib.AXES), value.shape, mesh
+    )
+    return jax.make_array_from_callback(value.shape, placement, lambda index: value[index])
 
 
 def _read(reader: TensorReader, family: Family, name: str, shape: tuple[int, ...]) -> np.ndarray:

@@ -62,6 +62,7 @@ def load_pretrained(
     dtype: str = "float32",
     param_dtype: str | None = None,
     sharding: jax.sharding.Sharding | None = None,
+    mesh: jax.sharding.Mesh | None = None,
 ) -> tuple[Transformer | EncoderDecoder, Spec]:
     """A local Hugging Face model as a posenc model.
 
@@ -76,6 +77,10 @@ def load_pretrained(
       sharding: where each parameter goes as it is read (e.g. ``NamedSharding(mesh, P())``,
         replicated over a mesh); None: the default device. Tensors are read, converted, cast
         and placed one at a time, so the host never holds the whole checkpoint.
+      mesh: instead of ``sharding``, put each parameter straight into its shards on this mesh
+        (``posenc.sharding.make_mesh(config)``), as training places it: FSDP and tensor
+        parallelism split every parameter by its axis names, and no device ever holds a whole
+        copy of a sharded one.
 
     Returns:
       ``(model, spec)``: the spec holds the :class:`~posenc.layers.config.ModelConfig`
@@ -88,6 +93,6 @@ def load_pretrained(
     """
     family, spec, reader = read_spec(path)
     model = convert.fill(
-        family, spec, reader, dtype=dtype, param_dtype=param_dtype, sharding=sharding
+        family, spec, reader, dtype=dtype, param_dtype=param_dtype, sharding=sharding, mesh=mesh
     )
     return model, spec

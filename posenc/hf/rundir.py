@@ -44,7 +44,7 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-from posenc import encodings
+from posenc import encodings, sharding
 from posenc.hf import convert
 from posenc.hf.family import Family, Spec, families, get
 from posenc.hf.load import read_config, read_spec
@@ -164,7 +164,16 @@ def import_hf(
     base_run = base_config(base, overrides, spec.assembly)
     source = data or _BASES[spec.assembly][1]
     config = run_config(spec, base_run, source=source, tokenizer=tokenizer_spec)
-    model = convert.fill(family, spec, reader, param_dtype=param_dtype)
+    # With FSDP or tensor parallelism in the config's mesh, each tensor goes straight into its
+    # shards (and the checkpoint is written from them); else onto the default device.
+    mesh = sharding.make_mesh(config)
+    model = convert.fill(
+        family,
+        spec,
+        reader,
+        param_dtype=param_dtype,
+        mesh=mesh if sharding.splits_parameters(mesh) else None,
+    )
     parts = head_parts(family, spec, reader)
     from flax import nnx
 

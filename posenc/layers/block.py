@@ -17,6 +17,12 @@ self-attention; cross-attention has no positional term (:mod:`posenc.layers.atte
 Precision: the residual stream is float32; norms in float32; projections and the MLP in the
 compute dtype. Dropout takes an explicit key, applied to each residual branch.
 
+Rematerialisation (``ModelConfig.remat``): with ``"full"`` or ``"dots"`` each block's
+:meth:`Block.forward` runs under ``jax.checkpoint`` (``nnx.remat``, lifted over the block's
+parameters), so the backward pass recomputes what the policy of :data:`REMAT_POLICIES` did not
+keep, one block at a time: the training step holds one block's intermediates instead of every
+block's. The forward values are the same computation; gradients agree to float rounding.
+
 Segment memory (Transformer-XL, :mod:`posenc.models.memory`): with ``memory [B, M, D]`` the keys
 and values come from ``concat(memory, x)`` (both normed by the current norm) and the queries
 from ``x``; positions then cover ``M + T``.
@@ -36,6 +42,16 @@ from posenc.layers.config import ModelConfig
 from posenc.layers.mlp import Mlp
 from posenc.layers.norms import make_norm
 from posenc.layers.params import encoder_params, values
+
+# ``model.remat`` -> what ``jax.checkpoint`` keeps of a block for the backward pass ("none": no
+# checkpoint, every intermediate kept). "full" keeps the block's inputs only (MaxText's "full");
+# "dots" keeps the results of matmuls against weights (no batch dimensions: the projections and
+# the MLP), recomputing attention's logits and probabilities and the elementwise ops (MaxText's
+# "minimal").
+REMAT_POLICIES = {
+    "full": jax.checkpoint_policies.nothing_saveable,
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,
+}
 
 
 def dropout(x: jax.Array, rate: float, rng: jax.Array | None) -> jax.Array:
@@ -160,6 +176,23 @@ class Block(nnx.Module):
           ``rotate``).
         """
         self._check_cross(cross)
+        policy = REMAT_POLICIES.get(self.config.remat)
+        if policy is None:
+            return self._forward(x, positions, shared_params, rng, memory, cross, k_valid)
+        run = nnx.remat(Block._forward, policy=policy)
+        return run(self, x, positions, shared_params, rng, memory, cross, k_valid)
+
+    def _forward(
+        self,
+        x: jax.Array,
+        positions: jax.Array,
+        shared_params: Params,
+        rng: jax.Array | None,
+        memory: jax.Array | None,
+        cross: CrossCache | None,
+        k_valid: jax.Array | None,
+    ) -> tuple[jax.Array, LayerCache]:
+        """:meth:`forward`'s computation (its arguments, positional)."""
         rngs = self._rngs(rng)
         x = sharding.constrain(x, sharding.ACTIVATION)
         stream = x if memory is None else jnp.concatenate([memory, x], axis=1)  # [B, M + T, D]

@@ -18,6 +18,8 @@ from posenc.layers.norms import NORMS
 DTYPES = ("bfloat16", "float32", "float16")
 NORM_POSITIONS = ("pre", "post")
 RESIDUALS = ("sequential", "parallel")
+# Rematerialisation of each block in the backward pass (posenc.layers.block.REMAT_POLICIES).
+REMATS = ("none", "full", "dots")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,6 +68,10 @@ class ModelConfig:
         BERT and RoBERTa); decoder-only model only.
       output_bias: a bias ``[V]`` added to the output logits (BERT's and RoBERTa's head);
         decoder-only model only.
+      remat: what each block keeps for the backward pass (:data:`REMATS`): ``"none"`` every
+        intermediate; ``"full"`` only its input, recomputing the block in the backward pass;
+        ``"dots"`` the outputs of the weight matmuls (projections and MLP), recomputing
+        attention and the elementwise ops. It changes memory and time, never the numbers.
     """
 
     vocab_size: int = 257
@@ -97,6 +103,7 @@ class ModelConfig:
     share_embeddings: bool = True
     head_transform: str | None = None
     output_bias: bool = False
+    remat: str = "none"
 
     def __post_init__(self):
         positive = ("vocab_size", "num_layers", "model_dim", "num_heads", "mlp_dim")
@@ -143,6 +150,7 @@ class ModelConfig:
             ("mlp", MLP_KINDS),
             ("norm_position", NORM_POSITIONS),
             ("residual", RESIDUALS),
+            ("remat", REMATS),
         ):
             if getattr(self, field) not in allowed:
                 raise ValueError(

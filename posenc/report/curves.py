@@ -31,7 +31,15 @@ SPREAD = (
     "number of seeds is in the legend, and a line without shading is one run."
 )
 # Fields that do not make two points different configurations.
-_NOT_IDENTITY = ("seed", "train.progress", "data.data_dir", "distributed.", "mesh.", "eval.")
+_NOT_IDENTITY = (
+    "seed",
+    "train.progress",
+    "data.data_dir",
+    "distributed.",
+    "mesh.",
+    "model.remat",
+    "eval.",
+)
 
 
 @dataclasses.dataclass

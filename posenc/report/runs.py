@@ -50,6 +50,7 @@ _IGNORED = (
     "data.data_dir",
     "distributed.",
     "mesh.",
+    "model.remat",
 )
 # Evaluation changes that choose how attention is computed, not what: an evaluation on another
 # path (blocked attention for a long window, say) scores the same model, in the same column.

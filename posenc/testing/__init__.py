@@ -40,12 +40,14 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ``bias_by_distance`` ``bias`` of each pair equals ``bias`` at its distance ``k_pos - q_pos`` alone
 ``reach``           past the declared reach, every key gets the same terms (per query and side)
 ``carry_limit``     past the declared carry limit, every key gets the probe key's contextual terms
+``context_parallel`` evaluation with each window split over ``mesh.context`` devices scores one
+                    device's loss (blocked path; needs several devices, a skip with one)
 ==================  ===========================================================================
 
 A check that does not apply to an encoder (``carry`` without ``contextual_logits``, ``augment``
 without continuous positions, ``bias_by_distance``, ``reach`` and ``carry_limit`` without the
-declaration, ``cudnn`` for an encoder the path refuses) or cannot run here
-(``cudnn`` without an NVIDIA GPU) raises :class:`NotApplicable` rather than passing:
+declaration, ``cudnn`` for an encoder the path refuses) or cannot run here (``cudnn`` without an
+NVIDIA GPU, ``context_parallel`` on one device) raises :class:`NotApplicable` rather than passing:
 :func:`applicable` and :func:`cases` leave the first kind out, and the second is a skip.
 
 Sizes are tiny (one layer, width 32, two heads, float32, 12 tokens) and configurable through
@@ -83,6 +85,7 @@ from posenc.testing.checks import (
     inapplicable,
 )
 from posenc.testing.classifier import check_classifier
+from posenc.testing.context import check_context_parallel
 from posenc.testing.encdec import check_encoder_decoder
 from posenc.testing.linear import check_linear
 from posenc.testing.tiling import check_bias_by_distance, check_carry_limit, check_reach
@@ -108,6 +111,7 @@ CHECKS: dict[str, Check] = {
     "bias_by_distance": check_bias_by_distance,
     "reach": check_reach,
     "carry_limit": check_carry_limit,
+    "context_parallel": check_context_parallel,
 }
 
 
@@ -184,6 +188,7 @@ __all__ = [
     "check_carry_limit",
     "check_causal",
     "check_classifier",
+    "check_context_parallel",
     "check_cudnn",
     "check_declarations",
     "check_encoder",

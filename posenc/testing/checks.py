@@ -17,7 +17,7 @@ from flax import nnx
 from posenc import attention, attention_terms, linear_attention
 from posenc.encodings.base import Encoding
 from posenc.layers.params import EncoderParam
-from posenc.testing import tiling
+from posenc.testing import context, tiling
 from posenc.testing._harness import (
     NotApplicable,
     Settings,
@@ -84,6 +84,7 @@ _INAPPLICABLE = {
     "bias_by_distance": tiling.without_distance_bias,
     "reach": tiling.without_reach,
     "carry_limit": tiling.without_carry_limit,
+    "context_parallel": context.refused_by_blocked,
 }
 
 

@@ -226,6 +226,7 @@ ADDED_FIELDS = {
     "model.embed_norm": False,
     "model.head_transform": None,
     "model.output_bias": False,
+    "model.remat": "none",
 }
 
 

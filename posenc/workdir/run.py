@@ -68,7 +68,8 @@ from posenc.workdir.files import (
 
 # Config fields (or prefixes ending in ".") that may differ when a run is resumed: logging,
 # checkpoint cadence, evaluation, the process layout, the device mesh (checkpoints are restored
-# into the new mesh's shards) and where prepared data is cached.
+# into the new mesh's shards), rematerialisation (memory, not numbers) and where prepared data
+# is cached.
 RESUMABLE = (
     "train.progress",
     "train.log_every",
@@ -77,6 +78,7 @@ RESUMABLE = (
     "eval.",
     "distributed.",
     "mesh.",
+    "model.remat",
     "data.data_dir",
 )
 
