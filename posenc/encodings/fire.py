@@ -52,6 +52,15 @@ from posenc.encodings.base import Dims, Encoding, Params, check_positive
 from posenc.encodings.registry import register
 from posenc.encodings.relative import pairwise_offsets
 
+# The MLP's hidden layer ``[B|1, T, S, W]`` is formed whole up to this many entries (a training
+# window: 128 x 128 pairs x 32 units); past it (a 512 x 512 tile of the blocked path), one hidden
+# unit at a time, four per loop step, summed into the heads, each step one elementwise pass over
+# the pairs. Measured on XLA:CPU (this VM, 4 heads): at 128 x 128 the whole layer and its
+# W x H matmul take 0.7 ms forward and 8 ms for the gradient of attention, the loop 1.1 ms and
+# 34 ms (its scan's backward pass); on a 4k blocked window the whole layer costs 27-46 ms a
+# tile, all 32 units unrolled 4.7x NoPE's window, the loop of four units per step 1.5-2.6x.
+_HIDDEN_AT_ONCE = 1 << 20
+
 
 def _torch_linear_init(rng: jax.Array, shape: tuple[int, ...], fan_in: int) -> jax.Array:
     """PyTorch's default ``nn.Linear`` initialisation: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``."""
@@ -131,14 +140,12 @@ class FIRE(Encoding):
         w_out = jnp.asarray(params["mlp_out_w"], jnp.float32)[:, None, :, None, None]  # [W,1,H,1,1]
         b_out = jnp.asarray(params["mlp_out_b"], jnp.float32)[None, :, None, None]  # [1, H, 1, 1]
 
+        if x.shape[0] * x.shape[2] * x.shape[3] * w_in.shape[0] <= _HIDDEN_AT_ONCE:
+            hidden = jax.nn.relu(x[:, 0, ..., None] * w_in + b_in)  # [B|1, T, S, W]
+            return jnp.einsum("BTSW,WH->BHTS", hidden, w_out[:, 0, :, 0, 0]) + b_out
+
         def add_unit(unit, out):  # one hidden unit's ReLU, into every head
             return out + w_out[unit] * jax.nn.relu(x * w_in[unit] + b_in[unit])
 
-        # One hidden unit at a time, four per loop step, summed into the heads: each step is one
-        # elementwise pass over the pairs. Measured on XLA:CPU (this VM) for a 512 x 512 tile
-        # and a 4k window on the blocked path: a [T, S, W] hidden layer then a W x H matmul cost
-        # 27-46 ms per tile (the matmul too small to pay for materialising the hidden layer); all
-        # 32 units unrolled, 2.4 ms alone but 4.7x NoPE's window (XLA splits the long chain);
-        # steps of one unit 2.1x, of four 1.4-1.6x.
         init = jnp.broadcast_to(b_out, (x.shape[0], w_out.shape[2], *x.shape[2:]))
         return jax.lax.fori_loop(0, w_in.shape[0], add_unit, init, unroll=4)

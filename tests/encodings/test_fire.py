@@ -168,3 +168,18 @@ def test_every_path_equals_naive_attention_with_the_paper_bias(length, causal, p
     got = ba.run(enc, params, path, block, q, k, v, q_pos, k_pos, causal)
     expected = ba.naive(q, k, v, q_pos, k_pos, _paper_bias(params, 32.0), causal)
     np.testing.assert_allclose(got, expected, rtol=1e-4, atol=1e-4)
+
+
+def test_bias_above_the_whole_hidden_layer_size_equals_the_paper():
+    """Past ``_HIDDEN_AT_ONCE`` entries the MLP runs one hidden unit at a time (a blocked
+    tile); below it as one hidden layer: both equal the paper's bias in float64."""
+    from posenc.encodings import fire
+
+    enc, params = _trained_like()
+    for n in (24, 208):  # 24 x 24 x 32 entries below the size, 208 x 208 x 32 above it
+        assert (n * n * 32 > fire._HIDDEN_AT_ONCE) == (n == 208)
+        q_pos = jnp.arange(n)[None] + 300
+        k_pos = jnp.arange(n)[None] + 200
+        got = np.asarray(enc.bias(params, q_pos, k_pos))
+        expected = _paper_bias(params, 32.0)(np.asarray(q_pos), np.asarray(k_pos))
+        np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
