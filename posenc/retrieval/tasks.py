@@ -132,7 +132,10 @@ FWE_TEMPLATE = (
 FWE_ANSWER_PREFIX = (
     " Answer: According to the coded text above, the three most frequently appeared words are:"
 )
-FWE_VOCAB, FWE_WORD_LEN, FWE_ALPHA = 2000, 6, 2.0  # RULER's vocab_size, coded_wordlen, alpha
+# RULER's vocab_size (its first default; the later one, max_seq_length // 50, draws texts of the
+# same law: counts vanish past rank sqrt(n / zeta(2)), fewer words than either), coded_wordlen
+# and alpha.
+FWE_VOCAB, FWE_WORD_LEN, FWE_ALPHA = 2000, 6, 2.0
 FWE_ZETA = np.pi**2 / 6  # zeta(2), the Zipf law's normaliser at alpha = 2
 # The fewest words n for which every n' >= n puts rank 4 strictly above rank 5:
 # floor(x / 16) > floor(x / 25) whenever x (1/16 - 1/25) >= 1, x = n / zeta(2).
