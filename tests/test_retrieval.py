@@ -5,6 +5,7 @@ models (0 %), determinism, and one-line refusals."""
 
 from __future__ import annotations
 
+import collections
 import re
 
 import numpy as np
@@ -46,6 +47,21 @@ RULER_VT = (
     "{context}\nQuestion: Find all variables that are assigned the value {query} in the text "
     "above. Answer: According to the chain(s) of variable assignment in the text above, {num_v} "
     "variables are assigned the value {query}, they are: "
+)
+# common_words_extraction.py / freq_words_extraction.py and their constants.py entries
+# (template + answer_prefix); cwe's list is "1. w1 2. w2 ...", fwe's text the words joined by
+# spaces, the most frequent coded word "..." (noise) and the next three the answer.
+RULER_CWE = (
+    "Below is a numbered list of words. In these words, some appear more often than others. "
+    "Memorize the ones that appear most often.\n{context}\nQuestion: What are the 10 most common "
+    "words in the above list? Answer: The top 10 words that appear most often in the list are:"
+)
+RULER_FWE = (
+    "Read the following coded text and track the frequency of each coded word. Find the three "
+    "most frequently appeared coded words. {context}\nQuestion: Do not provide any explanation. "
+    "Please ignore the dots '....'. What are the three most frequently appeared words in the "
+    "above coded text? Answer: According to the coded text above, the three most frequently "
+    "appeared words are:"
 )
 
 BYTES = ByteTokenizer()
@@ -105,7 +121,7 @@ class BPETokenizer:
 
 def _build(name, length, depth, *, tokenizer=BYTES, seed=0, trial=0, **kw):
     task = T.get(name)
-    draw = T.draw(task, R.trial_rng(name, length, seed, trial))
+    draw = T.draw(task, R.trial_rng(name, length, seed, trial), length)
     hay = P.Haystack(tokenizer, _essay)
     return task, draw, P.build(task, draw, length, depth, hay, np.random.default_rng(7), **kw)
 
@@ -185,13 +201,68 @@ def test_variable_tracking_is_rulers_chain_in_order(depth):
     assert prompt.answer_start - len(head) == round(depth * prompt.filler)
 
 
+def _split(template, text):
+    """The context of ``text`` built on RULER's ``template`` (an independent transcription)."""
+    head, tail = template.split("{context}")
+    assert text.startswith(head) and text.endswith(tail), text[:200]
+    return text[len(head) : len(text) - len(tail)]
+
+
+@pytest.mark.parametrize("length,repeats", [(1500, (6, 1)), (3000, (6, 1)), (6000, (30, 3))])
+def test_common_words_are_rulers_numbered_list(length, repeats):
+    task, draw, prompt = _build("cwe", length, 0.5)
+    assert len(prompt.ids) == length
+    context = _split(RULER_CWE, BYTES.decode(prompt.ids))
+    listed, pad = context.rstrip(" "), len(context) - len(context.rstrip(" "))
+    entries = re.split(r" (?=\d+\. )", listed)
+    numbers = [int(e.split(". ")[0]) for e in entries]
+    assert numbers == list(range(1, len(entries) + 1))  # "1. w 2. w ...", RULER's numbering
+    counts = collections.Counter(e.split(". ", 1)[1] for e in entries)
+    top = [w for w, c in counts.items() if c == repeats[0]]
+    assert sorted(top) == sorted(draw.answers) and len(top) == 10
+    assert set(counts.values()) == set(repeats) and len(counts) > 12
+    # As many words as fit: one more uncommon word would not.
+    longest = max(len(w) for w in T.CWE_WORDS)
+    assert pad < repeats[1] * (len(f" {len(entries) + 1}. ") + longest)
+    # cwe ignores the depth: the same trial at another depth is the same prompt.
+    np.testing.assert_array_equal(_build("cwe", length, 0.0)[2].ids, prompt.ids)
+
+
+def test_cwe_pool_has_no_word_inside_another():
+    pool = T.CWE_WORDS
+    assert len(pool) > 8000 and len(set(pool)) == len(pool)
+    joined = "\n".join(pool)  # a word found more often than once sits inside another one
+    assert all(joined.count(w) == 1 for w in pool[::7])
+
+
+@pytest.mark.parametrize("length", [1500, 4000])
+def test_frequent_words_follow_rulers_zipf_law(length):
+    task, draw, prompt = _build("fwe", length, 0.5)
+    assert len(prompt.ids) == length
+    words = _split(RULER_FWE, BYTES.decode(prompt.ids)).split()
+    counts = collections.Counter(words)
+    ranked = sorted(counts.values(), reverse=True)
+    assert counts.most_common(1)[0][0] == "..."
+    coded = [w for w, _ in counts.most_common() if w != "..."]
+    assert all(re.fullmatch("[a-z]{6}", w) for w in coded)
+    assert sorted(coded[:3]) == sorted(draw.answers) and counts[coded[2]] > counts[coded[3]]
+    # Rank k appears floor(n k^-2 / zeta(2)) times for RULER's num_words n (alpha 2).
+    zeta2 = 1.6449340668482264
+    fits = [
+        n
+        for n in range(1, 4 * length)
+        if [int(n * k**-2.0 / zeta2) for k in range(1, len(ranked) + 2)] == ranked + [0]
+    ]
+    assert fits, ranked[:6]
+
+
 @pytest.fixture(scope="module")
 def bpe():
     return BPETokenizer()
 
 
 @pytest.mark.parametrize("kind", ["bytes", "pairs", "bpe"])
-@pytest.mark.parametrize("name", T.NAMES)
+@pytest.mark.parametrize("name", [n for n in T.NAMES if T.get(n).has_depth])
 def test_exact_length_and_depth_in_the_models_tokens(name, kind, bpe):
     tokenizer = {"bytes": BYTES, "pairs": PairTokenizer(), "bpe": bpe}[kind]
     for length, depth in ((900, 0.0), (1333, 0.37), (2000, 1.0)):
@@ -211,6 +282,21 @@ def test_exact_length_and_depth_in_the_models_tokens(name, kind, bpe):
         assert before == round(depth * prompt.filler)
         np.testing.assert_array_equal(prompt.ids[-len(tokenizer.encode(draw.tail)) :],
                                       tokenizer.encode(draw.tail))  # fmt: skip
+
+
+@pytest.mark.parametrize("kind", ["bytes", "pairs", "bpe"])
+@pytest.mark.parametrize("name", ["cwe", "fwe"])
+def test_word_lists_fill_the_exact_length_in_the_models_tokens(name, kind, bpe):
+    tokenizer = {"bytes": BYTES, "pairs": PairTokenizer(), "bpe": bpe}[kind]
+    for length in (1400, 2001):
+        task, draw, prompt = _build(name, length, 0.5, tokenizer=tokenizer, suffix=(7,))
+        assert prompt.ids.shape == (length,) and prompt.ids[-1] == 7
+        head, tail = tokenizer.encode(draw.head), tokenizer.encode(draw.tail)
+        np.testing.assert_array_equal(prompt.ids[: len(head)], head)
+        np.testing.assert_array_equal(prompt.ids[-len(tail) - 1 : -1], tail)
+        context = tokenizer.decode(prompt.ids[len(head) : -len(tail) - 1])
+        assert all(context.count(a) >= 2 for a in draw.answers)
+        assert len(tokenizer.encode(context.rstrip(" "))) > 0.9 * prompt.filler  # little padding
 
 
 def test_prefix_and_suffix_count_in_the_length():
@@ -261,6 +347,16 @@ def _oracle(tokenizer):
         out = []
         for row in prompts:
             text = tokenizer.decode(row)
+            if text.startswith("Below is a numbered list of words."):  # cwe: count the list
+                listed = re.findall(r"\d+\. (\S+)", text.split("\n")[1])
+                top = collections.Counter(listed).most_common(10)
+                out.append(_answer(tokenizer, " " + ", ".join(w for w, _ in top) + ".", num_new))
+                continue
+            if text.startswith("Read the following coded text"):  # fwe: count, skip the noise
+                coded = text.split("coded words. ", 1)[1].split("\nQuestion:")[0].split()
+                top = collections.Counter(w for w in coded if w != "...").most_common(3)
+                out.append(_answer(tokenizer, " " + ", ".join(w for w, _ in top) + ".", num_new))
+                continue
             key = re.search(r"The pass key is (\d+)\. Remember it\.", text)
             chain = re.search(r"assigned the value (\d+) in the text above", text)
             if key:
@@ -278,11 +374,15 @@ def _oracle(tokenizer):
                     for v in re.findall(rf"magic \w+ for {re.escape(k)} is: (\S+)\.", text)
                 ]
                 answer = " " + ", ".join(values) + "."
-            ids = list(tokenizer.encode(answer))[:num_new]
-            out.append(ids + [tokenizer.sep_id] * (num_new - len(ids)))
+            out.append(_answer(tokenizer, answer, num_new))
         return np.asarray(out)
 
     return generate
+
+
+def _answer(tokenizer, answer, num_new):
+    ids = list(tokenizer.encode(answer))[:num_new]
+    return ids + [tokenizer.sep_id] * (num_new - len(ids))
 
 
 @pytest.mark.parametrize("kind", ["bytes", "pairs", "bpe"])
@@ -372,6 +472,16 @@ def test_refusals_are_one_line():
     with pytest.raises(ValueError) as e:
         R.evaluate_retrieval(gen, BYTES, ["niah_single_2"], [2000], haystack=small)
     _one_line(e, "tiny text", "2000", "--haystack")
+
+    for name in ("cwe", "fwe"):  # the question and the shortest list do not fit
+        with pytest.raises(ValueError) as e:
+            R.evaluate_retrieval(gen, BYTES, [name], [600])
+        _one_line(e, "length 600", name, "use lengths >=")
+    with pytest.raises(ValueError) as e:  # a pool too small for the length
+        with pytest.MonkeyPatch.context() as m:
+            m.setattr(T, "CWE_WORDS", tuple(f"w{i:02d}" for i in range(14)))
+            R.evaluate_retrieval(gen, BYTES, ["cwe"], [3000])
+    _one_line(e, "length 3000", "too long for cwe", "use lengths <=")
 
     class NoDigits(PairTokenizer):  # digits become "?"
         def encode(self, text):

@@ -13,6 +13,11 @@ needle at depth ``d`` follows ``round(d * F)`` filler tokens; needles at one pos
 their drawn order. For the passkey the filler after the key starts again at the beginning of
 the repeated text (Landmark's ``garbage_inf[:n_suffix]``).
 
+cwe and fwe have no needle and no filler: their context is a list of drawn items
+(:attr:`posenc.retrieval.tasks.Draw.items`), the longest that fits ``L`` (a binary search over
+the item count, each candidate tokenised whole), completed to exactly ``L`` tokens by space
+tokens after it.
+
 ``prefix`` holds the tokenizer's beginning-of-text id where it has one (``bos_id``; counted in
 ``L``), ``suffix`` the separator a run trained on the ``synthetic:`` retrieval tasks reads
 between prompt and answer (counted in ``L`` too).
@@ -159,7 +164,10 @@ def fixed_tokens(
 ) -> int:
     """The tokens of a trial's prompt without filler: the shortest length it fits."""
     head, needles, tail = pieces(tokenizer, draw, prefix, suffix)
-    return len(head) + len(tail) + sum(len(n) for n in needles)
+    fixed = len(head) + len(tail) + sum(len(n) for n in needles)
+    if draw.items is not None:  # the shortest list
+        fixed += len(_ids(tokenizer, draw.items(draw.min_items)))
+    return fixed
 
 
 def build(
@@ -190,6 +198,8 @@ def build(
     """
     depth = check_depth(depth)
     head, needles, tail = pieces(haystack.tokenizer, draw, prefix, suffix)
+    if draw.items is not None:
+        return _build_list(task, draw, length, haystack.tokenizer, head, tail)
     fixed = len(head) + len(tail) + sum(len(n) for n in needles)
     filler = int(length) - fixed
     if filler < 0:
@@ -223,6 +233,59 @@ def build(
     ids = np.concatenate(parts).astype(np.int32)
     assert len(ids) == length, (len(ids), length)  # the construction above, not input
     return Prompt(ids, tuple(starts), starts[draw.answer_needle], filler, fixed)
+
+
+def _build_list(
+    task: Task, draw: Draw, length: int, tokenizer: Any, head: np.ndarray, tail: np.ndarray
+) -> Prompt:
+    """cwe's and fwe's prompt: ``head``, the longest list of ``draw.items`` that fits, space
+    tokens up to ``length``, ``tail`` (module docstring)."""
+    room = int(length) - len(head) - len(tail)
+
+    def tokens(n: int) -> np.ndarray:
+        return _ids(tokenizer, draw.items(n))
+
+    lo, best = draw.min_items, tokens(draw.min_items)
+    if len(best) > room:
+        need = len(head) + len(tail) + len(best)
+        raise ValueError(
+            f"retrieval length {length} is too short for {task.name}: its shortest list with the "
+            f"question takes {need} tokens in this tokenizer; use lengths >= {need}"
+        )
+    # The largest n that fits: doubling, then bisection (more items never take fewer tokens).
+    hi, step = None, 1  # hi: the smallest n known not to fit
+    while hi is None and (draw.max_items is None or lo < draw.max_items):
+        n = lo + step if draw.max_items is None else min(lo + step, draw.max_items)
+        ids = tokens(n)
+        if len(ids) > room:
+            hi = n
+        else:
+            lo, best, step = n, ids, 2 * step
+    while hi is not None and hi - lo > 1:
+        mid = (lo + hi) // 2
+        ids = tokens(mid)
+        if len(ids) <= room:
+            lo, best = mid, ids
+        else:
+            hi = mid
+    pad = room - len(best)
+    if hi is None and pad > 0:  # the whole pool fits with room to spare
+        raise ValueError(
+            f"retrieval length {length} is too long for {task.name}: its whole word pool takes "
+            f"{length - pad} tokens in this tokenizer; use lengths <= {length - pad}"
+        )
+    ids = np.concatenate([head, best, np.repeat(_space(tokenizer), pad), tail]).astype(np.int32)
+    assert len(ids) == length, (len(ids), length)  # the construction above, not input
+    return Prompt(ids, (), len(head), int(length) - len(head) - len(tail), len(head) + len(tail))
+
+
+def _space(tokenizer: Any) -> np.ndarray:
+    """The single token of a space (or of a newline) that completes a list prompt."""
+    for text in (" ", "\n"):
+        ids = _ids(tokenizer, text)
+        if len(ids) == 1:
+            return ids
+    raise ValueError("the tokenizer has no single token for a space or a newline (cwe, fwe)")
 
 
 def _check_encodable(tokenizer: Any, text: str, ids: np.ndarray, answers: Sequence[str]) -> None:

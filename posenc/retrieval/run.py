@@ -8,7 +8,8 @@ the same at every depth), its prompt is exactly ``length`` tokens
 ``L`` prompt tokens and ``num_new - 1`` cached steps (:func:`model_generator` over
 :func:`posenc.decoding.lm.greedy_generate`), never a recomputation of the prompt. The output is
 the generated text up to the tokenizer's end-of-text id; it is scored as the task says
-(:mod:`posenc.retrieval.score`).
+(:mod:`posenc.retrieval.score`). cwe's and fwe's prompts do not depend on the depth: their
+trials are built and decoded once per length and recorded at every depth.
 
 :func:`retrieval_workdir` does this for a run directory (trained or imported) through
 :func:`posenc.load_run`, with the run's tokenizer, under evaluation-time overrides (RoPE's
@@ -138,12 +139,16 @@ def evaluate_retrieval(
                 by_length.append({"length": length, "error": str(e)})
                 continue
             start = time.perf_counter()
+            rows = outputs = None
             for depth in depths:
-                rows = [
-                    _trial_prompt(task, drawn[t], length, depth, haystack, seed, t, prefix, suffix)
-                    for t in range(trials)
-                ]
-                outputs = _generate_all(generate, [r.ids for r in rows], num_new, batch_size)
+                if rows is None or task.has_depth:
+                    rows = [
+                        _trial_prompt(
+                            task, drawn[t], length, depth, haystack, seed, t, prefix, suffix
+                        )
+                        for t in range(trials)
+                    ]
+                    outputs = _generate_all(generate, [r.ids for r in rows], num_new, batch_size)
                 records = [
                     _trial_record(
                         task, length, depth, t, seed, row, drawn[t], out, tokenizer, stop_id
@@ -208,13 +213,17 @@ def _plan(task, tokenizer, haystack, length, seed, trials, prefix, suffix) -> tu
       ValueError: ``length`` is shorter than some trial's prompt without filler, or longer than
         the text haystack can fill.
     """
-    drawn = [_tasks.draw(task, trial_rng(task.name, length, seed, t)) for t in range(trials)]
+    drawn = [
+        _tasks.draw(task, trial_rng(task.name, length, seed, t), length) for t in range(trials)
+    ]
     fixed = [_prompt.fixed_tokens(tokenizer, d, prefix, suffix) for d in drawn]
     if length < max(fixed):
         raise ValueError(
             f"retrieval length {length} is too short for {task.name}: its prompts without filler "
             f"take up to {max(fixed)} tokens in this tokenizer; use lengths >= {max(fixed)}"
         )
+    if task.haystack == "words":  # a pool of words too small for the length: refused now
+        _trial_prompt(task, drawn[0], length, 0.0, haystack, seed, 0, prefix, suffix)
     if task.needs_text:  # tokenised now, once per length at most, and checked before any trial
         try:
             haystack.tokens(task.haystack, length - min(fixed))

@@ -38,17 +38,45 @@ text.\n\n{context}\nQuestion: Find all variables that are assigned the value {qu
 text above."`` with its answer prefix; every name of the chain is expected (``string_match_all``).
 RULER prepends an in-context example; we do not.
 
+**cwe** (RULER's common words extraction): a numbered list ``"1. w 2. w 3. w ..."`` of
+words drawn from a pool, ten of them (the common words) repeated 6 times each and every other
+one once (30 and 3 times from length 4096 on, as RULER switches at that ``max_seq_length``), in
+a random order, under RULER's template ``"Below is a numbered list of words. In these words,
+some appear more often than others. Memorize the ones that appear most often.\n{context}\n
+Question: What are the 10 most common words in the above list?"`` and its answer prefix; the
+ten common words are expected (``string_match_all``). As RULER, the list takes as many words as
+fit the length.
+
+**fwe** (RULER's frequent words extraction): a text of coded words (2000 random six-letter
+lowercase strings, the most frequent replaced by ``"..."``, noise) where the word of rank ``k``
+appears ``floor(n k^-2 / zeta(2))`` times (a Zipf law, RULER's ``alpha = 2``), shuffled and
+joined by spaces, under RULER's template ``"Read the following coded text and track the
+frequency of each coded word. Find the three most frequently appeared coded words.
+{context}\nQuestion: Do not provide any explanation. Please ignore the dots '....'. What are
+the three most frequently appeared words in the above coded text?"`` and its answer prefix; the
+words of ranks 2-4 are expected (``string_match_all``). As RULER, ``n`` is the largest that
+fits the length, and at least :data:`FWE_MIN_WORDS`, below which the fourth most frequent
+coded word can tie the fifth (the answer would not be unique).
+
+cwe and fwe have no needle: depth leaves their prompt unchanged (:attr:`Task.has_depth`).
+
 Departures, all deliberate: keys are drawn from our own word lists (RULER uses wonderwords'
 adjective and noun lists); filler is cut at a token rather than at a whole sentence, so the
 prompt has exactly the requested length in the model's tokens; the needle being asked about
 is placed at the requested depth and the other needles at depths drawn from the trial's seed
-(RULER draws every needle's depth).
+(RULER draws every needle's depth); cwe's words are hyphenated adjective-noun and noun-noun
+pairs of our lists (RULER's are single words of wonderwords' lists), none a substring of another
+so that RULER's substring match cannot credit a wrong word, and without RULER's in-context
+example; cwe's and fwe's lists stop at the largest count that fits, and the prompt is completed
+to exactly the requested length with space tokens after the list (fewer than one more list
+entry's tokens; RULER's prompts fall short of its length instead).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import uuid
+from collections.abc import Callable
 
 import numpy as np
 
@@ -82,7 +110,38 @@ VT_ANSWER_PREFIX = (
     "variables are assigned the value {query}, they are: "
 )
 
-HAYSTACKS = ("passkey", "noise", "essay", "needle")
+# -- RULER's common and frequent words extraction (common_words_extraction.py,
+# freq_words_extraction.py; constants.py's templates and answer prefixes) -------------------
+CWE_TEMPLATE = (
+    "Below is a numbered list of words. In these words, some appear more often than others. "
+    "Memorize the ones that appear most often.\n{context}\nQuestion: What are the 10 most "
+    "common words in the above list?"
+)
+CWE_ANSWER_PREFIX = " Answer: The top 10 words that appear most often in the list are:"
+CWE_COMMON = 10  # RULER's num_cw
+# (repeats of a common word, of an uncommon one): RULER's (6, 1) below max_seq_length 4096,
+# its freq_cw and freq_ucw (30, 3) from there on.
+CWE_REPEATS = {"short": (6, 1), "long": (30, 3)}
+CWE_LONG = 4096
+FWE_TEMPLATE = (
+    "Read the following coded text and track the frequency of each coded word. Find the three "
+    "most frequently appeared coded words. {context}\nQuestion: Do not provide any explanation. "
+    "Please ignore the dots '....'. What are the three most frequently appeared words in the "
+    "above coded text?"
+)
+FWE_ANSWER_PREFIX = (
+    " Answer: According to the coded text above, the three most frequently appeared words are:"
+)
+# RULER's vocab_size (its first default; the later one, max_seq_length // 50, draws texts of the
+# same law: counts vanish past rank sqrt(n / zeta(2)), fewer words than either), coded_wordlen
+# and alpha.
+FWE_VOCAB, FWE_WORD_LEN, FWE_ALPHA = 2000, 6, 2.0
+FWE_ZETA = np.pi**2 / 6  # zeta(2), the Zipf law's normaliser at alpha = 2
+# The fewest words n for which every n' >= n puts rank 4 strictly above rank 5:
+# floor(x / 16) > floor(x / 25) whenever x (1/16 - 1/25) >= 1, x = n / zeta(2).
+FWE_MIN_WORDS = int(np.ceil(FWE_ZETA / (1 / 16 - 1 / 25)))
+
+HAYSTACKS = ("passkey", "noise", "essay", "needle", "words", "coded")
 KINDS = ("words", "numbers", "uuids")
 METRICS = ("first_integer", "all", "part")
 
@@ -103,6 +162,10 @@ _NOUNS = (
     "walrus whistle window"
 ).split()
 WORDS = tuple(sorted({f"{a}-{n}" for a in _ADJECTIVES for n in _NOUNS}))
+# cwe's pool: adjective-noun and noun-noun pairs, leaving out the adjectives that end another
+# one ("agile" in "fragile"), so no word of the pool is a substring of another.
+_CWE_FIRST = [w for w in _ADJECTIVES if not any(v != w and v.endswith(w) for v in _ADJECTIVES)]
+CWE_WORDS = tuple(sorted({f"{a}-{n}" for a in _CWE_FIRST + _NOUNS for n in _NOUNS if a != n}))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -113,13 +176,15 @@ class Task:
       name: the task's name (RULER's where it has one).
       haystack: ``"passkey"`` (Landmark's filler: the noise sentences joined by spaces, restarted
         after the key), ``"noise"`` (RULER's: the same sentences, one per line), ``"essay"`` (a
-        text source) or ``"needle"`` (distractor needles, one per line).
+        text source), ``"needle"`` (distractor needles, one per line), or the list that is
+        the whole context of cwe (``"words"``) and fwe (``"coded"``).
       key_type, value_type: ``"words"``, ``"numbers"`` or ``"uuids"`` (unused by passkey).
       num_keys: needles with distinct keys (RULER's ``num_needle_k``).
       num_values: values per key (``num_needle_v``).
       num_queries: keys asked about (``num_needle_q``).
       tokens_to_generate: the greedy continuation's length in the model's tokens (Landmark: 10;
-        RULER's niah: 128); raised to the answer's own length plus 2 where that is longer.
+        RULER's niah: 128, cwe: 120, fwe: 50); raised to the answer's own length plus 2
+        where that is longer.
       metric: ``"first_integer"`` (Landmark), ``"all"`` (RULER's ``string_match_all``) or
         ``"part"`` (``string_match_part``).
       hops: variable tracking's assignments after the first (RULER's ``num_hops``; 0: a needle
@@ -142,6 +207,11 @@ class Task:
         """Whether the haystack is read from a text source."""
         return self.haystack == "essay"
 
+    @property
+    def has_depth(self) -> bool:
+        """Whether a needle goes at a depth (cwe's and fwe's prompts ignore it)."""
+        return self.haystack not in ("words", "coded")
+
 
 def _niah(name, haystack, key="words", value="numbers", k=1, v=1, q=1) -> Task:
     return Task(name, haystack, key, value, max(k, q), v, q)
@@ -160,6 +230,8 @@ TASKS: dict[str, Task] = {
         _niah("niah_multivalue", "essay", v=4),
         _niah("niah_multiquery", "essay", q=4),
         Task("vt", "noise", tokens_to_generate=50, hops=4),
+        Task("cwe", "words", tokens_to_generate=120),
+        Task("fwe", "coded", tokens_to_generate=50),
     )
 }
 NAMES: tuple[str, ...] = tuple(TASKS)
@@ -191,6 +263,10 @@ class Draw:
       ordered: the needles keep their order in the context (a chain of assignments): the
         answer needle is the first, at the depth, and ``other_depths`` are fractions of the
         context after it.
+      items: cwe and fwe (no needles, no filler): ``n -> context``, the list built of ``n``
+        drawn items (cwe: uncommon words beside the common ones; fwe: RULER's ``num_words``);
+        :func:`posenc.retrieval.prompt.build` takes the largest ``n`` that fits.
+      min_items, max_items: the range of ``n`` (``max_items`` None: no bound).
     """
 
     head: str
@@ -202,6 +278,9 @@ class Draw:
     joiner: str
     keys: tuple[str, ...] = ()
     ordered: bool = False
+    items: Callable[[int], str] | None = None
+    min_items: int = 0
+    max_items: int | None = None
 
 
 # The longest value of each kind (bounds on a prompt's fixed part).
@@ -227,10 +306,16 @@ def random_value(kind: str, rng: np.random.Generator | None) -> str:
     raise ValueError(f"needle kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
-def draw(task: Task, rng: np.random.Generator | None) -> Draw:
+def draw(task: Task, rng: np.random.Generator | None, length: int | None = None) -> Draw:
     """The parts of one trial of ``task`` drawn from ``rng`` (module docstring); with
     ``rng=None`` every key and value is the longest of its kind, the first keys are queried and
-    the other needles sit at depth 0 (a bound on the fixed part of the task's prompts)."""
+    the other needles sit at depth 0 (a bound on the fixed part of the task's prompts).
+    ``length`` (the prompt's tokens) sets cwe's repeats (RULER's switch at 4096; None: the
+    short setting)."""
+    if task.haystack == "words":
+        return _common_words(rng, length)
+    if task.haystack == "coded":
+        return _frequent_words(rng)
     if task.name == "passkey":
         key = (
             random_value("passkey", None)
@@ -320,6 +405,68 @@ def _variable_tracking(task: Task, rng: np.random.Generator | None) -> Draw:
         keys=tuple(names),
         ordered=True,
     )
+
+
+def _common_words(rng: np.random.Generator | None, length: int | None) -> Draw:
+    """RULER's cwe: ten common words and the rest of a shuffled pool as uncommon ones; the list
+    of ``n`` uncommon words holds each common word ``common`` times and each uncommon one
+    ``uncommon`` times (:data:`CWE_REPEATS`), in an order drawn once per trial and ``n``."""
+    common, uncommon = CWE_REPEATS["long" if (length or 0) >= CWE_LONG else "short"]
+    if rng is None:
+        words, seed = sorted(CWE_WORDS, key=len, reverse=True), 0
+    else:
+        words, seed = [CWE_WORDS[i] for i in rng.permutation(len(CWE_WORDS))], _seed(rng)
+    top, rest = words[:CWE_COMMON], words[CWE_COMMON:]
+
+    def items(n: int) -> str:
+        listed = np.array(top * common + rest[:n] * uncommon)
+        listed = listed[np.random.default_rng(seed + n).permutation(len(listed))]
+        return " ".join(f"{i + 1}. {w}" for i, w in enumerate(listed))
+
+    head, tail = (CWE_TEMPLATE + CWE_ANSWER_PREFIX).split("{context}")
+    return Draw(head, (), 0, (), tail, tuple(top), "\n", items=items, max_items=len(rest))
+
+
+def _frequent_words(rng: np.random.Generator | None) -> Draw:
+    """RULER's fwe: a vocabulary of distinct random coded words, the first replaced by
+    ``"..."``; ``n`` words give rank ``k`` ``floor(n k^-2 / zeta(2))`` copies, shuffled."""
+    if rng is None:
+        vocab, seed = ["z" * FWE_WORD_LEN] * FWE_VOCAB, 0
+    else:
+        drawn: set[str] = set()
+        while len(drawn) < FWE_VOCAB:  # RULER draws again until the words are distinct
+            more = FWE_VOCAB - len(drawn)
+            text = (rng.integers(0, 26, (more, FWE_WORD_LEN)) + 97).astype(np.uint8).tobytes()
+            drawn.update(
+                text[i : i + FWE_WORD_LEN].decode() for i in range(0, len(text), FWE_WORD_LEN)
+            )
+        vocab = [str(w) for w in rng.permutation(sorted(drawn))]
+        seed = _seed(rng)
+    vocab[0] = "..."
+    ranks = np.arange(1, FWE_VOCAB + 1, dtype=np.float64)
+
+    def items(n: int) -> str:
+        counts = (n * ranks**-FWE_ALPHA / FWE_ZETA).astype(np.int64)
+        listed = np.repeat(np.array(vocab), counts)
+        return " ".join(listed[np.random.default_rng(seed + n).permutation(len(listed))])
+
+    head, tail = FWE_TEMPLATE.split("{context}")
+    return Draw(
+        head,
+        (),
+        0,
+        (),
+        tail + FWE_ANSWER_PREFIX,
+        tuple(vocab[1:4]),
+        " ",
+        items=items,
+        min_items=FWE_MIN_WORDS,
+    )
+
+
+def _seed(rng: np.random.Generator) -> int:
+    """A seed for the list orders of one trial (one order per list size)."""
+    return int(rng.integers(2**31))
 
 
 def distractor(task: Task, rng: np.random.Generator, exclude: tuple[str, ...] = ()) -> str:
