@@ -174,3 +174,32 @@ def test_declarations_and_parameters():
     for bad in ({"max_pos": 0}, {"max_pos": 2.5}, {"init_std": -1.0}):
         with pytest.raises(ValueError, match="encoding."):
             encodings.get("cope", **bad)
+
+
+def test_interpolation_gradient_equals_autodiff_of_the_gathers():
+    """CoPE's hand-written gradient of the interpolation (hat functions instead of the gathers'
+    scatter-adds) equals what autodiff gives for the paper's code: ``z[ceil] w + z[floor] (1 - w)``,
+    at fractional positions, at integers and at the clip ``P - 1``."""
+    from posenc.encodings.cope import _interpolate
+
+    def by_autodiff(z, pos):
+        floor = jnp.floor(pos)
+        weight = pos - floor
+        z_floor = jnp.take_along_axis(z, floor.astype(jnp.int32), axis=-1)
+        z_ceil = jnp.take_along_axis(z, jnp.ceil(pos).astype(jnp.int32), axis=-1)
+        return z_ceil * weight + z_floor * (1.0 - weight)
+
+    rng = np.random.default_rng(0)
+    p = 5
+    z = jnp.asarray(rng.standard_normal((2, 3, 4, p)), jnp.float32)
+    pos = rng.uniform(0, p - 1, (2, 3, 4, 6))
+    pos[..., 0] = p - 1  # the clip
+    pos[..., 1] = 2.0  # an integer
+    pos = jnp.asarray(pos, jnp.float32)
+    weights = jnp.asarray(rng.standard_normal(pos.shape), jnp.float32)
+    for fn in (_interpolate, by_autodiff):
+        np.testing.assert_allclose(fn(z, pos), by_autodiff(z, pos), rtol=1e-6, atol=1e-6)
+    got = jax.grad(lambda z, pos: jnp.sum(weights * _interpolate(z, pos)), (0, 1))(z, pos)
+    want = jax.grad(lambda z, pos: jnp.sum(weights * by_autodiff(z, pos)), (0, 1))(z, pos)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
