@@ -319,8 +319,9 @@ def run_point(point_dir: str) -> dict[str, Any]:
 
 
 def summarize_point(point_dir: str) -> dict[str, Any]:
-    """Final train loss, perplexity at the training length and at the longest length, and the
-    checkpoint step that was scored."""
+    """Final train loss, perplexity at the training length and at the longest length (None for
+    runs scored otherwise, e.g. translation's BLEU per source length), and the checkpoint step
+    that was scored."""
     from posenc.metrics import read_metrics
 
     out: dict[str, Any] = {"train_loss": None, "ppl_train_len": None, "ppl_longest": None}
@@ -333,8 +334,8 @@ def summarize_point(point_dir: str) -> dict[str, Any]:
         at_train = [r for r in ok if r["length"] == report["train_seq_len"]]
         longest = max(r["length"] for r in report["results"])
         at_longest = [r for r in ok if r["length"] == longest]
-        out["ppl_train_len"] = at_train[0]["perplexity"] if at_train else None
-        out["ppl_longest"] = at_longest[0]["perplexity"] if at_longest else None
+        out["ppl_train_len"] = at_train[0].get("perplexity") if at_train else None
+        out["ppl_longest"] = at_longest[0].get("perplexity") if at_longest else None
         out["longest"] = longest
         out["checkpoint_step"] = report.get("checkpoint_step")
     return out

@@ -331,3 +331,14 @@ def test_compile_cache_serves_another_seed_and_changes_no_result(tmp_path, sweep
     with_cache, without = (load_eval(os.path.join(tmp_path, d, seed1)) for d in ("cached", "plain"))
     assert [r["loss"] for r in with_cache["results"]] == [r["loss"] for r in without["results"]]
     assert json.load(open(os.path.join(workdir, "sweep.json")))["compile_cache"] == str(cache)
+
+
+def test_a_translation_point_is_summarised_without_perplexity(tmp_path):
+    """A translation run's eval.json has BLEU per source-length bucket and no perplexity (the
+    summary at the end of a translation sweep raised KeyError)."""
+    bucket = {"length": 32, "lo": 0, "label": "<=1x", "sentences": 3, "bleu": 50.0}
+    report = {"train_seq_len": 32, "results": [bucket], "checkpoint_step": 4}
+    (tmp_path / "eval.json").write_text(json.dumps(report))
+    summary = sweep.summarize_point(str(tmp_path))
+    assert summary["ppl_train_len"] is None and summary["ppl_longest"] is None
+    assert summary["longest"] == 32 and summary["checkpoint_step"] == 4
