@@ -12,6 +12,10 @@ and beyond, with a plot) and prints it::
 
 ``--metric`` picks what the by-source-length table shows (bleu, bleu_intl, chrf, length_ratio);
 extra ``--config.<field>=<value>`` arguments apply to every point.
+
+The tiny run is ``translation_shaw.py``'s (its docstring says what it costs and why its length
+buckets are coarse) trained on sources of at most 32 pieces; JAX's persistent compilation cache
+in ``<workdir>/compile_cache`` (``--compile-cache``) serves a point's second seed.
 """
 
 import sys

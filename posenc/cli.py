@@ -365,7 +365,14 @@ def _cmd_sweep(args, overrides) -> int:
     if args.list:
         print(plan_sweep(args.config, args.workdir, overrides=overrides, only=only))
         return 0
-    summary = run_sweep(args.config, args.workdir, overrides=overrides, jobs=args.jobs, only=only)
+    summary = run_sweep(
+        args.config,
+        args.workdir,
+        overrides=overrides,
+        jobs=args.jobs,
+        only=only,
+        compile_cache=args.compile_cache,
+    )
     return 0 if all(p["status"] != "failed" for p in summary) else 1
 
 
@@ -762,6 +769,13 @@ themselves (narrow the sweep with --only instead) is refused in one line.""",
         action="store_true",
         help="print the points (to run, finished, left out by --only) after the same checks, "
         "and run nothing",
+    )
+    p.add_argument(
+        "--compile-cache",
+        metavar="DIR",
+        help="JAX's persistent compilation cache in DIR, shared by the points: a point that "
+        "repeats another's model and shapes (another seed) loads its compiled steps instead of "
+        "compiling them, e.g. --compile-cache WORKDIR/compile_cache",
     )
     p.set_defaults(func=_cmd_sweep)
 

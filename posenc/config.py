@@ -633,9 +633,12 @@ def _validate_translation(
     for field in ("max_src_len", "max_tgt_len"):
         if d.get(field) is not None:
             _require_int(f"data.{field}", d.get(field))
-    step = d.get("bucket_step", 1.1)
-    if not isinstance(step, int | float) or isinstance(step, bool) or not 1 < step <= 4:
-        raise ValueError(f"data.bucket_step must be a number in (1, 4], got {step!r}")
+    for field, step in (
+        ("data.bucket_step", d.get("bucket_step", 1.1)),
+        ("eval.bucket_step", e.get("bucket_step", 1.1)),
+    ):
+        if not isinstance(step, int | float) or isinstance(step, bool) or not 1 < step <= 4:
+            raise ValueError(f"{field} must be a number in (1, 4], got {step!r}")
     for field in ("steps", "log_every", "checkpoint_every", "keep_checkpoints"):
         _require_int(f"train.{field}", t[field], 0 if field == "steps" else 1)
     _require_int(TOKENS_FIELD, t.get("tokens_per_batch"))

@@ -30,10 +30,17 @@ a process needs to run it) and ``status.json``.
 With ``jobs > 1`` points run in separate processes (``python -m posenc.sweep <point dir>``), each
 logging to ``<point dir>/log.txt``; with ``jobs == 1`` they run in this process, one after the
 other.
+
+``compile_cache`` (``posenc sweep --compile-cache DIR``) gives the points JAX's persistent
+compilation cache in ``DIR``: a point whose computations another point already compiled (the same
+model and shapes: another seed, or an evaluation setting changed) loads the executables instead
+of compiling them again. The cache is keyed by the computation, the compiler options and the JAX
+version, so a hit runs exactly what a fresh compilation would have produced.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import math
 import os
@@ -312,8 +319,9 @@ def run_point(point_dir: str) -> dict[str, Any]:
 
 
 def summarize_point(point_dir: str) -> dict[str, Any]:
-    """Final train loss, perplexity at the training length and at the longest length, and the
-    checkpoint step that was scored."""
+    """Final train loss, perplexity at the training length and at the longest length (None for
+    runs scored otherwise, e.g. translation's BLEU per source length), and the checkpoint step
+    that was scored."""
     from posenc.metrics import read_metrics
 
     out: dict[str, Any] = {"train_loss": None, "ppl_train_len": None, "ppl_longest": None}
@@ -326,21 +334,31 @@ def summarize_point(point_dir: str) -> dict[str, Any]:
         at_train = [r for r in ok if r["length"] == report["train_seq_len"]]
         longest = max(r["length"] for r in report["results"])
         at_longest = [r for r in ok if r["length"] == longest]
-        out["ppl_train_len"] = at_train[0]["perplexity"] if at_train else None
-        out["ppl_longest"] = at_longest[0]["perplexity"] if at_longest else None
+        out["ppl_train_len"] = at_train[0].get("perplexity") if at_train else None
+        out["ppl_longest"] = at_longest[0].get("perplexity") if at_longest else None
         out["longest"] = longest
         out["checkpoint_step"] = report.get("checkpoint_step")
     return out
 
 
-def _child_env(jobs: int) -> dict[str, str]:
+# JAX's settings (and environment variables) for the persistent compilation cache.
+_CACHE_DIR = "jax_compilation_cache_dir"
+_CACHE_MIN_SECONDS = "jax_persistent_cache_min_compile_time_secs"
+
+
+def _child_env(jobs: int, compile_cache: str | None = None) -> dict[str, str]:
     """Environment of a point process when ``jobs`` run at once.
 
     On CPU, XLA's multi-threaded Eigen would have every job start a thread per core; with one
     thread each, ``jobs`` processes share the cores without oversubscription. On a GPU the
     flag only touches the host backend, and each process may take 1/jobs of the GPU memory.
+    ``compile_cache``: the persistent compilation cache's directory (JAX reads its settings
+    from the environment), every compilation cached however short.
     """
     env = dict(os.environ)
+    if compile_cache is not None:
+        env[_CACHE_DIR.upper()] = os.path.abspath(compile_cache)
+        env[_CACHE_MIN_SECONDS.upper()] = "0"
     if jobs > 1:
         flags = env.get("XLA_FLAGS", "")
         if "xla_cpu_multi_thread_eigen" not in flags:
@@ -352,6 +370,29 @@ def _child_env(jobs: int) -> dict[str, str]:
     return env
 
 
+@contextlib.contextmanager
+def compilation_cache(path: str | None):
+    """JAX's persistent compilation cache in ``path`` (every compilation cached) while the block
+    runs in this process, JAX's previous settings after it; None changes nothing."""
+    if path is None:
+        yield
+        return
+    import jax
+    from jax.experimental.compilation_cache import compilation_cache as cc
+
+    previous = {name: getattr(jax.config, name) for name in (_CACHE_DIR, _CACHE_MIN_SECONDS)}
+    # JAX opens its cache once, at the first compilation: reset it so the new directory counts.
+    jax.config.update(_CACHE_DIR, os.path.abspath(path))
+    jax.config.update(_CACHE_MIN_SECONDS, 0.0)
+    cc.reset_cache()
+    try:
+        yield
+    finally:
+        for name, value in previous.items():
+            jax.config.update(name, value)
+        cc.reset_cache()
+
+
 def run_sweep(
     config_spec: str,
     workdir: str,
@@ -360,6 +401,7 @@ def run_sweep(
     jobs: int = 1,
     verbose: bool = True,
     only: Sequence[str] = (),
+    compile_cache: str | None = None,
 ) -> list[dict[str, Any]]:
     """Runs every point of a sweep config under ``workdir``.
 
@@ -374,6 +416,8 @@ def run_sweep(
         (which end when this process ends, however it ends).
       verbose: print a line when a point starts and ends, and the summary table.
       only: ``"field=value[,value...]"`` items narrowing the sweep (:func:`select_points`).
+      compile_cache: a directory for JAX's persistent compilation cache, shared by the points
+        (and by later runs of the sweep); None: JAX's own setting (off unless configured).
 
     Returns:
       One dict per point, in sweep order: ``name``, ``dir``, ``overrides``, ``status`` (``done``:
@@ -399,6 +443,8 @@ def run_sweep(
         header = {"config": config_spec, "overrides": list(overrides), "jobs": jobs}
         if only:
             header["only"] = list(only)
+        if compile_cache is not None:
+            header["compile_cache"] = os.path.abspath(compile_cache)
 
         def save():
             write_json(
@@ -408,7 +454,7 @@ def run_sweep(
 
         save()
         start = time.perf_counter()
-        _run_points(config_spec, workdir, entries, save, jobs, verbose)
+        _run_points(config_spec, workdir, entries, save, jobs, verbose, compile_cache)
     if verbose:
         print(format_summary(entries, time.perf_counter() - start), flush=True)
     return entries
@@ -440,7 +486,9 @@ def plan_sweep(
     return "\n".join(lines)
 
 
-def _run_points(config_spec, workdir, entries, save: Callable[[], None], jobs, verbose) -> None:
+def _run_points(
+    config_spec, workdir, entries, save: Callable[[], None], jobs, verbose, compile_cache
+) -> None:
     """Runs the pending points (in this process or in children), then summarises every point;
     on Ctrl-C records the points left as ``interrupted`` before re-raising."""
     todo = [e for e in entries if e["status"] == "pending"]
@@ -455,9 +503,10 @@ def _run_points(config_spec, workdir, entries, save: Callable[[], None], jobs, v
         )
     try:
         if jobs == 1:
-            _run_in_process(workdir, todo, save, verbose)
+            with compilation_cache(compile_cache):
+                _run_in_process(workdir, todo, save, verbose)
         else:
-            _run_in_children(workdir, todo, save, verbose, jobs)
+            _run_in_children(workdir, todo, save, verbose, jobs, compile_cache)
     except KeyboardInterrupt:
         for e in entries:
             if e["status"] in ("pending", "running"):
@@ -545,8 +594,8 @@ def _child_result(workdir: str, e: dict[str, Any], returncode: int) -> None:
         )
 
 
-def _run_in_children(workdir, todo, save, verbose, jobs) -> None:
-    env = _child_env(jobs)
+def _run_in_children(workdir, todo, save, verbose, jobs, compile_cache) -> None:
+    env = _child_env(jobs, compile_cache)
     queue, running = list(todo), {}
     try:
         while queue or running:

@@ -226,14 +226,16 @@ def translate_ids(
     alpha: float = 0.6,
     max_len_offset: int = 50,
     tokens_per_batch: int = 4096,
+    bucket_step: float = 1.1,
 ) -> list[str]:
     """Detokenised translations of every source of ``pairs``, in their order.
 
-    Sources are sorted into bucketed shapes (one compilation per shape) and the outputs put
-    back in order.
+    Sources are sorted into bucketed shapes (one compilation per shape; ``bucket_step``: the
+    growth factor of their padded lengths) and the outputs put back in order.
     """
     out: list[str | None] = [None] * len(pairs)
-    for batch in eval_pair_batches(pairs, tokens_per_batch, targets=False):
+    batches = eval_pair_batches(pairs, tokens_per_batch, targets=False, bucket_step=bucket_step)
+    for batch in batches:
         ids = decode_batch(
             model,
             batch,
@@ -263,14 +265,15 @@ def _scores(graphdef, state, batch):
 
 
 def teacher_forced(
-    model: EncoderDecoder, pairs: EncodedPairs, tokens_per_batch: int
+    model: EncoderDecoder, pairs: EncodedPairs, tokens_per_batch: int, bucket_step: float = 1.1
 ) -> dict[str, Any]:
     """The split's per-token cross entropy (targets and EOS), its ``exp`` and arg max accuracy,
-    exact sums in float64."""
+    exact sums in float64 (batches bucketed by length with ``bucket_step``, as
+    :func:`translate_ids`)."""
     graphdef, state = nnx.split(model)
     loss = count = correct = 0.0
     keys = ("src", "src_mask", "tgt_in", "tgt_out", "tgt_mask")
-    for batch in eval_pair_batches(pairs, tokens_per_batch, targets=True):
+    for batch in eval_pair_batches(pairs, tokens_per_batch, targets=True, bucket_step=bucket_step):
         sums = _scores(graphdef, state, {k: jnp.asarray(batch[k]) for k in keys})
         loss, count, correct = (
             a + float(x) for a, x in zip((loss, count, correct), sums, strict=True)
@@ -299,7 +302,7 @@ def evaluate_translation(
     Args:
       model: the encoder-decoder.
       config: the run config (``eval.beam_size``, ``eval.alpha``, ``eval.max_len_offset``,
-        ``eval.tokens_per_batch``, ``eval.max_sentences``).
+        ``eval.tokens_per_batch``, ``eval.bucket_step``, ``eval.max_sentences``).
       source: the parallel source.
       vocab: the run's vocabulary.
       split: "validation" or "test".
@@ -323,7 +326,8 @@ def evaluate_translation(
         raise ValueError(f"eval.split={split!r} of data.source={config.data.source!r} is empty")
     encoded = encode_pairs(pairs, vocab)
     start = time.perf_counter()
-    scored = teacher_forced(model, encoded, e.tokens_per_batch)
+    step = eval_bucket_step(config)
+    scored = teacher_forced(model, encoded, e.tokens_per_batch, step)
     hypotheses = translate_ids(
         model,
         encoded,
@@ -332,6 +336,7 @@ def evaluate_translation(
         alpha=e.alpha,
         max_len_offset=e.max_len_offset,
         tokens_per_batch=e.tokens_per_batch,
+        bucket_step=step,
     )
     references = [tgt for _, tgt in pairs]
     bound = train_max_src_len or int(encoded.src_lengths.max())
@@ -353,6 +358,12 @@ def evaluate_translation(
         "seconds": time.perf_counter() - start,
     }
     return fields, hypotheses
+
+
+def eval_bucket_step(config: ml_collections.ConfigDict) -> float:
+    """``eval.bucket_step``: the growth factor of the padded source lengths of evaluation and
+    decoding batches (runs recorded before the field existed used 1.1)."""
+    return config.eval.get("bucket_step", 1.1)
 
 
 def longest_training_source(config: ml_collections.ConfigDict, train: EncodedPairs) -> int:
@@ -401,4 +412,5 @@ def translate_workdir(
         alpha=e.alpha if alpha is None else alpha,
         max_len_offset=e.max_len_offset if max_len_offset is None else max_len_offset,
         tokens_per_batch=e.tokens_per_batch,
+        bucket_step=eval_bucket_step(config),
     )

@@ -266,7 +266,15 @@ HELP = {
     ("data",): ["prepare", "info"],
     ("data", "prepare"): ["spec", "--data-dir", "--text-field"],
     ("data", "info"): ["spec", "--data-dir", "--text-field"],
-    ("sweep",): ["--config", "--workdir", "--jobs", "--only", "--list", "--config.<field>=<value>"],
+    ("sweep",): [
+        "--config",
+        "--workdir",
+        "--jobs",
+        "--only",
+        "--list",
+        "--compile-cache",
+        "--config.<field>=<value>",
+    ],
     ("report",): ["sweep_dir", "--metric"],
     ("plan",): ["--config", "--devices", "--device-memory"],
 }

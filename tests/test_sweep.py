@@ -5,6 +5,7 @@ import json
 import os
 import stat
 
+import jax
 import pytest
 
 import posenc.train
@@ -32,6 +33,8 @@ def get_sweep(variant="ok"):
     points = product(**{{"encoding.name": ["alibi", "nope"], "seed": [0]}})
     if variant == "broken":  # an unknown hyperparameter: fails in validation, inside the run
         points.insert(1, {{"encoding.name": "rope", "seed": 0, "encoding.hparams.bogus": 1}})
+    if variant == "seeds":  # one model, two seeds: the same computations (no dropout)
+        points = product(**{{"encoding.name": ["alibi"], "seed": [0, 1]}})
     return points
 """
 
@@ -287,3 +290,55 @@ def test_only_narrows_a_sweep_and_keeps_the_other_points(tmp_path, sweep_file, m
     ):
         with pytest.raises(ValueError, match=match):
             sweep.run_sweep(sweep_file, workdir, only=only)
+
+
+def test_child_processes_get_the_compile_cache_directory(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    env = sweep._child_env(2, "cache")
+    assert env["JAX_COMPILATION_CACHE_DIR"] == str(tmp_path / "cache")
+    assert env["JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS"] == "0"
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+    assert "JAX_COMPILATION_CACHE_DIR" not in sweep._child_env(2)
+
+
+@pytest.mark.slow
+def test_compile_cache_serves_another_seed_and_changes_no_result(tmp_path, sweep_file):
+    """Seed 1 repeats seed 0's computations but the parameter initialisation (the seed is a
+    constant in it): with the cache it compiles nothing else, and its results are those of a
+    run without the cache."""
+    spec, cache = f"{sweep_file}:seeds", tmp_path / "cache"
+    workdir = str(tmp_path / "cached")
+    hits = []
+
+    def listener(event, **kwargs):
+        if event == "/jax/compilation_cache/cache_hits":
+            hits.append(event)
+
+    previous = jax.config.jax_compilation_cache_dir
+    jax.monitoring.register_event_listener(listener)
+    try:
+        sweep.run_sweep(spec, workdir, only=["seed=0"], compile_cache=str(cache), verbose=False)
+        entries, first_hits = set(os.listdir(cache)), len(hits)
+        assert entries and jax.config.jax_compilation_cache_dir == previous  # restored
+        sweep.run_sweep(spec, workdir, only=["seed=1"], compile_cache=str(cache), verbose=False)
+        new = set(os.listdir(cache)) - entries
+        assert len(new) == 1 and new.pop().startswith("jit__init-")
+        assert len(hits) - first_hits >= len(entries) - 1  # the training step, evaluation
+        sweep.run_sweep(spec, str(tmp_path / "plain"), only=["seed=1"], verbose=False)
+    finally:
+        jax.monitoring.unregister_event_listener(listener)
+    seed1 = "encoding.name-alibi__seed-1"
+    with_cache, without = (load_eval(os.path.join(tmp_path, d, seed1)) for d in ("cached", "plain"))
+    assert [r["loss"] for r in with_cache["results"]] == [r["loss"] for r in without["results"]]
+    assert json.load(open(os.path.join(workdir, "sweep.json")))["compile_cache"] == str(cache)
+
+
+def test_a_translation_point_is_summarised_without_perplexity(tmp_path):
+    """A translation run's eval.json has BLEU per source-length bucket and no perplexity (the
+    summary at the end of a translation sweep raised KeyError)."""
+    bucket = {"length": 32, "lo": 0, "label": "<=1x", "sentences": 3, "bleu": 50.0}
+    report = {"train_seq_len": 32, "results": [bucket], "checkpoint_step": 4}
+    (tmp_path / "eval.json").write_text(json.dumps(report))
+    summary = sweep.summarize_point(str(tmp_path))
+    assert summary["ppl_train_len"] is None and summary["ppl_longest"] is None
+    assert summary["longest"] == 32 and summary["checkpoint_step"] == 4

@@ -86,6 +86,17 @@ def test_translations_come_back_in_order_and_within_their_limits():
         )
         assert together[i] == alone[0]  # rows are independent; the order is the input's
         assert len(together[i]) <= len(src.encode()) + offset  # a byte gives at most a char
+    # Sources of 12 and 31 bytes: two buckets with eval.bucket_step 1.1, one (padded to 32)
+    # with 4.0; the padding is masked, so the outputs are the same.
+    encoded = encode_pairs([PAIRS[1], PAIRS[3]], VOCAB)
+    fine, coarse = (
+        translation.translate_ids(
+            model, encoded, VOCAB, beam_size=2, max_len_offset=offset, bucket_step=step
+        )
+        for step in (1.1, 4.0)
+    )
+    assert len(eval_pair_batches(encoded, 4096, targets=False, bucket_step=4.0)) == 1
+    assert coarse == fine
 
 
 def test_teacher_forced_loss_is_the_direct_cross_entropy():
@@ -122,6 +133,7 @@ def test_bad_decoding_settings_are_refused():
     "override, match",
     [
         ("data.bucket_step=1.0", r"^data\.bucket_step must be a number in \(1, 4\], got 1\.0$"),
+        ("eval.bucket_step=5.0", r"^eval\.bucket_step must be a number in \(1, 4\], got 5\.0$"),
         ("train.label_smoothing=1.0", r"^train\.label_smoothing must be in \[0, 1\)"),
         ("eval.alpha=-1.0", r"^eval\.alpha must be a number >= 0"),
         ("model.mem_len=4", r"^model\.mem_len must be 0 for model\.assembly='encoder_decoder'$"),

@@ -266,10 +266,14 @@ def sweep_and_report(
     overrides: Sequence[str] = (),
     jobs: int = 1,
     metric: str = "perplexity",
+    compile_cache: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Runs a sweep (skipping finished points, resuming interrupted ones) and writes its report:
-    what a reproduction script does. Returns the sweep's points and the report's paths."""
+    what a reproduction script does. Returns the sweep's points and the report's paths.
+    ``compile_cache``: as :func:`posenc.sweep.run_sweep`'s."""
     from posenc.sweep import run_sweep
 
-    points = run_sweep(config_spec, workdir, overrides=overrides, jobs=jobs)
+    points = run_sweep(
+        config_spec, workdir, overrides=overrides, jobs=jobs, compile_cache=compile_cache
+    )
     return points, write_report(workdir, metric=metric)
