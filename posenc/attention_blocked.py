@@ -254,7 +254,8 @@ class _Window(NamedTuple):
         if count is not None and saturated:
             # One key with a masked logit stands for every key of the tile (``carry_limit``).
             masked = jnp.full((*logits.shape[:3], 1), NEG, jnp.float32)
-            terms, _ = enc.contextual_logits(params, q_blk, k_blk[:, :1] * 0, masked, count)
+            key = jnp.zeros_like(k_blk[:, :1])
+            terms, _ = enc.contextual_logits(params, q_blk, key, masked, count)
             logits = jnp.where(visible, logits + terms.astype(jnp.float32), NEG)
         elif count is not None:
             logits, count = contextual(q_blk, k_blk, logits, visible, count, enc, params)

@@ -118,11 +118,15 @@ def _interpolate(z: jax.Array, pos: jax.Array) -> jax.Array:
     cost 52-76 ms on XLA:CPU (this VM, ``[8, 4, 128, 128]``); summing the incoming gradient
     against each position's hat function ``max(0, 1 - |pos - p|)`` costs 14 ms, the same values.
     """
-    floor = jnp.floor(pos)
-    weight = pos - floor
-    z_floor = jnp.take_along_axis(z, floor.astype(jnp.int32), axis=-1)
-    z_ceil = jnp.take_along_axis(z, jnp.ceil(pos).astype(jnp.int32), axis=-1)
+    z_floor, z_ceil = _neighbours(z, pos)
+    weight = pos - jnp.floor(pos)
     return z_ceil * weight + z_floor * (1.0 - weight)
+
+
+def _neighbours(z: jax.Array, pos: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """``z[..., floor pos]`` and ``z[..., ceil pos]``, each ``[B, H, T, S]``."""
+    z_floor = jnp.take_along_axis(z, jnp.floor(pos).astype(jnp.int32), axis=-1)
+    return z_floor, jnp.take_along_axis(z, jnp.ceil(pos).astype(jnp.int32), axis=-1)
 
 
 def _interpolate_forward(z, pos):
@@ -131,8 +135,7 @@ def _interpolate_forward(z, pos):
 
 def _interpolate_backward(saved, grad):
     z, pos = saved
-    z_floor = jnp.take_along_axis(z, jnp.floor(pos).astype(jnp.int32), axis=-1)
-    z_ceil = jnp.take_along_axis(z, jnp.ceil(pos).astype(jnp.int32), axis=-1)
+    z_floor, z_ceil = _neighbours(z, pos)  # recomputed: saving them would hold two [B, H, T, S]
     # Entry p of z weighs 1 - w at floor p = p, w at ceil p = p: the hat max(0, 1 - |pos - p|).
     d_z = jnp.stack(
         [

@@ -19,6 +19,7 @@ import optax
 from flax import nnx
 
 from posenc import encodings
+from posenc.attention_terms import NEG
 from posenc.encodings.base import Dims, Encoding
 from posenc.layers.config import ModelConfig
 from posenc.models.lm import Transformer
@@ -195,6 +196,22 @@ def finite_or_recompiled(compute: Callable[[Callable], Any], what: str) -> Any:
 
 def _finite(tree: Any) -> bool:
     return all(np.isfinite(np.asarray(leaf)).all() for leaf in jax.tree.leaves(tree))
+
+
+def contextual_inputs(settings: Settings, rng: np.random.Generator, scale: float = 1.0):
+    """What ``contextual_logits`` is called with, at random: queries ``[B, T, H, Dh]`` and keys
+    ``[B, S, H, Dh]`` (standard normal, ``S = T + extra_keys``), the causal mask ``[T, S]`` of
+    queries at the last ``T`` keys, and logits ``[B, H, T, S]`` (``scale`` x standard normal)
+    at ``NEG`` where masked."""
+    dims = settings.dims
+    b, t, s = len(settings.offsets), settings.length, settings.length + settings.extra_keys
+    q, k = (
+        jnp.asarray(rng.standard_normal((b, n, dims.num_heads, dims.head_dim)), jnp.float32)
+        for n in (t, s)
+    )
+    visible = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)
+    logits = scale * rng.standard_normal((b, dims.num_heads, t, s))
+    return q, k, visible, jnp.asarray(np.where(visible, logits, NEG), jnp.float32)
 
 
 def model_config(settings: Settings, **overrides: Any) -> ModelConfig:

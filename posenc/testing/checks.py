@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from posenc import attention, attention_terms, linear_attention
+from posenc import attention, linear_attention
 from posenc.encodings.base import Encoding
 from posenc.layers.params import EncoderParam
 from posenc.testing import context, tiling
@@ -22,6 +22,7 @@ from posenc.testing._harness import (
     NotApplicable,
     Settings,
     build,
+    contextual_inputs,
     finite_or_recompiled,
     forward,
     jit,
@@ -357,13 +358,7 @@ def check_carry(encoder: str | Encoding, settings: Settings | None = None) -> No
     params = bound.init(jax.random.key(settings.seed), dims)
     b, t, s = len(settings.offsets), settings.length, settings.length + settings.extra_keys
     rng = np.random.default_rng(settings.seed + 1)
-    q, k = (
-        jnp.asarray(rng.standard_normal((b, n, dims.num_heads, dims.head_dim)), jnp.float32)
-        for n in (t, s)
-    )
-    visible = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)  # [T, S]
-    logits = rng.standard_normal((b, dims.num_heads, t, s))
-    logits = jnp.asarray(np.where(visible, logits, attention_terms.NEG), jnp.float32)
+    q, k, visible, logits = contextual_inputs(settings, rng)
     zeros = jnp.zeros((b, dims.num_heads, t), jnp.float32)
     whole, whole_carry = bound.contextual_logits(params, q, k, logits, zeros)
     carry, tiles = zeros, []

@@ -20,6 +20,7 @@ from posenc.encodings.base import Encoding
 from posenc.testing._harness import (
     NotApplicable,
     Settings,
+    contextual_inputs,
     fail,
     jit,
     label,
@@ -207,16 +208,8 @@ def check_carry_limit(encoder: str | Encoding, settings: Settings | None = None)
     bound, params = _setup(enc, settings)
     dims = settings.dims
     rng = np.random.default_rng(settings.seed + 7)
-    b, t, s, h = (
-        len(settings.offsets),
-        settings.length,
-        settings.length + settings.extra_keys,
-        dims.num_heads,
-    )
-    q, k = (jnp.asarray(rng.standard_normal((b, n, h, dims.head_dim)), jnp.float32) for n in (t, s))
-    visible = np.arange(s)[None, :] <= np.arange(t)[:, None] + (s - t)  # [T, S]
-    logits = 3 * rng.standard_normal((b, h, t, s))
-    logits = jnp.asarray(np.where(visible, logits, NEG), jnp.float32)
+    b, h, t = len(settings.offsets), dims.num_heads, settings.length
+    q, k, visible, logits = contextual_inputs(settings, rng, scale=3.0)
     carry = jnp.asarray(limit + 4 * rng.random((b, h, t)), jnp.float32)
     hook = jit(bound.contextual_logits)
     terms, after = hook(params, q, k, logits, carry)
