@@ -1,0 +1,101 @@
+"""Where an encoder's training step spends its time: per-instruction self times, next to NoPE's.
+
+The throughput benchmark (``experiments/throughput.py --rounds``) says how much an encoder costs
+against NoPE; this says where, from XLA's trace of the compiled training step
+(:mod:`posenc.benchmark.profile`): the step's wall time, its self time per kind of instruction
+(fusions, dots, loops, broadcasts ...) beside the baseline's, and the costliest instructions
+with the JAX operation each came from. One process, encoders one after the other: compare the
+kinds within a run, and take ratios from the interleaved benchmark.
+
+    python experiments/profile_step.py --size cpu --encoders nope,cope --steps 20 \
+        --out runs/profile_cpu
+
+Writes ``profile_<size>.md`` to ``--out`` and prints it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pathlib
+import sys
+from collections.abc import Sequence
+
+import jax
+
+from posenc import encodings
+from posenc.benchmark import SIZES, Settings
+from posenc.benchmark import profile as prof
+from posenc.benchmark.rounds import _Train
+
+
+def profile_encoder(settings: Settings, encoder: str, steps: int):
+    """``(rows, wall seconds per step)`` of ``encoder``'s compiled training step."""
+    train = _Train(settings, encoder)  # compiled and warmed up
+    batch = train.trainer.global_batch(train.windows.batch(0))
+    text = train.trainer._step.lower(train.state, batch).compile().as_text()
+    state = train.state
+
+    def run():
+        nonlocal state
+        state, metrics = train.trainer.step(state, batch)
+        return metrics
+
+    return prof.profile(run, steps, text)
+
+
+def markdown(results: dict[str, tuple[list[prof.OpTime], float]], top: int) -> str:
+    names = list(results)
+    lines = [
+        f"# Training step profile ({jax.devices()[0].platform}, {jax.device_count()} device(s))",
+        "",
+        "| | " + " | ".join(names) + " |",
+        "|---|" + "---:|" * len(names),
+        "| wall ms per step | " + " | ".join(f"{results[n][1] * 1e3:.2f}" for n in names) + " |",
+        "| instructions' self time, ms | "
+        + " | ".join(f"{sum(r.seconds for r in results[n][0]) * 1e3:.2f}" for n in names)
+        + " |",
+    ]
+    kinds = {n: {k: s for k, s, _ in prof.by_kind(results[n][0])} for n in names}
+    order = sorted(
+        {k for n in names for k in kinds[n]},
+        key=lambda k: -max(kinds[n].get(k, 0.0) for n in names),
+    )
+    for kind in order[:top]:
+        cells = " | ".join(f"{kinds[n].get(kind, 0.0) * 1e3:.2f}" for n in names)
+        lines.append(f"| `{kind}` | {cells} |")
+    for name in names:
+        lines += ["", f"## {name}: the {top} costliest instructions", ""]
+        lines += ["| ms | per step | instruction | shape | from |", "|---:|---:|---|---|---|"]
+        for r in results[name][0][:top]:
+            i = r.instruction
+            lines.append(
+                f"| {r.seconds * 1e3:.3f} | {r.calls:g} | `{i.name}` | `{i.shape[:40]}` | "
+                f"`{i.op_name[-70:]}` |"
+            )
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> str:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--size", choices=sorted(SIZES), default="cpu")
+    parser.add_argument("--encoders", default="nope,cope", help="comma-separated, NoPE first")
+    parser.add_argument("--steps", type=int, default=20, help="traced training steps")
+    parser.add_argument("--top", type=int, default=15, help="rows per table")
+    parser.add_argument("--out", default="runs/profile", help="folder of the report")
+    args = parser.parse_args(argv)
+    names = [n for n in args.encoders.split(",") if n]
+    unknown = sorted(set(names) - set(encodings.names()))
+    if unknown:
+        parser.error(f"unknown --encoders {unknown}; known: {', '.join(encodings.names())}")
+    settings = Settings(size=args.size, encoders=tuple(names), steps=args.steps, warmup=3)
+    results = {n: profile_encoder(settings, n, args.steps) for n in names}
+    report = markdown(results, args.top)
+    out = pathlib.Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"profile_{args.size}.md").write_text(report)
+    print(report)
+    return report
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
