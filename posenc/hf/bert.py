@@ -112,7 +112,6 @@ class Bert(Family):
             names,
             sizes,
             head=head + "decoder.weight",
-            tied=True,
             norm="layernorm",
             causal=False,
             qkv_bias=True,

@@ -70,8 +70,6 @@ class Bloom(Family):
             hf,
             names,
             sizes,
-            head="lm_head.weight",
-            tied=True,
             model_dim=d,
             mlp_dim=4 * d,
             norm="layernorm",

@@ -10,6 +10,13 @@ A family (one module of :mod:`posenc.hf`, registered with :func:`register`) prov
 - ``write(spec)``: the ``config.json`` of the same model (export), after ``fits(spec)`` found
   nothing posenc's model has that the family cannot hold.
 
+What several families share lives here too, so that a family module states only its own
+names and options: the layouts of one tensor (:func:`linear`, :func:`heads_in`,
+:func:`fused_per_head`, ...), whole layers named alike by more than one family
+(:func:`separate_attention`, :func:`megatron_layer`), and the reading and writing of the sizes
+every config holds (a family's table of names: :data:`SIZES`, :func:`read_sizes`,
+:func:`write_sizes`, :func:`read_model`).
+
 Positions always map onto a registered encoder (``rope`` with its scaling hyperparameters,
 ``learned``, ``alibi``, ``t5``): a family adds no position code. Differences between families
 are options of :class:`~posenc.layers.config.ModelConfig` named by mechanism; no layer asks which
@@ -284,13 +291,20 @@ def write_sizes(m: ModelConfig, keys: Mapping[str, str] = SIZES) -> dict[str, in
 
 
 def read_model(
-    hf: HFConfig, names: set[str], sizes: dict[str, int], *, head: str, tied: bool, **options: Any
+    hf: HFConfig,
+    names: set[str],
+    sizes: dict[str, int],
+    *,
+    head: str = "lm_head.weight",
+    tied: bool = True,
+    **options: Any,
 ) -> ModelConfig:
     """The ``ModelConfig`` of a Hugging Face model: its ``sizes`` (:func:`read_sizes`) and the
     family's ``options``, in float32 (import and loading set the dtype they are asked for),
     embeddings not scaled by ``sqrt(D)`` (no family here scales them; posenc's default does),
-    and a head of its own when :func:`untied` finds one (``head`` is its tensor's name,
-    ``tied`` the family's default for ``tie_word_embeddings``)."""
+    and a head of its own when :func:`untied` finds one. ``head`` is that tensor's name and
+    ``tied`` the family's default for ``tie_word_embeddings``; both default to transformers'
+    own (``*ForCausalLM``'s ``lm_head``, ``PretrainedConfig``'s tied embeddings)."""
     return ModelConfig(
         **sizes,
         dtype="float32",

@@ -90,8 +90,6 @@ class GPT2(Family):
             hf,
             names,
             sizes,
-            head="lm_head.weight",
-            tied=True,
             mlp_dim=hf.take("n_inner", 4 * sizes["model_dim"]),
             norm="layernorm",
             qkv_bias=True,

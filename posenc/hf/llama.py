@@ -81,7 +81,6 @@ class Llama(Family):
             hf,
             names,
             sizes,
-            head="lm_head.weight",
             tied=False,
             head_dim=dh,
             norm="rmsnorm",

@@ -87,8 +87,6 @@ class OPT(Family):
             hf,
             names,
             sizes,
-            head="lm_head.weight",
-            tied=True,
             norm="layernorm",
             qkv_bias=bias,
             out_bias=bias,
