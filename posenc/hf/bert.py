@@ -31,6 +31,7 @@ from __future__ import annotations
 from typing import Any
 
 from posenc.hf.family import (
+    ACT_NAMES,
     Family,
     Rule,
     Spec,
@@ -38,26 +39,26 @@ from posenc.hf.family import (
     common_misfits,
     copy,
     dense,
+    dense_mlp,
     embeddings,
-    head_bias,
-    heads_in,
-    heads_out,
     hf_tied,
     layernorm,
+    plain_heads,
     prefix_of,
+    read_model,
+    read_sizes,
     register,
-    untied,
+    separate_attention,
+    write_sizes,
     zero_tensor,
 )
 from posenc.hf.fields import HFConfig
-from posenc.layers.config import ModelConfig
 
 # model_type -> (checkpoint prefix, head prefix, architecture); RoBERTa's table is offset.
 _KINDS = {
     "bert": ("bert.", "cls.predictions.", "BertForMaskedLM"),
     "roberta": ("roberta.", "lm_head.", "RobertaForMaskedLM"),
 }
-_ACT_NAMES = {"gelu_exact": "gelu", "gelu": "gelu_new", "relu": "relu"}
 
 
 def _position_table(hf: str, tt: str, offset: int, rows: int, types: int, d: int) -> Rule:
@@ -98,7 +99,7 @@ class Bert(Family):
     def read(self, hf: HFConfig, names: set[str]) -> Spec:
         kind = hf.take("model_type")
         prefix, head, _ = _KINDS[kind]
-        d, h = hf.take("hidden_size"), hf.take("num_attention_heads")
+        sizes = read_sizes(hf)
         hf.expect("position_embedding_type", ("absolute",), "absolute")
         hf.expect("is_decoder", (False,), False)
         hf.expect("add_cross_attention", (False,), False)
@@ -106,22 +107,18 @@ class Bert(Family):
         offset = hf.take("pad_token_id") + 1 if kind == "roberta" else 0
         max_len = hf.take("max_position_embeddings") - offset
         act = activation(hf, "hidden_act", "gelu")
-        model = ModelConfig(
-            vocab_size=hf.take("vocab_size"),
-            num_layers=hf.take("num_hidden_layers"),
-            model_dim=d,
-            num_heads=h,
-            mlp_dim=hf.take("intermediate_size"),
+        model = read_model(
+            hf,
+            names,
+            sizes,
+            head=head + "decoder.weight",
             norm="layernorm",
-            dtype="float32",
-            tie_embeddings=not untied(hf, names, head + "decoder.weight", default=True),
             causal=False,
             qkv_bias=True,
             out_bias=True,
             mlp=act,
             norm_position="post",
             norm_eps=float(hf.take("layer_norm_eps")),
-            scale_embeddings=False,
             embed_norm=True,
             head_transform=act,
             output_bias=True,
@@ -160,18 +157,15 @@ class Bert(Family):
         for i in range(m.num_layers):
             hf, at = f"{t}encoder.layer.{i}.", ("blocks", i)
             attn = hf + "attention."
-            for name, n in (("query", "q"), ("key", "k"), ("value", "v")):
-                rules.append(heads_in(attn + f"self.{name}.weight", (*at, "attn", n), d, h, dh))
-                rules.append(
-                    head_bias(attn + f"self.{name}.bias", (*at, "attn", f"{n}_bias"), h, dh)
-                )
-            rules += [
-                heads_out(attn + "output.dense.weight", (*at, "attn", "o"), h, dh, d),
-                copy(attn + "output.dense.bias", (*at, "attn", "o_bias"), (d,)),
-            ]
+            qkvo = (
+                attn + "self.query",
+                attn + "self.key",
+                attn + "self.value",
+                attn + "output.dense",
+            )
+            rules += separate_attention(qkvo, (*at, "attn"), d, h, dh)
             rules += layernorm(attn + "output.LayerNorm", (*at, "attn_norm"), d)
-            rules += dense(hf + "intermediate.dense", (*at, "mlp", "wi"), d, f)
-            rules += dense(hf + "output.dense", (*at, "mlp", "wo"), f, d)
+            rules += dense_mlp(hf + "intermediate.dense", hf + "output.dense", at, d, f)
             rules += layernorm(hf + "output.LayerNorm", (*at, "mlp_norm"), d)
         transform = head + ("transform." if head.startswith("cls") else "")
         norm = "LayerNorm" if head.startswith("cls") else "layer_norm"
@@ -216,7 +210,7 @@ class Bert(Family):
             self.name,
             encoding="learned",
             norm="layernorm",
-            mlp=tuple(_ACT_NAMES),
+            mlp=tuple(ACT_NAMES),
             mlp_bias=True,
             qkv_bias=True,
             out_bias=True,
@@ -226,8 +220,7 @@ class Bert(Family):
             causal=False,
             head_transform=m.mlp,
             output_bias=True,
-            num_kv_heads=(None, m.num_heads),
-            head_dim=(None, m.model_dim // m.num_heads),
+            **plain_heads(m),
         )
 
     def write(self, spec: Spec) -> dict[str, Any]:
@@ -236,12 +229,8 @@ class Bert(Family):
         out = {
             "model_type": kind,
             "architectures": [_KINDS[kind][2]],
-            "vocab_size": m.vocab_size,
-            "hidden_size": m.model_dim,
-            "num_hidden_layers": m.num_layers,
-            "num_attention_heads": m.num_heads,
-            "intermediate_size": m.mlp_dim,
-            "hidden_act": _ACT_NAMES[m.mlp],
+            **write_sizes(m),
+            "hidden_act": ACT_NAMES[m.mlp],
             "max_position_embeddings": spec.hparams["max_len"] + offset,
             "type_vocab_size": spec.extra.get("type_vocab_size", 2),
             "layer_norm_eps": m.norm_eps,

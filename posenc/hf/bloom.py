@@ -26,23 +26,25 @@ from posenc.hf.family import (
     Rule,
     Spec,
     common_misfits,
-    copy,
-    dense,
     embeddings,
-    fused_per_head,
-    heads_out,
     hf_tied,
     layernorm,
+    megatron_layer,
+    plain_heads,
     prefix_of,
+    read_model,
+    read_sizes,
     register,
-    untied,
+    write_sizes,
     zero_attention_biases,
 )
 from posenc.hf.fields import HFConfig
-from posenc.layers.config import ModelConfig
 
 # BLOOM trained at 2048 tokens; its configs do not always say so (seq_length when they do).
 _TRAIN_LEN = 2048
+# config.json key -> ModelConfig field; the width is hidden_size or, in older files, n_embed,
+# and the MLP is always 4 D wide.
+_SIZES = {"vocab_size": "vocab_size", "n_layer": "num_layers", "n_head": "num_heads"}
 
 
 @register
@@ -55,7 +57,7 @@ class Bloom(Family):
     def read(self, hf: HFConfig, names: set[str]) -> Spec:
         d = hf.take("hidden_size", None) or hf.take("n_embed")
         hf.ignore("hidden_size", "n_embed")
-        h = hf.take("n_head")
+        sizes = read_sizes(hf, _SIZES)
         hf.expect("apply_residual_connection_post_layernorm", (False,), False)
         hf.expect("slow_but_exact", (False,), False)
         hf.expect("n_inner", (None,), None)
@@ -64,20 +66,17 @@ class Bloom(Family):
         hf.ignore("pretraining_tp", "masked_softmax_fusion", "bias_dropout_fusion")
         hf.ignore("skip_bias_add", "skip_bias_add_qkv", "attention_softmax_in_fp32")
         hf.ignore("offset_alibi", "unk_token_id")
-        model = ModelConfig(
-            vocab_size=hf.take("vocab_size"),
-            num_layers=hf.take("n_layer"),
+        model = read_model(
+            hf,
+            names,
+            sizes,
             model_dim=d,
-            num_heads=h,
             mlp_dim=4 * d,
             norm="layernorm",
-            dtype="float32",
-            tie_embeddings=not untied(hf, names, "lm_head.weight", default=True),
             qkv_bias=True,
             out_bias=True,
             mlp="gelu",
             norm_eps=float(hf.take("layer_norm_epsilon")),
-            scale_embeddings=False,
             embed_norm=True,
         )
         prefix = prefix_of(names, "word_embeddings.weight", "transformer.")
@@ -86,32 +85,12 @@ class Bloom(Family):
 
     def rules(self, spec: Spec) -> list[Rule]:
         m = spec.model
-        d, h, dh, f = m.model_dim, m.num_heads, m.dims.head_dim, m.mlp_dim
         t = spec.extra.get("prefix", "transformer.")
         rules = embeddings(spec, t + "word_embeddings.weight", "lm_head.weight")
-        rules += layernorm(t + "word_embeddings_layernorm", ("embed_norm",), d)
+        rules += layernorm(t + "word_embeddings_layernorm", ("embed_norm",), m.model_dim)
         for i in range(m.num_layers):
-            hf, at = f"{t}h.{i}.", ("blocks", i)
-            attn = hf + "self_attention."
-            rules += layernorm(hf + "input_layernorm", (*at, "attn_norm"), d)
-            rules += layernorm(hf + "post_attention_layernorm", (*at, "mlp_norm"), d)
-            qkv = tuple((*at, "attn", n) for n in ("q", "k", "v"))
-            biases = tuple((*at, "attn", f"{n}_bias") for n in ("q", "k", "v"))
-            rules += [
-                fused_per_head(attn + "query_key_value.weight", qkv, d, h, dh, bias=False),
-                heads_out(attn + "dense.weight", (*at, "attn", "o"), h, dh, d),
-            ]
-            # A BLOOM checkpoint always has both biases; a posenc-trained model may have neither
-            # (export_rules writes zeros).
-            if m.qkv_bias:
-                rules.append(
-                    fused_per_head(attn + "query_key_value.bias", biases, d, h, dh, bias=True)
-                )
-            if m.out_bias:
-                rules.append(copy(attn + "dense.bias", (*at, "attn", "o_bias"), (d,)))
-            rules += dense(hf + "mlp.dense_h_to_4h", (*at, "mlp", "wi"), d, f)
-            rules += dense(hf + "mlp.dense_4h_to_h", (*at, "mlp", "wo"), f, d)
-        return rules + layernorm(t + "ln_f", ("final_norm",), d)
+            rules += megatron_layer(f"{t}h.{i}.", "self_attention.", ("blocks", i), m)
+        return rules + layernorm(t + "ln_f", ("final_norm",), m.model_dim)
 
     def export_rules(self, spec: Spec) -> list[Rule]:
         """The rules of the exported model: posenc's missing attention biases as zeros."""
@@ -133,17 +112,14 @@ class Bloom(Family):
             residual="sequential",
             embed_norm=True,
             causal=True,
-            num_kv_heads=(None, m.num_heads),
-            head_dim=(None, m.model_dim // m.num_heads),
+            **plain_heads(m),
         )
 
     def write(self, spec: Spec) -> dict[str, Any]:
         m = spec.model
         return {
-            "vocab_size": m.vocab_size,
+            **write_sizes(m, _SIZES),
             "hidden_size": m.model_dim,
-            "n_layer": m.num_layers,
-            "n_head": m.num_heads,
             "layer_norm_epsilon": m.norm_eps,
             "tie_word_embeddings": hf_tied(spec),
             "seq_length": spec.train_len,

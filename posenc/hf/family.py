@@ -10,6 +10,13 @@ A family (one module of :mod:`posenc.hf`, registered with :func:`register`) prov
 - ``write(spec)``: the ``config.json`` of the same model (export), after ``fits(spec)`` found
   nothing posenc's model has that the family cannot hold.
 
+What several families share lives here too, so that a family module states only its own
+names and options: the layouts of one tensor (:func:`linear`, :func:`heads_in`,
+:func:`fused_per_head`, ...), whole layers named alike by more than one family
+(:func:`separate_attention`, :func:`megatron_layer`), and the reading and writing of the sizes
+every config holds (a family's table of names: :data:`SIZES`, :func:`read_sizes`,
+:func:`write_sizes`, :func:`read_model`).
+
 Positions always map onto a registered encoder (``rope`` with its scaling hyperparameters,
 ``learned``, ``alibi``, ``t5``): a family adds no position code. Differences between families
 are options of :class:`~posenc.layers.config.ModelConfig` named by mechanism; no layer asks which
@@ -22,7 +29,7 @@ import dataclasses
 import importlib
 import math
 import pkgutil
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import numpy as np
@@ -259,6 +266,59 @@ def get(name: str) -> Family:
 
 # -- pieces every decoder-only family shares -------------------------------------------------
 
+# transformers' own names of a model's sizes (PretrainedConfig's standard attributes, which a
+# model's `attribute_map` renames): config.json key -> ModelConfig field, in the order export
+# writes them. A family whose config names them otherwise (GPT-2's n_embd, T5's d_model) states
+# its own table; one table serves both directions, so import and export cannot disagree.
+SIZES = {
+    "vocab_size": "vocab_size",
+    "hidden_size": "model_dim",
+    "num_hidden_layers": "num_layers",
+    "num_attention_heads": "num_heads",
+    "intermediate_size": "mlp_dim",
+}
+
+
+def read_sizes(hf: HFConfig, keys: Mapping[str, str] = SIZES) -> dict[str, int]:
+    """The ``ModelConfig`` sizes a config holds under ``keys`` (config key -> field), each
+    required."""
+    return {field: hf.take(key) for key, field in keys.items()}
+
+
+def write_sizes(m: ModelConfig, keys: Mapping[str, str] = SIZES) -> dict[str, int]:
+    """The ``config.json`` fields of ``m``'s sizes: :func:`read_sizes` backwards."""
+    return {key: getattr(m, field) for key, field in keys.items()}
+
+
+def read_model(
+    hf: HFConfig,
+    names: set[str],
+    sizes: dict[str, int],
+    *,
+    head: str = "lm_head.weight",
+    tied: bool = True,
+    **options: Any,
+) -> ModelConfig:
+    """The ``ModelConfig`` of a Hugging Face model: its ``sizes`` (:func:`read_sizes`) and the
+    family's ``options``, in float32 (import and loading set the dtype they are asked for),
+    embeddings not scaled by ``sqrt(D)`` (no family here scales them; posenc's default does),
+    and a head of its own when :func:`untied` finds one. ``head`` is that tensor's name and
+    ``tied`` the family's default for ``tie_word_embeddings``; both default to transformers'
+    own (``*ForCausalLM``'s ``lm_head``, ``PretrainedConfig``'s tied embeddings)."""
+    return ModelConfig(
+        **sizes,
+        dtype="float32",
+        tie_embeddings=not untied(hf, names, head, default=tied),
+        scale_embeddings=False,
+        **options,
+    )
+
+
+def plain_heads(m: ModelConfig) -> dict[str, tuple[int | None, int]]:
+    """The :func:`common_misfits` needs of a family without grouped-query heads or a head width
+    of its own: one key/value head per query head, each ``D / H`` wide."""
+    return {"num_kv_heads": (None, m.num_heads), "head_dim": (None, m.model_dim // m.num_heads)}
+
 
 def embeddings(spec: Spec, embed: str, head: str, prefix: Path = ()) -> list[Rule]:
     """The token table and output projection: ``embed`` ``[V, D]`` and, when posenc's model has
@@ -322,6 +382,10 @@ ACTIVATIONS = {
 }
 
 
+# posenc's MLP kinds -> the transformers name export writes for each (ACTIVATIONS backwards).
+ACT_NAMES = {"gelu_exact": "gelu", "gelu": "gelu_new", "relu": "relu"}
+
+
 def activation(hf: HFConfig, key: str, default: str) -> str:
     """The posenc MLP kind of the config's activation ``key`` (refusing others)."""
     return ACTIVATIONS[hf.expect(key, tuple(ACTIVATIONS), default)]
@@ -340,7 +404,55 @@ def dense(hf: str, path: Path, n_in: int, n_out: int) -> list[Rule]:
     ]
 
 
+def dense_mlp(wi: str, wo: str, at: Path, d: int, f: int) -> list[Rule]:
+    """A two-layer MLP of biased ``nn.Linear``s ``wi`` (``D -> F``) and ``wo`` (``F -> D``)
+    onto the block ``at``'s ``mlp.wi`` and ``mlp.wo``."""
+    return dense(wi, (*at, "mlp", "wi"), d, f) + dense(wo, (*at, "mlp", "wo"), f, d)
+
+
 def prefix_of(names: set[str], probe: str, prefix: str) -> str:
     """``prefix`` when the checkpoint's names carry it (saved from the LM class), else ``""``
     (saved from the base model class, as GPT-2's and BLOOM's Hub files are)."""
     return prefix if prefix + probe in names else ""
+
+
+# -- layers several families name alike ------------------------------------------------------
+
+
+def separate_attention(
+    modules: tuple[str, str, str, str], at: Path, d: int, h: int, dh: int
+) -> list[Rule]:
+    """Biased query, key, value and output ``nn.Linear``s (BERT's, OPT's), named ``modules``
+    (without ``.weight``), onto the attention ``at``'s ``q, k, v [D, H, Dh]``, ``o [H, Dh, D]``
+    and their biases (``[H, Dh]``, ``[D]``)."""
+    *qkv, out = modules
+    rules = []
+    for module, n in zip(qkv, ("q", "k", "v"), strict=True):
+        rules.append(heads_in(module + ".weight", (*at, n), d, h, dh))
+        rules.append(head_bias(module + ".bias", (*at, f"{n}_bias"), h, dh))
+    rules.append(heads_out(out + ".weight", (*at, "o"), h, dh, d))
+    rules.append(copy(out + ".bias", (*at, "o_bias"), (d,)))
+    return rules
+
+
+def megatron_layer(hf: str, attention: str, at: Path, m: ModelConfig) -> list[Rule]:
+    """One block as Megatron-LM's code names it, which GPT-NeoX and BLOOM kept: under ``hf``,
+    ``input_layernorm`` and ``post_attention_layernorm``; the attention module ``attention``
+    (``attention.`` or ``self_attention.``) with its per-head fused ``query_key_value``
+    (:func:`fused_per_head`) and ``dense``; ``mlp.dense_h_to_4h`` and ``mlp.dense_4h_to_h``.
+    The attention biases are mapped where posenc's model has them (``qkv_bias``, ``out_bias``):
+    BLOOM's checkpoints always hold both, GPT-NeoX's as its ``attention_bias`` says, and a
+    posenc-trained model may lack either (the family's ``export_rules`` writes zeros)."""
+    d, h, dh, f = m.model_dim, m.num_heads, m.dims.head_dim, m.mlp_dim
+    attn = hf + attention
+    qkv = tuple((*at, "attn", n) for n in ("q", "k", "v"))
+    rules = layernorm(hf + "input_layernorm", (*at, "attn_norm"), d)
+    rules += layernorm(hf + "post_attention_layernorm", (*at, "mlp_norm"), d)
+    rules.append(fused_per_head(attn + "query_key_value.weight", qkv, d, h, dh, bias=False))
+    rules.append(heads_out(attn + "dense.weight", (*at, "attn", "o"), h, dh, d))
+    if m.qkv_bias:
+        biases = tuple((*at, "attn", f"{n}_bias") for n in ("q", "k", "v"))
+        rules.append(fused_per_head(attn + "query_key_value.bias", biases, d, h, dh, bias=True))
+    if m.out_bias:
+        rules.append(copy(attn + "dense.bias", (*at, "attn", "o_bias"), (d,)))
+    return rules + dense_mlp(hf + "mlp.dense_h_to_4h", hf + "mlp.dense_4h_to_h", at, d, f)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 
 from posenc.hf.family import (
+    ACT_NAMES,
     Family,
     Path,
     Rule,
@@ -35,15 +36,23 @@ from posenc.hf.family import (
     embeddings,
     hf_tied,
     layernorm,
+    plain_heads,
     prefix_of,
+    read_model,
+    read_sizes,
     register,
-    untied,
+    write_sizes,
     zero_attention_biases,
 )
 from posenc.hf.fields import HFConfig
-from posenc.layers.config import ModelConfig
 
-_ACT_NAMES = {"gelu": "gelu_new", "gelu_exact": "gelu", "relu": "relu"}
+# config.json key -> ModelConfig field (n_inner, the MLP's width, defaults to 4 D).
+_SIZES = {
+    "vocab_size": "vocab_size",
+    "n_embd": "model_dim",
+    "n_layer": "num_layers",
+    "n_head": "num_heads",
+}
 
 
 def _fused_columns(hf: str, paths: tuple[Path, ...], d: int, h: int, dh: int, bias: bool) -> Rule:
@@ -68,7 +77,7 @@ class GPT2(Family):
     ignored_suffixes = (".attn.bias", ".attn.masked_bias")
 
     def read(self, hf: HFConfig, names: set[str]) -> Spec:
-        d, h = hf.take("n_embd"), hf.take("n_head")
+        sizes = read_sizes(hf, _SIZES)
         hf.expect("scale_attn_weights", (True,), True)
         hf.expect("scale_attn_by_inverse_layer_idx", (False,), False)
         hf.expect("add_cross_attention", (False,), False)
@@ -77,20 +86,16 @@ class GPT2(Family):
         hf.ignore("reorder_and_upcast_attn", "summary_type", "summary_use_proj")
         hf.ignore("summary_activation", "summary_proj_to_labels", "summary_first_dropout")
         max_len = hf.take("n_positions")
-        model = ModelConfig(
-            vocab_size=hf.take("vocab_size"),
-            num_layers=hf.take("n_layer"),
-            model_dim=d,
-            num_heads=h,
-            mlp_dim=hf.take("n_inner", 4 * d),
+        model = read_model(
+            hf,
+            names,
+            sizes,
+            mlp_dim=hf.take("n_inner", 4 * sizes["model_dim"]),
             norm="layernorm",
-            dtype="float32",
-            tie_embeddings=not untied(hf, names, "lm_head.weight", default=True),
             qkv_bias=True,
             out_bias=True,
             mlp=activation(hf, "activation_function", "gelu_new"),
             norm_eps=float(hf.take("layer_norm_epsilon")),
-            scale_embeddings=False,
         )
         prefix = prefix_of(names, "wte.weight", "transformer.")
         return Spec(model, "lm", "learned", {"max_len": max_len}, max_len, {"prefix": prefix})
@@ -137,32 +142,27 @@ class GPT2(Family):
         )
 
     def fits(self, spec: Spec) -> list[str]:
-        m = spec.model
         return common_misfits(
             spec,
             self.name,
             encoding="learned",
             norm="layernorm",
-            mlp=tuple(_ACT_NAMES),
+            mlp=tuple(ACT_NAMES),
             mlp_bias=True,
             norm_position="pre",
             residual="sequential",
             embed_norm=False,
             causal=True,
-            num_kv_heads=(None, m.num_heads),
-            head_dim=(None, m.model_dim // m.num_heads),
+            **plain_heads(spec.model),
         )
 
     def write(self, spec: Spec) -> dict[str, Any]:
         m = spec.model
         return {
-            "vocab_size": m.vocab_size,
-            "n_embd": m.model_dim,
-            "n_layer": m.num_layers,
-            "n_head": m.num_heads,
+            **write_sizes(m, _SIZES),
             "n_inner": m.mlp_dim,
             "n_positions": spec.hparams.get("max_len", 2048),
-            "activation_function": _ACT_NAMES[m.mlp],
+            "activation_function": ACT_NAMES[m.mlp],
             "layer_norm_epsilon": m.norm_eps,
             "tie_word_embeddings": hf_tied(spec),
         }

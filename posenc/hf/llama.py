@@ -36,12 +36,13 @@ from posenc.hf.family import (
     heads_out,
     hf_tied,
     linear,
+    read_model,
+    read_sizes,
     register,
-    untied,
+    write_sizes,
 )
 from posenc.hf.fields import HFConfig
 from posenc.hf.rope import read_rope, write_rope
-from posenc.layers.config import ModelConfig
 
 
 @register
@@ -58,8 +59,9 @@ class Llama(Family):
     def read_as(self, hf: HFConfig, names: set[str], kind: str) -> Spec:
         """:meth:`read` with the fields of ``model_type`` ``kind`` (a family built on Llama's
         fields, e.g. Phi-3, reads them as ``"llama"``)."""
-        d, h = hf.take("hidden_size"), hf.take("num_attention_heads")
-        dh = hf.take("head_dim", d // h)
+        sizes = read_sizes(hf)
+        h = sizes["num_heads"]
+        dh = hf.take("head_dim", sizes["model_dim"] // h)
         hf.expect("hidden_act", ("silu",), "silu")
         hf.ignore("pretraining_tp")  # a split of the same matmuls (transformers 4), or unused
         if kind == "qwen2":
@@ -75,23 +77,19 @@ class Llama(Family):
                 hf.expect("sliding_window", (None,), None)
         max_len = hf.take("max_position_embeddings")
         hparams, train_len = read_rope(hf, dh, max_len)
-        model = ModelConfig(
-            vocab_size=hf.take("vocab_size"),
-            num_layers=hf.take("num_hidden_layers"),
-            model_dim=d,
-            num_heads=h,
-            mlp_dim=hf.take("intermediate_size"),
+        model = read_model(
+            hf,
+            names,
+            sizes,
+            tied=False,
             head_dim=dh,
             norm="rmsnorm",
-            dtype="float32",
-            tie_embeddings=not untied(hf, names, "lm_head.weight", default=False),
             num_kv_heads=hf.take("num_key_value_heads", h),
             qkv_bias=qkv_bias,
             out_bias=out_bias,
             mlp="swiglu",
             mlp_bias=hf.expect("mlp_bias", (False, True), False),
             norm_eps=float(hf.take("rms_norm_eps")),
-            scale_embeddings=False,
         )
         return Spec(model, "lm", "rope", hparams, train_len, {"model_type": kind})
 
@@ -162,11 +160,7 @@ class Llama(Family):
         else:
             kind = {"attention_bias": m.qkv_bias, "mlp_bias": m.mlp_bias}
         return {
-            "vocab_size": m.vocab_size,
-            "hidden_size": m.model_dim,
-            "intermediate_size": m.mlp_dim,
-            "num_hidden_layers": m.num_layers,
-            "num_attention_heads": m.num_heads,
+            **write_sizes(m),
             "num_key_value_heads": m.kv_heads,
             "head_dim": m.dims.head_dim,
             "hidden_act": "silu",

@@ -27,29 +27,31 @@ from typing import Any
 import numpy as np
 
 from posenc.hf.family import (
+    ACT_NAMES,
+    SIZES,
     Family,
     Rule,
     Spec,
     activation,
     common_misfits,
-    copy,
-    dense,
+    dense_mlp,
     embeddings,
-    head_bias,
-    heads_in,
-    heads_out,
     hf_tied,
     layernorm,
+    plain_heads,
     prefix_of,
+    read_model,
+    read_sizes,
     register,
-    untied,
+    separate_attention,
+    write_sizes,
 )
 from posenc.hf.fields import HFConfig
-from posenc.layers.config import ModelConfig
 
 # OPTLearnedPositionalEmbedding reads row position + 2.
 _OFFSET = 2
-_ACT_NAMES = {"relu": "relu", "gelu_exact": "gelu", "gelu": "gelu_new"}
+# transformers' names of the sizes, but OPT's ffn_dim for the MLP's width.
+_SIZES = {key: field for key, field in SIZES.items() if field != "mlp_dim"} | {"ffn_dim": "mlp_dim"}
 
 
 def _positions(hf: str, rows: int, d: int) -> Rule:
@@ -72,7 +74,8 @@ class OPT(Family):
     export_architecture = "OPTForCausalLM"
 
     def read(self, hf: HFConfig, names: set[str]) -> Spec:
-        d, h = hf.take("hidden_size"), hf.take("num_attention_heads")
+        sizes = read_sizes(hf, _SIZES)
+        d = sizes["model_dim"]
         hf.expect("word_embed_proj_dim", (d,), d)
         hf.expect("layer_norm_elementwise_affine", (True,), True)
         hf.expect("_remove_final_layer_norm", (False,), False)
@@ -80,22 +83,17 @@ class OPT(Family):
         pre = hf.expect("do_layer_norm_before", (True, False), True)
         hf.ignore("dropout", "layerdrop", "init_std")
         max_len = hf.take("max_position_embeddings")
-        model = ModelConfig(
-            vocab_size=hf.take("vocab_size"),
-            num_layers=hf.take("num_hidden_layers"),
-            model_dim=d,
-            num_heads=h,
-            mlp_dim=hf.take("ffn_dim"),
+        model = read_model(
+            hf,
+            names,
+            sizes,
             norm="layernorm",
-            dtype="float32",
-            tie_embeddings=not untied(hf, names, "lm_head.weight", default=True),
             qkv_bias=bias,
             out_bias=bias,
             mlp=activation(hf, "activation_function", "relu"),
             mlp_bias=bias,
             norm_position="pre" if pre else "post",
             norm_eps=1e-5,  # nn.LayerNorm's default: OPT's config states none
-            scale_embeddings=False,
         )
         prefix = prefix_of(names, "decoder.embed_tokens.weight", "model.")
         return Spec(model, "lm", "learned", {"max_len": max_len}, max_len, {"prefix": prefix})
@@ -109,27 +107,22 @@ class OPT(Family):
         for i in range(m.num_layers):
             hf, at = f"{t}layers.{i}.", ("blocks", i)
             attn = hf + "self_attn."
-            for n in ("q", "k", "v"):
-                rules.append(heads_in(attn + f"{n}_proj.weight", (*at, "attn", n), d, h, dh))
-                rules.append(head_bias(attn + f"{n}_proj.bias", (*at, "attn", f"{n}_bias"), h, dh))
-            rules.append(heads_out(attn + "out_proj.weight", (*at, "attn", "o"), h, dh, d))
-            rules.append(copy(attn + "out_proj.bias", (*at, "attn", "o_bias"), (d,)))
+            qkvo = tuple(attn + f"{n}_proj" for n in ("q", "k", "v", "out"))
+            rules += separate_attention(qkvo, (*at, "attn"), d, h, dh)
             rules += layernorm(hf + "self_attn_layer_norm", (*at, "attn_norm"), d)
-            rules += dense(hf + "fc1", (*at, "mlp", "wi"), d, f)
-            rules += dense(hf + "fc2", (*at, "mlp", "wo"), f, d)
+            rules += dense_mlp(hf + "fc1", hf + "fc2", at, d, f)
             rules += layernorm(hf + "final_layer_norm", (*at, "mlp_norm"), d)
         if m.norm_position == "pre":
             rules += layernorm(t + "final_layer_norm", ("final_norm",), d)
         return rules
 
     def fits(self, spec: Spec) -> list[str]:
-        m = spec.model
         return common_misfits(
             spec,
             self.name,
             encoding="learned",
             norm="layernorm",
-            mlp=tuple(_ACT_NAMES),
+            mlp=tuple(ACT_NAMES),
             mlp_bias=True,
             qkv_bias=True,
             out_bias=True,
@@ -137,21 +130,16 @@ class OPT(Family):
             embed_norm=False,
             causal=True,
             norm_eps=1e-5,
-            num_kv_heads=(None, m.num_heads),
-            head_dim=(None, m.model_dim // m.num_heads),
+            **plain_heads(spec.model),
         )
 
     def write(self, spec: Spec) -> dict[str, Any]:
         m = spec.model
         return {
-            "vocab_size": m.vocab_size,
-            "hidden_size": m.model_dim,
+            **write_sizes(m, _SIZES),
             "word_embed_proj_dim": m.model_dim,
-            "num_hidden_layers": m.num_layers,
-            "num_attention_heads": m.num_heads,
-            "ffn_dim": m.mlp_dim,
             "max_position_embeddings": spec.hparams["max_len"],
-            "activation_function": _ACT_NAMES[m.mlp],
+            "activation_function": ACT_NAMES[m.mlp],
             "do_layer_norm_before": m.norm_position == "pre",
             "enable_bias": True,
             "tie_word_embeddings": hf_tied(spec),

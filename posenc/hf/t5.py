@@ -43,7 +43,9 @@ from posenc.hf.family import (
     heads_out,
     hf_tied,
     linear,
+    read_sizes,
     register,
+    write_sizes,
 )
 from posenc.hf.fields import HFConfig
 from posenc.layers.config import ModelConfig
@@ -52,6 +54,14 @@ from posenc.layers.config import ModelConfig
 _MLPS = {"relu": "relu", "gated-gelu": "geglu", "gelu": "gelu_exact"}
 # T5 was pretrained on 512-token inputs.
 _TRAIN_LEN = 512
+# config.json key -> ModelConfig field; besides these, d_kv is the head width, and num_layers
+# the encoder's depth, which the decoder's (num_decoder_layers) defaults to.
+_SIZES = {
+    "vocab_size": "vocab_size",
+    "d_model": "model_dim",
+    "d_ff": "mlp_dim",
+    "num_heads": "num_heads",
+}
 
 
 @register
@@ -73,13 +83,10 @@ class T5(Family):
         scale_outputs = hf.take("scale_decoder_outputs", tied_config is not False)
         layers = hf.take("num_layers")
         model = ModelConfig(
-            vocab_size=hf.take("vocab_size"),
+            **read_sizes(hf, _SIZES),
+            head_dim=hf.take("d_kv"),
             num_layers=hf.take("num_decoder_layers", layers),
             num_encoder_layers=layers,
-            model_dim=hf.take("d_model"),
-            num_heads=hf.take("num_heads"),
-            head_dim=hf.take("d_kv"),
-            mlp_dim=hf.take("d_ff"),
             norm="rmsnorm",
             dtype="float32",
             tie_embeddings="lm_head.weight" not in names,
@@ -146,13 +153,10 @@ class T5(Family):
     def write(self, spec: Spec) -> dict[str, Any]:
         m = spec.model
         return {
-            "vocab_size": m.vocab_size,
-            "d_model": m.model_dim,
+            **write_sizes(m, _SIZES),
             "d_kv": m.dims.head_dim,
-            "d_ff": m.mlp_dim,
             "num_layers": m.encoder_layers,
             "num_decoder_layers": m.num_layers,
-            "num_heads": m.num_heads,
             "relative_attention_num_buckets": spec.hparams.get("num_buckets", 32),
             "relative_attention_max_distance": spec.hparams.get("max_distance", 128),
             "layer_norm_epsilon": m.norm_eps,

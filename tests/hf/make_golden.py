@@ -15,6 +15,12 @@ transformers.
 
     pip install torch==2.13.0 transformers   # not posenc's test extras: CI uses the files
     python tests/hf/make_golden.py            # rewrites tests/hf/golden/
+    python tests/hf/make_golden.py opt greedy # only these (a rewritten folder loses greedy.npz
+                                              # and states.npz until greedy, bert_states run)
+
+The decoder-only and masked-LM folders are the rows of :data:`FOLDERS` (a model class, config
+fields, seed and lengths each), written by one function, :func:`language_model`; T5's
+encoder-decoders, the greedy continuations and BERT's states have functions of their own.
 
 Weights are redrawn at a scale that makes every part matter (norm scales around 1, biases and
 T5's bucket table of order 0.1-1), so a mapping mistake moves the logits by far more than
@@ -23,10 +29,13 @@ float32 rounding. Files stay small (vocabulary 64-96, width 32-48, two layers).
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import json
 import os
 import shutil
 import sys
+from typing import Any
 
 import numpy as np
 import torch
@@ -101,69 +110,6 @@ def language_model(
     print(f"{name}: {sorted(out)}")
 
 
-def llama_family() -> None:
-    common = dict(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        max_position_embeddings=32,
-        rms_norm_eps=1e-5,
-    )
-    cases = {
-        "llama": dict(tie_word_embeddings=True),
-        "llama_linear": dict(rope_scaling={"rope_type": "linear", "factor": 2.0}),
-        "llama_dynamic": dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
-        "llama_yarn": dict(
-            rope_scaling={
-                "rope_type": "yarn",
-                "factor": 4.0,
-                "original_max_position_embeddings": 32,
-            }
-        ),
-        "llama_llama3": dict(
-            head_dim=16,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            rope_theta=500.0,
-            rope_scaling={
-                "rope_type": "llama3",
-                "factor": 8.0,
-                "low_freq_factor": 1.0,
-                "high_freq_factor": 4.0,
-                "original_max_position_embeddings": 32,
-            },
-        ),
-        "llama_longrope": dict(
-            max_position_embeddings=64,
-            rope_scaling={
-                "rope_type": "longrope",
-                "short_factor": [1.0, 1.1, 1.3, 1.7],
-                "long_factor": [1.0, 1.5, 3.0, 6.0],
-                "original_max_position_embeddings": 32,
-            },
-        ),
-    }
-    for seed, (name, extra) in enumerate(cases.items()):
-        config = transformers.LlamaConfig(**{**common, **extra})
-        language_model(name, config, transformers.LlamaForCausalLM, seed=10 + seed)
-    language_model(
-        "qwen2",
-        transformers.Qwen2Config(**common, rope_theta=1e6, tie_word_embeddings=False),
-        transformers.Qwen2ForCausalLM,
-        seed=30,
-    )
-    language_model(
-        "mistral",
-        transformers.MistralConfig(**common, head_dim=16, sliding_window=None),
-        transformers.MistralForCausalLM,
-        seed=31,
-    )
-    _tokenizer(os.path.join(GOLDEN, "llama"))
-
-
 def _tokenizer(folder: str) -> None:
     """A byte-level BPE of VOCAB ids trained on a few sentences, as ``tokenizer.json``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -184,51 +130,214 @@ def _tokenizer(folder: str) -> None:
         json.dump({"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}, f)
 
 
-def gpt_neox() -> None:
-    common = dict(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=2,
+@dataclasses.dataclass(frozen=True)
+class Folder:
+    """One golden folder of a decoder-only or masked LM (:func:`language_model`).
+
+    Attributes:
+      name: the folder under ``golden/``.
+      model: transformers' model class (its ``config_class`` takes ``fields``).
+      fields: the config's fields.
+      seed: the weights' seed (the ids' seeds follow it).
+      lengths: the lengths of the golden logits.
+      avoid: an id the random ids never take.
+    """
+
+    name: str
+    model: type
+    fields: dict[str, Any]
+    seed: int
+    lengths: tuple[int, int] = LENGTHS
+    avoid: int | None = None
+
+
+def _folders(
+    model: type, common: dict[str, Any], cases: dict[str, dict[str, Any]], seed: int, **options: Any
+) -> list[Folder]:
+    """Folders of one model class: each case's fields over ``common``, seeds from ``seed`` on."""
+    return [
+        Folder(name, model, {**common, **fields}, seed + i, **options)
+        for i, (name, fields) in enumerate(cases.items())
+    ]
+
+
+# The sizes the families with transformers' standard field names share.
+TINY = dict(vocab_size=VOCAB, hidden_size=32, num_hidden_layers=2)
+LLAMA = dict(
+    TINY,
+    intermediate_size=48,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=32,
+    rms_norm_eps=1e-5,
+)
+LLAMA_CASES = {
+    "llama": dict(tie_word_embeddings=True),
+    "llama_linear": dict(rope_scaling={"rope_type": "linear", "factor": 2.0}),
+    "llama_dynamic": dict(rope_scaling={"rope_type": "dynamic", "factor": 2.0}),
+    "llama_yarn": dict(
+        rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 32}
+    ),
+    "llama_llama3": dict(
+        head_dim=16,
         num_attention_heads=2,
-        max_position_embeddings=32,
-        rope_scaling=None,
-    )
-    for i, (name, extra) in enumerate(
+        num_key_value_heads=1,
+        rope_theta=500.0,
+        rope_scaling={
+            "rope_type": "llama3",
+            "factor": 8.0,
+            "low_freq_factor": 1.0,
+            "high_freq_factor": 4.0,
+            "original_max_position_embeddings": 32,
+        },
+    ),
+    "llama_longrope": dict(
+        max_position_embeddings=64,
+        rope_scaling={
+            "rope_type": "longrope",
+            "short_factor": [1.0, 1.1, 1.3, 1.7],
+            "long_factor": [1.0, 1.5, 3.0, 6.0],
+            "original_max_position_embeddings": 32,
+        },
+    ),
+}
+GPT_NEOX = dict(
+    TINY, intermediate_size=64, num_attention_heads=2, max_position_embeddings=32, rope_scaling=None
+)
+BERT = dict(TINY, num_attention_heads=4, intermediate_size=64, type_vocab_size=2)
+OPT = dict(
+    TINY, word_embed_proj_dim=32, ffn_dim=64, num_attention_heads=4, max_position_embeddings=32
+)
+PHI3 = dict(
+    TINY,
+    intermediate_size=48,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    pad_token_id=0,
+    bos_token_id=1,
+    eos_token_id=2,
+)
+T5 = dict(
+    vocab_size=VOCAB,
+    d_model=32,
+    d_kv=8,
+    d_ff=48,
+    num_layers=2,
+    num_heads=4,
+    relative_attention_num_buckets=8,
+    relative_attention_max_distance=20,
+)
+
+# The decoder-only and masked-LM folders, by family (a command-line name).
+FOLDERS: dict[str, list[Folder]] = {
+    "llama": [
+        *_folders(transformers.LlamaForCausalLM, LLAMA, LLAMA_CASES, seed=10),
+        *_folders(
+            transformers.Qwen2ForCausalLM,
+            LLAMA,
+            {"qwen2": dict(rope_theta=1e6, tie_word_embeddings=False)},
+            seed=30,
+        ),
+        *_folders(
+            transformers.MistralForCausalLM,
+            LLAMA,
+            {"mistral": dict(head_dim=16, sliding_window=None)},
+            seed=31,
+        ),
+    ],
+    "gpt_neox": _folders(
+        transformers.GPTNeoXForCausalLM,
+        GPT_NEOX,
         {
             "gpt_neox": dict(rotary_pct=0.25, use_parallel_residual=True),
             "gpt_neox_sequential": dict(rotary_pct=0.5, use_parallel_residual=False),
             "gpt_neox_linear": dict(
                 rotary_pct=0.25, rope_scaling={"rope_type": "linear", "factor": 2.0}
             ),
-        }.items()
-    ):
-        config = transformers.GPTNeoXConfig(**{**common, **extra})
-        language_model(name, config, transformers.GPTNeoXForCausalLM, seed=40 + i)
-    _tokenizer(os.path.join(GOLDEN, "gpt_neox"))
-
-
-def gpt2() -> None:
-    config = transformers.GPT2Config(
-        vocab_size=VOCAB,
-        n_positions=64,
-        n_embd=32,
-        n_layer=2,
-        n_head=4,
-        bos_token_id=0,
-        eos_token_id=0,
-    )
-    language_model("gpt2", config, transformers.GPT2LMHeadModel, seed=50, lengths=(24, 64))
-    _tokenizer(os.path.join(GOLDEN, "gpt2"))
-
-
-def bloom() -> None:
+        },
+        seed=40,
+    ),
+    "gpt2": _folders(
+        transformers.GPT2LMHeadModel,
+        dict(
+            vocab_size=VOCAB,
+            n_positions=64,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            bos_token_id=0,
+            eos_token_id=0,
+        ),
+        {"gpt2": {}},
+        seed=50,
+        lengths=(24, 64),
+    ),
     # 6 heads: not a power of two, so the slopes take BLOOM's rule for the extra heads.
-    config = transformers.BloomConfig(
-        vocab_size=VOCAB, hidden_size=48, n_layer=2, n_head=6, bos_token_id=0, eos_token_id=0
-    )
-    language_model("bloom", config, transformers.BloomForCausalLM, seed=60)
-    _tokenizer(os.path.join(GOLDEN, "bloom"))
+    "bloom": _folders(
+        transformers.BloomForCausalLM,
+        dict(vocab_size=VOCAB, hidden_size=48, n_layer=2, n_head=6, bos_token_id=0, eos_token_id=0),
+        {"bloom": {}},
+        seed=60,
+    ),
+    # BERT and RoBERTa masked LMs (bidirectional; RoBERTa's positions start after its padding
+    # id, so its ids avoid that id: transformers would give a padding token no position).
+    "bert": [
+        *_folders(
+            transformers.BertForMaskedLM,
+            BERT,
+            {"bert": dict(max_position_embeddings=32)},
+            seed=100,
+            lengths=(24, 32),
+        ),
+        *_folders(
+            transformers.RobertaForMaskedLM,
+            BERT,
+            {"roberta": dict(max_position_embeddings=34, pad_token_id=1)},
+            seed=101,
+            lengths=(24, 32),
+            avoid=1,
+        ),
+    ],
+    # OPT, pre-norm (most sizes) and post-norm (``do_layer_norm_before=false``, OPT-350m).
+    "opt": _folders(
+        transformers.OPTForCausalLM,
+        OPT,
+        {"opt": dict(do_layer_norm_before=True), "opt_post": dict(do_layer_norm_before=False)},
+        seed=120,
+        lengths=(24, 32),
+    ),
+    # Phi-3: fused qkv and gate/up rows; plain RoPE and LongRoPE (the 128k models).
+    "phi3": _folders(
+        transformers.Phi3ForCausalLM,
+        PHI3,
+        {
+            "phi3": dict(max_position_embeddings=32, original_max_position_embeddings=32),
+            "phi3_longrope": dict(
+                max_position_embeddings=64,
+                original_max_position_embeddings=32,
+                rope_scaling={
+                    "rope_type": "longrope",
+                    "short_factor": [1.0, 1.2, 1.5, 2.0],
+                    "long_factor": [1.0, 2.0, 4.0, 8.0],
+                },
+            ),
+        },
+        seed=130,
+        lengths=(24, 80),
+    ),
+}
+# The folders that also get a tokenizer.json (the import and extrapolation tests'): the first of
+# each decoder-only family but Phi-3.
+TOKENIZERS = ("llama", "gpt_neox", "gpt2", "bloom", "opt")
+
+
+def language_models(family: str) -> None:
+    """The folders of ``FOLDERS[family]``, with a tokenizer where :data:`TOKENIZERS` says."""
+    for f in FOLDERS[family]:
+        config = f.model.config_class(**f.fields)
+        language_model(f.name, config, f.model, f.seed, f.lengths, avoid=f.avoid)
+        if f.name in TOKENIZERS:
+            _tokenizer(os.path.join(GOLDEN, f.name))
 
 
 def t5() -> None:
@@ -240,17 +349,7 @@ def t5() -> None:
             "flan_t5": dict(feed_forward_proj="gated-gelu", num_decoder_layers=1),
         }.items()
     ):
-        config = transformers.T5Config(
-            vocab_size=VOCAB,
-            d_model=32,
-            d_kv=8,
-            d_ff=48,
-            num_layers=2,
-            num_heads=4,
-            relative_attention_num_buckets=8,
-            relative_attention_max_distance=20,
-            **extra,
-        )
+        config = transformers.T5Config(**T5, **extra)
         torch.manual_seed(70 + seed)
         model = transformers.T5ForConditionalGeneration(config).eval()
         _perturb(model, 70 + seed)
@@ -287,76 +386,6 @@ def _untie_t5(folder: str, seed: int) -> None:
     config.pop("scale_decoder_outputs", None)
     with open(config_path, "w") as f:
         json.dump(config, f, indent=2)
-
-
-def bert() -> None:
-    """BERT and RoBERTa masked LMs (bidirectional; RoBERTa's positions start after its padding
-    id, so its ids avoid that id: transformers would give a padding token no position)."""
-    common = dict(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        intermediate_size=64,
-        type_vocab_size=2,
-    )
-    cases = {
-        "bert": (transformers.BertConfig(**common, max_position_embeddings=32), None),
-        "roberta": (
-            transformers.RobertaConfig(**common, max_position_embeddings=34, pad_token_id=1),
-            1,
-        ),
-    }
-    for i, (name, (config, pad)) in enumerate(cases.items()):
-        cls = transformers.AutoModelForMaskedLM.from_config(config).__class__
-        language_model(name, config, cls, seed=100 + i, lengths=(24, 32), avoid=pad)
-
-
-def opt() -> None:
-    """OPT, pre-norm (most sizes) and post-norm (``do_layer_norm_before=false``, OPT-350m)."""
-    for i, (name, pre) in enumerate((("opt", True), ("opt_post", False))):
-        config = transformers.OPTConfig(
-            vocab_size=VOCAB,
-            hidden_size=32,
-            word_embed_proj_dim=32,
-            num_hidden_layers=2,
-            ffn_dim=64,
-            num_attention_heads=4,
-            max_position_embeddings=32,
-            do_layer_norm_before=pre,
-        )
-        language_model(name, config, transformers.OPTForCausalLM, seed=120 + i, lengths=(24, 32))
-    _tokenizer(os.path.join(GOLDEN, "opt"))
-
-
-def phi3() -> None:
-    """Phi-3: fused qkv and gate/up rows; plain RoPE and LongRoPE (the 128k models)."""
-    common = dict(
-        vocab_size=VOCAB,
-        hidden_size=32,
-        intermediate_size=48,
-        num_hidden_layers=2,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        pad_token_id=0,
-        bos_token_id=1,
-        eos_token_id=2,
-    )
-    cases = {
-        "phi3": dict(max_position_embeddings=32, original_max_position_embeddings=32),
-        "phi3_longrope": dict(
-            max_position_embeddings=64,
-            original_max_position_embeddings=32,
-            rope_scaling={
-                "rope_type": "longrope",
-                "short_factor": [1.0, 1.2, 1.5, 2.0],
-                "long_factor": [1.0, 2.0, 4.0, 8.0],
-            },
-        ),
-    }
-    for i, (name, extra) in enumerate(cases.items()):
-        config = transformers.Phi3Config(**common, **extra)
-        language_model(name, config, transformers.Phi3ForCausalLM, seed=130 + i, lengths=(24, 80))
 
 
 def bert_states() -> None:
@@ -422,14 +451,8 @@ def greedy() -> None:
 
 
 FAMILIES = {
-    "llama": llama_family,
-    "gpt_neox": gpt_neox,
-    "gpt2": gpt2,
-    "bloom": bloom,
+    **{family: functools.partial(language_models, family) for family in FOLDERS},
     "t5": t5,
-    "bert": bert,
-    "opt": opt,
-    "phi3": phi3,
     "greedy": greedy,  # after the decoder-only families: it reads their folders
     "bert_states": bert_states,  # after bert
 }
