@@ -17,6 +17,9 @@ same round (:mod:`posenc.benchmark.rounds`); it writes ``rounds_<size>.json`` an
 
     python experiments/throughput.py --size cpu --rounds 5 --eval-lengths 128,4096,16384 \
         --encoders nope,rope,alibi,kerple_log,xl,fire,t5,shaw --out runs/rounds_cpu
+
+``--peer`` adds a training row for the same network written by hand in plain JAX
+(:mod:`posenc.benchmark.peer`): its ratio to NoPE is what posenc's model code costs.
 """
 
 from __future__ import annotations
@@ -64,6 +67,11 @@ def _parse_args(argv: Sequence[str]) -> tuple[Settings, str]:
         help="interleaved rounds (every encoder once per round; ratios to NoPE per round)",
     )
     parser.add_argument("--no-train", action="store_true", help="with --rounds: evaluation only")
+    parser.add_argument(
+        "--peer",
+        action="store_true",
+        help="with --rounds: also time NoPE's network written by hand in plain JAX",
+    )
     parser.add_argument("--out", default="runs/throughput", help="output directory")
     args = parser.parse_args(argv)
     lengths = args.eval_lengths
@@ -97,7 +105,7 @@ def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     settings, args = _parse_args(sys.argv[1:] if argv is None else argv)
     out = args.out
     if args.rounds:
-        report = rounds.run_rounds(settings, args.rounds, train=not args.no_train)
+        report = rounds.run_rounds(settings, args.rounds, train=not args.no_train, peer=args.peer)
         print(rounds.write_report(report, out))
         return report
     report = run(settings)

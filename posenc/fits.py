@@ -103,9 +103,13 @@ def is_out_of_memory(error: BaseException) -> bool:
 
 
 def _signature(leaf: Any) -> tuple[Any, ...]:
+    """What selects a compilation: shape, dtype, sharding, weak type. The same for an array
+    and a ``jax.ShapeDtypeStruct`` describing it (``posenc plan`` compiles from those)."""
+    if isinstance(leaf, jax.Array):  # the common case, every step: attribute reads only
+        return (leaf.shape, leaf.dtype, leaf.sharding, leaf.weak_type)
     sharding = getattr(leaf, "sharding", None)
     weak = bool(getattr(leaf, "weak_type", False))
-    return (np.shape(leaf), str(getattr(leaf, "dtype", type(leaf))), sharding, weak)
+    return (np.shape(leaf), getattr(leaf, "dtype", type(leaf)), sharding, weak)
 
 
 def compiler_options() -> dict[str, str]:

@@ -207,16 +207,17 @@ def test_isolated_workers(tmp_path):
 @pytest.mark.slow
 def test_interleaved_rounds(tmp_path):
     """--rounds: every encoder and figure timed once per round, NoPE's ratios exactly 1, the
-    ratios the per-round quotients, a failure reported for its figure alone."""
+    ratios the per-round quotients, a failure reported for its figure alone; --peer: the
+    hand-written network's training row, timed in the same rounds."""
     settings = Settings(
         size="cpu", encoders=("rope", "learned"), steps=1, warmup=0, eval_lengths=(64, 4096)
     )
-    report = benchmark.rounds.run_rounds(settings, rounds=2)
+    report = benchmark.rounds.run_rounds(settings, rounds=2, peer=True)
     rows = {(row["encoder"], row["figure"]): row for row in report["rows"]}
     # NoPE is the baseline, measured though not asked for; learned's table stops at 2048.
     assert set(rows) == {
         (e, f) for e in ("nope", "rope", "learned") for f in ("train", 64, 4096)
-    } - {("learned", 4096)}
+    } - {("learned", 4096)} | {(benchmark.peer.NAME, "train")}
     assert "learned at 4096" in report["errors"]
     for (_, figure), row in rows.items():
         assert len(row["seconds"]) == 2 and row["min"] <= row["median"] <= row["max"]
@@ -226,4 +227,5 @@ def test_interleaved_rounds(tmp_path):
     assert rows["nope", 4096]["ratio_median"] == 1.0 and rows["rope", 4096]["path"] == "blocked"
     text = benchmark.rounds.write_report(report, tmp_path)
     assert (tmp_path / "rounds_cpu.json").exists() and "| rope |" in text
+    assert f"| {benchmark.peer.NAME} | " in text  # its evaluation cells n/a
     assert "learned at 4096" in text and str(report["meta"]["load_average_1min"]) in text

@@ -36,6 +36,7 @@ import numpy as np
 from posenc import data as data_lib
 from posenc import sharding
 from posenc.attention import choose_implementation
+from posenc.benchmark import peer as peer_lib
 from posenc.benchmark.measure import short_error
 from posenc.benchmark.settings import Settings, make_config
 from posenc.config import open_source
@@ -104,7 +105,11 @@ class _Eval:
 
 
 def run_rounds(
-    settings: Settings, rounds: int, baseline: str = "nope", train: bool = True
+    settings: Settings,
+    rounds: int,
+    baseline: str = "nope",
+    train: bool = True,
+    peer: bool = False,
 ) -> dict[str, Any]:
     """Compiles every encoder's measurements, then times them in ``rounds`` interleaved rounds.
 
@@ -115,6 +120,8 @@ def run_rounds(
       rounds: timed rounds (>= 2 for a spread).
       baseline: the encoder the ratios divide by; measured in every round.
       train: also time ``settings.steps`` training steps per encoder and round.
+      peer: with ``train``, also time the hand-written JAX network's training step
+        (:mod:`posenc.benchmark.peer`) in every round, as a row of its own.
 
     Returns:
       ``{"meta": ..., "rows": [...]}``, one row per encoder and figure (``"train"`` or an
@@ -143,6 +150,12 @@ def run_rounds(
                 continue
             figures[encoder, length] = scorer.time
             paths[encoder, length] = scorer.path
+    if peer and train:
+        _log(f"{peer_lib.NAME}: compiling")
+        peer_train = peer_lib.PeerTrain(settings)
+        figures[peer_lib.NAME, "train"] = lambda: peer_train.time(settings.steps)
+        paths[peer_lib.NAME, "train"] = "step"
+        encoders.append(peer_lib.NAME)
     seconds, loads = time_rounds(figures, encoders, rounds, settings.eval_repeats)
     rows = summarise(seconds, baseline)
     for row in rows:
