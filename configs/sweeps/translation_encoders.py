@@ -35,6 +35,13 @@ ENCODERS = {
     "t5": {},  # Raffel et al.'s bucketed bias
     "alibi": {},
     "nope": {},
+    # The rest of the registry that serves both stacks (CoPE and the forgetting transformer are
+    # causal-only and refused for the encoder), in order of how often they are compared.
+    "xl": {},  # Dai et al.'s relative logits
+    "kerple_log": {},
+    "fire": {},
+    "xpos": {},
+    "deberta": {},
 }
 VARIANTS = ("tiny", "paper")
 SEEDS = {"tiny": (0, 1), "paper": (0,)}
