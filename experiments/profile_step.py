@@ -30,13 +30,15 @@ from posenc import encodings
 from posenc.benchmark import SIZES, Settings
 from posenc.benchmark import profile as prof
 from posenc.benchmark.rounds import _Eval, _Train
+from posenc.fits import compiler_options
 
 
 def profile_encoder(settings: Settings, encoder: str, steps: int):
     """``(rows, wall seconds per step)`` of ``encoder``'s compiled training step."""
     train = _Train(settings, encoder)  # compiled and warmed up
     batch = train.trainer.global_batch(train.windows.batch(0))
-    text = train.trainer._step.lower(train.state, batch).compile().as_text()
+    # The executable the step runs (compiled once with posenc's compiler options, then cached).
+    text = train.trainer._step.compile(train.state, batch).as_text()
     state = train.state
 
     def run():
@@ -50,7 +52,8 @@ def profile_encoder(settings: Settings, encoder: str, steps: int):
 def profile_window(settings: Settings, encoder: str, length: int, steps: int):
     """``(rows, wall seconds per window)`` of scoring one ``length``-token window."""
     window = _Eval(settings, encoder, length)  # compiled and run once
-    text = window.scorer.lower(1, length).compile().as_text()
+    # Compiled as the scorer compiles it (posenc's compiler options), so the names match.
+    text = window.scorer.lower(1, length).compile(compiler_options()).as_text()
     return prof.profile(lambda: window.scorer.score(window.windows, 1), steps, text)
 
 

@@ -19,7 +19,7 @@ from flax import nnx
 from posenc import data as data_lib
 from posenc import sharding
 from posenc.attention import choose_implementation
-from posenc.benchmark.settings import Settings, make_config
+from posenc.benchmark.settings import Settings, make_config, train_windows
 from posenc.config import open_source
 from posenc.evaluate import Scorer
 from posenc.layers.params import EncoderParam
@@ -130,8 +130,7 @@ def measure_train(settings: Settings, encoder: str) -> tuple[dict[str, Any], Tra
     """
     config = make_config(settings, encoder)
     t = config.train
-    stream = open_source(config).split_stream("train")
-    windows = data_lib.TrainWindows(stream, t.seq_len, t.batch_size, seed=config.seed)
+    windows = train_windows(config)
     trainer = Trainer(config)
     state = trainer.init_state()
     model = trainer.model(state)

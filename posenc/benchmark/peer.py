@@ -26,9 +26,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from posenc import data as data_lib
-from posenc.benchmark.settings import Settings, make_config
-from posenc.config import open_source
+from posenc.benchmark.settings import Settings, make_config, train_windows
 from posenc.models import build
 from posenc.train import make_optimizer
 
@@ -110,9 +108,7 @@ class PeerTrain:
     def __init__(self, settings: Settings):
         config = make_config(settings, "nope")
         check_supported(config.model)
-        t = config.train
-        stream = open_source(config).split_stream("train")
-        self.windows = data_lib.TrainWindows(stream, t.seq_len, t.batch_size, seed=config.seed)
+        self.windows = train_windows(config)
         optimizer, _ = make_optimizer(config)
         eps = config.model.norm_eps
 

@@ -38,7 +38,7 @@ from posenc import sharding
 from posenc.attention import choose_implementation
 from posenc.benchmark import peer as peer_lib
 from posenc.benchmark.measure import short_error
-from posenc.benchmark.settings import Settings, make_config
+from posenc.benchmark.settings import Settings, make_config, train_windows
 from posenc.config import open_source
 from posenc.evaluate import Scorer
 from posenc.models import build
@@ -55,8 +55,7 @@ class _Train:
     def __init__(self, settings: Settings, encoder: str):
         config = make_config(settings, encoder)
         t = config.train
-        stream = open_source(config).split_stream("train")
-        self.windows = data_lib.TrainWindows(stream, t.seq_len, t.batch_size, seed=config.seed)
+        self.windows = train_windows(config)
         self.trainer = Trainer(config)
         self.state = self.trainer.init_state()
         self.tokens = t.batch_size * t.seq_len

@@ -8,8 +8,9 @@ from typing import Any
 
 import ml_collections
 
+from posenc import data as data_lib
 from posenc import encodings
-from posenc.config import load_config
+from posenc.config import load_config, open_source
 
 # Model sizes. "small" is the reference setting (configs/base.py); "cpu" runs in seconds.
 SIZES: dict[str, dict[str, Any]] = {
@@ -104,3 +105,11 @@ def make_config(settings: Settings, encoder: str) -> ml_collections.ConfigDict:
     config.train.steps = settings.warmup + settings.steps + 1
     config.optim.warmup_steps = 1
     return config
+
+
+def train_windows(config: ml_collections.ConfigDict) -> data_lib.TrainWindows:
+    """The training windows every benchmark of ``config`` times: its training split, its
+    length and batch, deterministic in its seed."""
+    t = config.train
+    stream = open_source(config).split_stream("train")
+    return data_lib.TrainWindows(stream, t.seq_len, t.batch_size, seed=config.seed)
