@@ -349,12 +349,17 @@ def _brief(info: dict) -> dict:
 
 
 def _cmd_plan(args, overrides) -> int:
-    from posenc.plan import PARTS, parse_bytes, plan
+    from posenc.plan import PARTS, PlanFailed, parse_bytes, plan
 
     config = _load(args.config, overrides)
     memory = parse_bytes(args.device_memory) if args.device_memory else None
     parts = (args.only,) if args.only else PARTS
-    print(plan(config, args.devices, memory, parts).table())
+    try:
+        planned = plan(config, args.devices, memory, parts, progress=True)
+    except PlanFailed as e:  # the child's crash or kill, already one line
+        print(f"posenc plan: error: {e}", file=sys.stderr)
+        return 1
+    print(planned.table())
     return 0
 
 

@@ -19,17 +19,28 @@ What is planned: the training step (a decoder-only run's at ``train.batch_size``
 its data as training reads them) and the evaluation of the longest ``eval.lengths`` (decoder-only
 runs; a translation run's beam search runs on one device and is not planned). ``parts`` (``posenc
 plan --only``) plans one of the two: ``eval`` alone for a model that is only evaluated.
+
+A mesh the config cannot use (a batch its ``data`` x ``fsdp`` rows do not divide, a ``tensor``
+or ``context`` axis that splits nothing, a window past int32 positions) is refused before
+anything compiles or any child starts: a child with a million virtual devices ran 452 s and took
+15 GB before it failed. What does not fit in ``--device-memory`` comes with the settings that
+would lower it (:func:`remedies`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import ml_collections
@@ -38,6 +49,13 @@ import ml_collections
 PARTS = ("train", "eval")
 _UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
 _UNITS.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})
+# The longest window: positions (and the attention's comparisons of them) are int32.
+MAX_LENGTH = 2**31 - 1
+
+
+class PlanFailed(RuntimeError):
+    """The planning child process failed (crashed, or was killed); the message is one line
+    naming the reason."""
 
 
 def parse_bytes(text: str) -> int:
@@ -72,6 +90,7 @@ class Plan:
         pairs also ``source``, the source length, ``length`` being the target's), or None.
       eval: the same for one evaluation batch (the longest ``eval.lengths``), or None.
       device_memory: the memory one device has (None: not known, no verdict).
+      config: the planned run's config (for the remedies of a plan that does not fit).
     """
 
     devices: int
@@ -81,6 +100,9 @@ class Plan:
     train: dict[str, int] | None
     eval: dict[str, int] | None
     device_memory: int | None = None
+    config: ml_collections.ConfigDict | None = dataclasses.field(
+        default=None, repr=False, compare=False
+    )
 
     @property
     def peak(self) -> int:
@@ -124,7 +146,68 @@ class Plan:
             lines.append(
                 f"  peak {_gib(self.peak)} of {_gib(self.device_memory)} ({share:.0f} %): {verdict}"
             )
+            if not self.fits and self.config is not None:
+                lines += [f"  to fit, try {fix}" for fix in remedies(self, self.config)]
         return "\n".join(lines)
+
+
+def remedies(plan: Plan, config: ml_collections.ConfigDict) -> list[str]:
+    """The settings that would lower what does not fit in ``plan.device_memory``, each with
+    why it applies (empty when everything fits or there is no verdict).
+
+    The training step: ``model.remat=full`` (a block's activations recomputed in the backward
+    pass) unless it is on; ``mesh.fsdp`` when the parameters and optimizer state are a real
+    share of the peak (they are split over ``fsdp`` x ``tensor``); fewer rows per device (a
+    smaller batch), or a shorter window when a device holds one row already. The evaluation:
+    fewer windows per device (``eval.batch_tokens``), more ``mesh.context`` (each window split)
+    and a smaller ``model.attention_block_size``; for a model only evaluated, ``mesh.fsdp``.
+    """
+    memory = plan.device_memory
+    if memory is None or plan.fits:
+        return []
+    mesh, out = plan.mesh, []
+    shards = mesh["data"] * mesh["fsdp"]
+    state = plan.params + (plan.optimizer or 0)
+    t, e = plan.train, plan.eval
+    if (t and t["peak"] > memory) or (e and e["peak"] > memory and t is None):
+        if state >= 0.1 * plan.peak:  # splitting them pays only when they are a real share
+            what = "parameters and optimizer state" if t else "parameters"
+            more = (
+                f"mesh.fsdp={mesh['fsdp'] * mesh['data']} with mesh.data=1"
+                if mesh["data"] > 1
+                else "more devices on mesh.fsdp"
+            )
+            out.append(f"{more} ({what}: {_gib(state)} per device, split by fsdp x tensor)")
+    if t and t["peak"] > memory:
+        remat = config.model.get("remat", "none")
+        if remat != "full":
+            out.append(
+                f"model.remat=full (now {remat!r}; recomputes each block's activations in the "
+                "backward pass)"
+            )
+        rows = t["rows"] // shards
+        if "source" in t:
+            tokens = config.train.get("tokens_per_batch")
+            out.append(f"a smaller train.tokens_per_batch (now {tokens}; {rows} pairs per device)")
+        elif rows > 1:
+            out.append(f"a smaller train.batch_size (now {t['rows']}; {rows} windows per device)")
+        else:
+            out.append(f"a shorter train.seq_len (now {t['length']}; one window per device)")
+    if e and e["peak"] > memory:
+        rows = e["rows"] // shards
+        if rows > 1:
+            out.append(
+                f"a smaller eval.batch_tokens (now {config.eval.batch_tokens}; {rows} windows of "
+                f"{e['length']} tokens per device)"
+            )
+        out.append(
+            f"more mesh.context (now {mesh['context']}; splits each {e['length']}-token window "
+            "over that many devices, a divisor of the length)"
+        )
+        block = config.model.get("attention_block_size")
+        if block and e["length"] > block:
+            out.append(f"a smaller model.attention_block_size (now {block}; queries per tile)")
+    return out
 
 
 def _gib(n: int) -> str:
@@ -138,6 +221,7 @@ def plan(
     devices: int | None = None,
     device_memory: int | None = None,
     parts: tuple[str, ...] = PARTS,
+    progress: bool = False,
 ) -> Plan:
     """Compiles ``config``'s training step and longest evaluation batch for ``devices`` devices
     on the mesh of ``config.mesh``, without running them.
@@ -149,22 +233,37 @@ def plan(
       device_memory: bytes per device for the verdict; None: this process's device's when
         it plans on its own devices (the host's memory on a CPU), else no verdict.
       parts: what to plan, of :data:`PARTS` (module docstring).
+      progress: print a line before and after each compilation (their time grows with
+        ``model.num_layers``).
 
     Raises:
-      ValueError: an invalid config or mesh, or nothing to plan, in one line.
+      ValueError: an invalid config or mesh (one the device count cannot use), a window past
+        :data:`MAX_LENGTH`, or nothing to plan, in one line; before anything compiles.
+      PlanFailed: the planning child process failed (one line: its reason).
     """
     import jax
 
     parts = _check_parts(config, parts)
-    if devices is not None and devices != jax.device_count():
-        result = _plan_in_child(config, devices, parts)
+    local = devices is None or devices == jax.device_count()
+    _check_mesh(config, jax.device_count() if local else devices, parts)
+    say = _say if progress else _quiet
+    if not local:
+        result = _plan_in_child(config, devices, parts, say)
     else:
-        result = _compile(config, parts)
+        result = _compile(config, parts, say)
         if device_memory is None:
             from posenc import fits
 
             device_memory = fits.device_memory()
-    return Plan(**result, device_memory=device_memory)
+    return Plan(**result, device_memory=device_memory, config=config)
+
+
+def _say(text: str) -> None:
+    print(text, flush=True)
+
+
+def _quiet(text: str) -> None:
+    del text
 
 
 def _check_parts(config: ml_collections.ConfigDict, parts: tuple[str, ...]) -> tuple[str, ...]:
@@ -186,28 +285,125 @@ def _check_parts(config: ml_collections.ConfigDict, parts: tuple[str, ...]) -> t
     return parts
 
 
+def _check_mesh(config: ml_collections.ConfigDict, devices: int, parts: tuple[str, ...]) -> None:
+    """Refuses, from the config alone, a mesh of ``devices`` devices the run cannot use and a
+    window no int32 position reaches (one-line ``ValueError``), before any compilation or child
+    process: the config is validated for the mesh's batch split, and a ``tensor`` or
+    ``context`` axis above 1 must divide something it splits (else every device holds the
+    same)."""
+    import jax
+
+    from posenc import sharding, tasks, translation
+    from posenc.config import eval_lengths, validate
+
+    section = config.get("mesh")
+    shape = sharding.mesh_shape(None if section is None else section.to_dict(), devices)
+    abstract = jax.sharding.AbstractMesh(
+        tuple(shape[a] for a in sharding.MESH_AXES), sharding.MESH_AXES
+    )
+    validate(config, num_devices=sharding.batch_shards(abstract))
+    if translation.is_translation(config):
+        return  # its lengths are its data's (read when its step is planned)
+    lengths = {}
+    if "train" in parts:
+        lengths["train.seq_len"] = int(config.train.seq_len)
+    if "eval" in parts and not tasks.task_of(config):
+        field = "eval.lengths" if config.eval.lengths else "eval.multiples x train.seq_len"
+        lengths[field] = max(eval_lengths(config))
+    for field, length in lengths.items():
+        if length > MAX_LENGTH:
+            raise ValueError(
+                f"{field} gives a {length}-token window, past {MAX_LENGTH} (2^31 - 1), the most "
+                f"int32 positions reach; lower {field.replace(' x ', ' or ')}"
+            )
+    m = config.model
+    splits = {
+        "tensor": {
+            f"model.{k}": m.get(k) for k in ("num_heads", "mlp_dim", "vocab_size") if m.get(k)
+        },
+        "context": lengths,
+    }
+    for axis, sizes in splits.items():
+        n = shape[axis]
+        if n > 1 and not any(size % n == 0 for size in sizes.values()):
+            what = (
+                f"the planned lengths ({', '.join(f'{k}={v}' for k, v in sizes.items())})"
+                if axis == "context"
+                else ", ".join(f"{k}={v}" for k, v in sizes.items())
+            )
+            raise ValueError(
+                f"mesh.{axis}={n} splits none of {what}: every device would hold the same; use a "
+                f"mesh.{axis} that divides one of them, or fewer --devices"
+            )
+
+
 def _plan_in_child(
-    config: ml_collections.ConfigDict, devices: int, parts: tuple[str, ...]
+    config: ml_collections.ConfigDict,
+    devices: int,
+    parts: tuple[str, ...],
+    say: Callable[[str], None],
 ) -> dict[str, Any]:
+    """The figures compiled by ``python -m posenc.plan`` with ``devices`` virtual CPU devices;
+    its progress lines passed to ``say`` as they come.
+
+    Raises:
+      ValueError: the child's refusal (one line).
+      PlanFailed: the child crashed or was killed: one line with the last line of its error
+        output, or the signal (an out-of-memory kill prints nothing).
+    """
     env = {
         **os.environ,
         "XLA_FLAGS": f"{os.environ.get('XLA_FLAGS', '')} "
         f"--xla_force_host_platform_device_count={devices}".strip(),
         "JAX_PLATFORMS": "cpu",
     }
-    proc = subprocess.run(
-        [sys.executable, "-m", "posenc.plan", *parts],
-        input=config.to_json_best_effort(),
-        env=env,
-        capture_output=True,
-        text=True,
-    )
-    last = proc.stdout.strip().splitlines()[-1:] if proc.stdout.strip() else []
-    if proc.returncode == 2 and last:  # a refusal: one line
-        raise ValueError(json.loads(last[0])["error"])
-    if proc.returncode != 0 or not last:
-        raise RuntimeError(f"planning on {devices} virtual devices failed:\n{proc.stderr[-3000:]}")
-    return json.loads(last[0])
+    where = f"planning on {devices} virtual CPU devices (a child process)"
+    say(f"{where} ...")
+    start = time.perf_counter()
+    # stderr to a file: read at the end, it cannot fill a pipe while stdout is being read.
+    with tempfile.TemporaryFile("w+") as stderr:
+        with subprocess.Popen(
+            [sys.executable, "-m", "posenc.plan", *parts],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            env=env,
+            text=True,
+        ) as proc:
+            proc.stdin.write(config.to_json_best_effort())
+            proc.stdin.close()
+            last: dict[str, Any] | None = None
+            for line in proc.stdout:
+                try:
+                    message = json.loads(line)
+                except json.JSONDecodeError:
+                    continue  # a library's own print
+                if isinstance(message, dict) and "progress" in message:
+                    say(message["progress"])
+                elif isinstance(message, dict):
+                    last = message
+            code = proc.wait()
+        stderr.seek(0)
+        errors = [line.strip() for line in stderr.read().splitlines() if line.strip()]
+    seconds = time.perf_counter() - start
+    if last is not None and "error" in last and code == 2:  # a refusal: one line
+        raise ValueError(last["error"])
+    if code == 0 and last is not None and "error" not in last and "failed" not in last:
+        return last
+    if last is not None and "failed" in last:
+        reason = last["failed"]
+    elif code < 0:
+        name = signal.Signals(-code).name
+        reason = f"was killed by {name} after {seconds:.0f} s" + (
+            " (as the system kills a process out of memory; plan fewer --devices or a smaller "
+            "model)"
+            if code == -signal.SIGKILL
+            else ""
+        )
+        raise PlanFailed(f"{where} {reason}")
+    else:
+        reason = errors[-1][:300] if errors else "no error output"
+    raise PlanFailed(f"{where} failed (exit status {code}): {reason}")
 
 
 def _bytes_per_device(tree: Any) -> int:
@@ -236,8 +432,13 @@ def _memory(compiled: Any) -> dict[str, int]:
     return out
 
 
-def _compile(config: ml_collections.ConfigDict, parts: tuple[str, ...] = PARTS) -> dict[str, Any]:
-    """The figures of :class:`Plan` (but ``device_memory``) on this process's devices."""
+def _compile(
+    config: ml_collections.ConfigDict,
+    parts: tuple[str, ...] = PARTS,
+    say: Callable[[str], None] = _quiet,
+) -> dict[str, Any]:
+    """The figures of :class:`Plan` (but ``device_memory``) on this process's devices; a line
+    to ``say`` before and after each compilation."""
     from flax import nnx
 
     from posenc import sharding, tasks, translation
@@ -259,10 +460,17 @@ def _compile(config: ml_collections.ConfigDict, parts: tuple[str, ...] = PARTS) 
     if "train" in parts:
         trainer = Trainer(config, mesh)
         args, shape = _train_inputs(config, trainer)
+        what = (
+            f"{shape['rows']} pairs of {shape['source']} + {shape['length']} tokens"
+            if "source" in shape
+            else f"{shape['rows']} x {shape['length']} tokens"
+        )
+        with _compiling(say, f"the training step ({what}, {_layers(config)})"):
+            compiled = _compile_step(trainer._step, args)
         result.update(
             params=_bytes_per_device(args[0]["params"]),
             optimizer=_bytes_per_device(args[0]["opt_state"]),
-            train={**_memory(_compile_step(trainer._step, args)), **shape},
+            train={**_memory(compiled), **shape},
         )
     lengths = eval_lengths(config)
     if (
@@ -274,7 +482,8 @@ def _compile(config: ml_collections.ConfigDict, parts: tuple[str, ...] = PARTS) 
         length = max(lengths)
         shards = sharding.batch_shards(mesh)
         rows = -(-max(1, config.eval.batch_tokens // length) // shards) * shards
-        scored = _memory(scorer.lower(rows, length).compile(_options()))
+        with _compiling(say, f"the evaluation ({rows} x {length} tokens, {_layers(config)})"):
+            scored = _memory(scorer.lower(rows, length).compile(_options()))
         result["eval"] = {**scored, "rows": rows, "length": length}
         if "train" not in parts:
             result["params"] = _bytes_per_device(scorer.state)
@@ -284,6 +493,20 @@ def _compile(config: ml_collections.ConfigDict, parts: tuple[str, ...] = PARTS) 
             "generates its examples); plan its training step"
         )
     return result
+
+
+@contextlib.contextmanager
+def _compiling(say: Callable[[str], None], what: str) -> Iterator[None]:
+    """``say`` what is compiled, then how long it took (the time grows with the layers)."""
+    say(f"compiling {what} ...")
+    start = time.perf_counter()
+    yield
+    say(f"  compiled in {time.perf_counter() - start:.1f} s")
+
+
+def _layers(config: ml_collections.ConfigDict) -> str:
+    n = config.model.get("num_layers")
+    return f"{n} layer{'s' * (n != 1)}" if n else "the model"
 
 
 def _compile_step(step: Any, args: tuple[Any, ...]) -> Any:
@@ -337,15 +560,29 @@ def _train_inputs(
 
 
 def _child() -> int:
-    """``python -m posenc.plan [PART ...]`` (config JSON on stdin): one JSON line of figures, or
-    of the one-line error (exit status 2)."""
+    """``python -m posenc.plan [PART ...]`` (config JSON on stdin): JSON lines on stdout, the
+    progress (``{"progress": ...}``), then the figures, or the one-line refusal (``{"error":
+    ...}``, exit status 2) or failure (``{"failed": ...}``, exit status 1)."""
     config = ml_collections.ConfigDict(json.loads(sys.stdin.read()))
     try:
-        print(json.dumps(_compile(config, tuple(sys.argv[1:]) or PARTS)))
+        figures = _compile(config, tuple(sys.argv[1:]) or PARTS, _progress_line)
     except ValueError as e:
-        print(json.dumps({"error": str(e).strip().splitlines()[0]}))
+        print(json.dumps({"error": _first_line(e)}))
         return 2
+    except Exception as e:  # noqa: BLE001 - the parent reports it in one line
+        print(json.dumps({"failed": f"{type(e).__name__}: {_first_line(e)}"}))
+        return 1
+    print(json.dumps(figures))
     return 0
+
+
+def _progress_line(text: str) -> None:
+    print(json.dumps({"progress": text}), flush=True)
+
+
+def _first_line(error: BaseException) -> str:
+    lines = str(error).strip().splitlines()
+    return lines[0][:300] if lines else type(error).__name__
 
 
 if __name__ == "__main__":

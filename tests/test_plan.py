@@ -178,3 +178,155 @@ def test_plan_only_eval_plans_the_evaluation_without_an_optimizer():
     assert "a translation run's evaluation (beam search on one device) is not planned" in (
         helpers.one_line_error(err, "plan")
     )
+
+
+def _no_child(*args, **kwargs):
+    raise AssertionError("a child process was started for a device count no mesh can use")
+
+
+@pytest.mark.parametrize(
+    "flags, reason",
+    [
+        # The default mesh puts every device on data: 1000000 rows a batch of 16 cannot split.
+        ((), r"train\.batch_size=16 must be divisible by the number of devices \(1000000\)"),
+        # Everything on tensor: an axis of 1000000 divides no head count, MLP or vocabulary.
+        (
+            ("--config.mesh.data=1", "--config.mesh.tensor=-1"),
+            r"mesh\.tensor=1000000 splits none of model\.num_heads=",
+        ),
+        (
+            ("--config.mesh.data=1", "--config.mesh.context=-1"),
+            r"mesh\.context=1000000 splits none of the planned lengths",
+        ),
+    ],
+)
+def test_plan_refuses_a_device_count_no_mesh_can_use_before_starting_a_child(
+    monkeypatch, flags, reason
+):
+    """``--devices 1000000`` ran 452 s and took 15 GB (a child with a million virtual devices)
+    before failing: a count the config's mesh cannot use is refused in the parent, in one
+    line, and no child process is started."""
+    import subprocess as subprocess_module
+
+    monkeypatch.setattr(subprocess_module, "run", _no_child)
+    monkeypatch.setattr(subprocess_module, "Popen", _no_child)
+    code, _, err = helpers.run_cli(
+        "plan", "--config", helpers.TINY_SPEC, "--devices", "1000000", *flags
+    )
+    assert code == 2, err
+    assert re.search(reason, helpers.one_line_error(err, "plan")), err
+
+
+@pytest.mark.parametrize(
+    "script, reason",
+    [
+        (
+            "import sys\nsys.stderr.write('Traceback (most recent call last):\\n  x\\n"
+            "MemoryError: host memory exhausted\\n')\nsys.exit(1)\n",
+            r"failed \(exit status 1\): MemoryError: host memory exhausted",
+        ),
+        (
+            "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n",
+            r"was killed by SIGKILL.*out of memory",
+        ),
+    ],
+)
+def test_a_failed_planning_child_is_reported_in_one_line(monkeypatch, tmp_path, script, reason):
+    """Any failure of the planning child (a crash, the kernel's out-of-memory kill with no
+    message at all) is one line naming the reason, not an uncaught ``RuntimeError`` whose
+    reason is empty. The child is replaced by a script that fails as the real one did."""
+    fake = tmp_path / "fake_python.py"
+    fake.write_text(script)
+    python = tmp_path / "python"
+    python.write_text(f"#!/bin/sh\nexec {sys.executable} {fake}\n")
+    python.chmod(0o755)
+    monkeypatch.setattr(sys, "executable", str(python))
+    code, _, err = helpers.run_cli("plan", "--config", helpers.TINY_SPEC, "--devices", "2")
+    assert code == 1, err
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert lines[0].startswith("posenc plan: error: planning on 2 virtual CPU devices"), err
+    assert re.search(reason, lines[0]), err
+
+
+@pytest.mark.parametrize("only", [(), ("--only", "eval")])
+def test_plan_refuses_lengths_beyond_int32_positions_in_one_line(only):
+    """``train.seq_len=100000000000`` gave an ``OverflowError`` traceback from inside the
+    attention (positions are int32): a length past 2^31 - 1 is refused, naming the field."""
+    code, _, err = helpers.run_cli(
+        "plan", "--config", helpers.TINY_SPEC, "--config.train.seq_len=100000000000", *only
+    )
+    assert code == 2, err
+    line = helpers.one_line_error(err, "plan")
+    assert "2147483647" in line and ("train.seq_len" in line or "eval.multiples" in line), line
+
+
+def _tiny(*overrides: str):
+    from posenc.config import apply_overrides, load_config
+
+    return apply_overrides(load_config(helpers.TINY_SPEC), list(overrides))
+
+
+def test_a_plan_that_does_not_fit_names_the_remedies_of_what_does_not_fit():
+    """A plan's "does NOT fit" named no remedy. The training step over the memory gets
+    ``model.remat=full`` (unless on), ``mesh.fsdp`` when the parameters and optimizer state are
+    a real share, and a smaller batch; the evaluation gets a smaller ``eval.batch_tokens``,
+    ``mesh.context`` and a smaller ``model.attention_block_size``; a part that fits gets none
+    of its own. The figures are made up (no compilation): 8 devices on ``data``, 16 rows."""
+    from posenc.plan import Plan
+
+    gib = 2**30
+    train = {"peak": 30 * gib, "rows": 16, "length": 2048, "temporaries": 20 * gib}
+    evaluation = {"peak": 12 * gib, "rows": 32, "length": 8192, "temporaries": 2 * gib}
+    mesh = {"data": 8, "fsdp": 1, "context": 1, "tensor": 1}
+    config = _tiny("model.attention_block_size=512", "eval.batch_tokens=262144")
+
+    def fixes(device_memory, **changes):
+        figures = dict(
+            devices=8, mesh=mesh, params=2 * gib, optimizer=4 * gib, train=train, eval=evaluation
+        )
+        figures.update(changes)
+        text = Plan(**figures, device_memory=device_memory, config=config).table()
+        return [line for line in text.splitlines() if line.startswith("  to fit, try ")], text
+
+    lines, text = fixes(16 * gib)  # the training step over, the evaluation within
+    assert "does NOT fit" in text
+    joined = "\n".join(lines)
+    assert "model.remat=full (now 'none'" in joined
+    assert "mesh.fsdp=8 with mesh.data=1" in joined
+    assert "a smaller train.batch_size (now 16; 2 windows per device)" in joined
+    assert "eval.batch_tokens" not in joined and "mesh.context" not in joined
+
+    lines, _ = fixes(8 * gib, train=None, optimizer=None)  # an evaluation alone, over
+    joined = "\n".join(lines)
+    assert "a smaller eval.batch_tokens (now 262144; 4 windows of 8192 tokens" in joined
+    assert "more mesh.context (now 1" in joined
+    assert "a smaller model.attention_block_size (now 512" in joined
+    assert "model.remat" not in joined and "train.batch_size" not in joined
+
+    config.model.remat = "full"  # already on: not proposed; small state: no fsdp either
+    lines, _ = fixes(16 * gib, params=gib // 100, optimizer=gib // 50)
+    assert lines and not any("model.remat" in x or "mesh.fsdp" in x for x in lines), lines
+
+    lines, text = fixes(64 * gib)  # everything fits: no remedy
+    assert "fits" in text and not lines
+    lines, text = fixes(None)  # no verdict: no remedy
+    assert not lines
+
+
+def test_plan_says_what_it_compiles_and_prints_the_remedies():
+    """The plan's time grows with the layers: ``posenc plan`` says what it compiles (the part,
+    its shape and the layers) and how long each took; and a memory too small gets remedies."""
+    code, text, err = helpers.run_cli(
+        "plan",
+        "--config",
+        helpers.TINY_SPEC,
+        "--device-memory",
+        "1KB",
+        *[f"--config.{o}" for o in helpers.TINY_OVERRIDES],
+    )
+    assert code == 0, err
+    assert "compiling the training step (8 x 16 tokens, 1 layer) ..." in text, text
+    assert "compiling the evaluation (4 x 32 tokens, 1 layer) ..." in text, text
+    assert len(re.findall(r"^  compiled in [0-9.]+ s$", text, flags=re.M)) == 2, text
+    assert "does NOT fit" in text and "  to fit, try model.remat=full" in text, text
