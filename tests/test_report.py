@@ -495,3 +495,43 @@ def test_weak_evidence_is_flagged(tmp_path):
     assert "Few windows: the fewest windows' worth of tokens scored by a run were 2 at " in text
     assert "L_valid = 32 (fewer than 4)" in text
     assert "up to 12,345 tokens of the split are left unscored" in text
+
+
+def test_an_imported_model_is_reported_as_imported_with_its_tokenizer(tmp_path):
+    """The report of an imported BPE model said "tokens are bytes" and "Training: L = 32, 1
+    steps of 64 windows" (the import's one checkpoint step and the base config's batch) for a
+    checkpoint posenc never trained: it says imported, from where (``pretrained.json``), and
+    the tokenizer's kind (its ``tokenizer.json``); a posenc-trained run beside it keeps its
+    training line, and the table's heading no longer says bytes."""
+    from pathlib import Path
+
+    rng = random.Random(0)
+    golden = Path(__file__).resolve().parent / "hf" / "golden" / "llama"
+    imported = tmp_path / "llama"
+    (imported / "tokenizer").mkdir(parents=True)
+    (imported / "tokenizer" / "tokenizer.json").write_text((golden / "tokenizer.json").read_text())
+    report_ = _eval_json("rope", {"base": 10000.0}, 32, 0, [32, 64], rng)
+    report_["train_steps"] = 1
+    report_["data"] = {**DATA, "tokenizer": f"hf:{imported / 'tokenizer'}", "vocab_size": 84}
+    (imported / "eval.json").write_text(json.dumps(report_))
+    config = _config_json("rope", {"base": 10000.0}, 32, 0)
+    config["train"].update(batch_size=64, steps=1)
+    config["data"]["tokenizer"] = f"hf:{imported / 'tokenizer'}"
+    (imported / "config.json").write_text(json.dumps(config))
+    record = {"family": "llama", "source": "/models/TinyLlama", "hf_config": {}}
+    (imported / "pretrained.json").write_text(json.dumps(record))
+
+    report.write_report(str(tmp_path))
+    md = (tmp_path / "report.md").read_text()
+    assert "tokens are bytes" not in md and "1 steps" not in md and "64 windows" not in md, md
+    assert "imported" in md and "/models/TinyLlama" in md and "llama" in md, md
+    assert "BPE" in md, md
+
+    trained = tmp_path / "trained"  # a posenc-trained byte-level run beside it
+    trained.mkdir()
+    (trained / "eval.json").write_text(json.dumps(_eval_json("alibi", {}, 32, 0, [32, 64], rng)))
+    (trained / "config.json").write_text(json.dumps(_config_json("alibi", {}, 32, 0)))
+    report.write_report(str(tmp_path))
+    md = (tmp_path / "report.md").read_text()
+    assert "10 steps of 4 windows" in md and "/models/TinyLlama" in md, md
+    assert "bytes" in md and "BPE" in md, md

@@ -54,10 +54,10 @@ from posenc.report.retrieval import retrieval_section
 from posenc.report.runs import METRICS, Cell, Column, Run, cell, find_runs, group_runs
 from posenc.report.tables import (
     DASH,
-    METRIC_TEXT,
     describe,
     footnote_lines,
     markdown_table,
+    metric_heading,
     superseded_notes,
     sweep_failures,
     unfinished_notes,
@@ -105,7 +105,8 @@ def _table_section(
     several: bool,
 ) -> tuple[list[str], list[str]]:
     """The markdown of one training length (table, plots, notes) and the plot files written."""
-    md = [f"## Trained at L = {train_len}: {METRIC_TEXT[metric]}", ""]
+    heading = metric_heading(metric, [r for c in columns for r in c.runs])
+    md = [f"## Trained at L = {train_len}: {heading}", ""]
     name = f" (trained at L = {train_len})" if several else ""
     md += markdown_table(columns, metric, footnotes, name) + [""]
     notes = unfinished_notes(columns, sweep_dir) + evidence.unconverged_notes(columns, sweep_dir)

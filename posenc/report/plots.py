@@ -10,7 +10,7 @@ import numpy as np
 
 from posenc.report.evidence import ERROR_BARS
 from posenc.report.runs import Column, cell, table_lengths
-from posenc.report.tables import METRIC_TEXT
+from posenc.report.tables import metric_heading
 
 
 def line_colors(tables: dict[int, list[Column]]) -> dict[str, Any]:
@@ -75,7 +75,7 @@ def plot_metric(path: str, columns: Sequence[Column], train_len: int, metric: st
     if ys and min(ys) > 0 and max(ys) / min(ys) > 4:
         ax.set_yscale("log")
     ax.set_xlabel("evaluation length L_valid (tokens, log scale)")
-    ax.set_ylabel(METRIC_TEXT[metric])
+    ax.set_ylabel(metric_heading(metric, [r for c in columns for r in c.runs]))
     ax.set_title(f"{metric} against evaluation length, trained at L = {train_len}")
     ax.grid(True, which="both", alpha=0.3)
     if ys:

@@ -27,6 +27,7 @@ from posenc.workdir import (
     CONFIG_FILE,
     EVAL_FILE,
     INIT_FILE,
+    PRETRAINED_FILE,
     SWEEP_FILE,
     RunDir,
     flatten,
@@ -102,6 +103,28 @@ class Run:
             if r["length"] == length:
                 return r
         return None
+
+    @property
+    def imported(self) -> dict[str, Any] | None:
+        """The provenance of a model posenc did not train (``pretrained.json``, written by
+        ``posenc import-hf``: ``family``, ``source``, ...), None for a run posenc trained."""
+        return read_json(os.path.join(self.dir, PRETRAINED_FILE))
+
+    @property
+    def tokens(self) -> str:
+        """What the run's tokens are: ``"bytes"``, or a pretrained tokenizer's model type
+        (``"BPE"``, ``"WordPiece"``, ``"Unigram"``, ...; from its ``tokenizer.json``, else
+        ``"pretrained tokenizer"``)."""
+        spec = self.eval.get("data", {}).get("tokenizer") or "bytes"
+        if not spec.startswith("hf:"):
+            return spec
+        folder = os.path.join(self.dir, spec.removeprefix("hf:"))  # relative: to the run
+        try:
+            with open(os.path.join(folder, "tokenizer.json")) as f:
+                kind = json.load(f)["model"]["type"]
+        except (OSError, ValueError, KeyError, TypeError):  # moved, unreadable: say less
+            return "pretrained tokenizer"
+        return str(kind)
 
 
 @dataclasses.dataclass

@@ -32,6 +32,17 @@ METRIC_TEXT = {
 }
 
 
+def metric_heading(metric: str, runs: Sequence[Run]) -> str:
+    """:data:`METRIC_TEXT` of ``metric``, its tokens named after the runs' own (a perplexity
+    per token of an imported model's BPE tokenizer is not per byte)."""
+    kinds = sorted({r.tokens for r in runs})
+    if metric != "perplexity" or kinds == ["bytes"]:
+        return METRIC_TEXT[metric]
+    if len(kinds) == 1:
+        return f"perplexity (per token; tokens are the model's {kinds[0]} tokens)"
+    return "perplexity (per token; the runs' tokens differ: see Tokens)"
+
+
 def _fmt(value: float, metric: str) -> str:
     return f"{value:.{_DIGITS[metric]}f}"
 
@@ -121,17 +132,8 @@ def describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
         counts = sorted({r.eval["model"]["num_params"] for r in c.runs})
         params.append(f"{c.label} {'/'.join(f'{n:,}' for n in counts)}")
     lines.append("- Parameters: " + "; ".join(params) + ".")
-    batch = _common([r.identity.get("train.batch_size") for r in runs])
-    steps = _common([e["train_steps"] for e in evals])
-    train_lens = sorted({e["train_seq_len"] for e in evals})
-    text = f"- Training: L = {', '.join(map(str, train_lens))}"
-    text += f", {steps:,} steps" if steps is not None else ", steps differ between runs"
-    if batch:
-        text += f" of {batch} windows"
-    seeds = sorted({e["seed"] for e in evals})
+    lines += _training(runs, columns)
     per_entry = sorted({len(c.runs) for c in columns})
-    text += f"; seeds {', '.join(map(str, seeds))}"
-    lines.append(text + ".")
     if max(per_entry) > 1:
         lines.append(
             "- Entries: row n counts the runs (seeds) of each column; an entry is their mean ± "
@@ -176,6 +178,49 @@ def describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
         lines.append(f"- Unscored: {capped}.")
     devices = sorted({e.get("device", "?") for e in evals})
     lines.append(f"- Device (evaluation): {', '.join(devices)}.")
+    return lines
+
+
+def _training(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
+    """The lines saying how the runs were trained: the training of those posenc trained,
+    and for an imported model (``pretrained.json``) where it came from, not the import's one
+    checkpoint step and the base config's batch; and the tokens when some are not bytes."""
+    label = {id(r): c.label for c in columns for r in c.runs}
+    trained = [r for r in runs if r.imported is None]
+    lines = []
+    if trained:
+        evals = [r.eval for r in trained]
+        batch = _common([r.identity.get("train.batch_size") for r in trained])
+        steps = _common([e["train_steps"] for e in evals])
+        train_lens = sorted({e["train_seq_len"] for e in evals})
+        text = f"- Training: L = {', '.join(map(str, train_lens))}"
+        text += f", {steps:,} steps" if steps is not None else ", steps differ between runs"
+        if batch:
+            text += f" of {batch} windows"
+        text += f"; seeds {', '.join(map(str, sorted({e['seed'] for e in evals})))}"
+        lines.append(text + ".")
+    imported = {}
+    for r in runs:
+        record = r.imported
+        if record is not None:
+            text = (
+                f"{label[id(r)]}: the {record.get('family', '?')} model of "
+                f"`{record.get('source', '?')}` (its config's training length L = {r.train_len})"
+            )
+            imported.setdefault(text, None)
+    if imported:
+        lines.append(
+            "- Imported (`posenc import-hf`; posenc did not train these): "
+            + "; ".join(imported)
+            + "."
+        )
+    if any(r.tokens != "bytes" for r in runs):
+        kinds = {label[id(r)]: r.tokens for r in runs}
+        said = {
+            k: "bytes" if k == "bytes" else f"the model's own {k} tokenizer" for k in kinds.values()
+        }
+        tokens = "; ".join(f"{name}: {said[kind]}" for name, kind in kinds.items())
+        lines.append(f"- Tokens: {tokens}.")
     return lines
 
 
