@@ -535,3 +535,106 @@ def test_an_imported_model_is_reported_as_imported_with_its_tokenizer(tmp_path):
     md = (tmp_path / "report.md").read_text()
     assert "10 steps of 4 windows" in md and "/models/TinyLlama" in md, md
     assert "bytes" in md and "BPE" in md, md
+
+
+def _retrieval_record(encoding, changes, scores, tasks):
+    """A retrieval record (the fields the report reads) with ``scores`` by length."""
+    lengths, depths = [128, 256, 512, 1024, 2048, 4096], [0.0, 0.5, 1.0]
+    by_length = [{"length": n, "score": s} for n, s in zip(lengths, scores, strict=True)]
+    cells = [
+        {"length": n, "depth": d, "score": s}
+        for n, s in zip(lengths, scores, strict=True)
+        for d in depths
+    ]
+    task = {"metric": "first_integer", "cells": cells, "by_length": by_length}
+    return {
+        "encoding": encoding,
+        "changes": changes,
+        "train_seq_len": 128,
+        "lengths": lengths,
+        "depths": depths,
+        "trials": 10,
+        "seed": 0,
+        "threshold": 85.0,
+        "tasks": {name: {**task, "effective_length": 256} for name in tasks},
+        "effective_length": 256,
+        "by_length": by_length,
+    }
+
+
+def test_every_plot_the_report_writes_keeps_its_texts_inside_and_no_offset(tmp_path, monkeypatch):
+    """Plots were clipped: ``retrieval_vs_length.png``'s legend ran off the left edge, the heat
+    maps' titles were cut, and the perplexity axis read ``+1.01e3`` (offset notation). Every
+    figure the report draws (caught as it is closed) is drawn again here: each title, axis
+    label, tick label and legend lies inside the figure, and no axis has an offset text.
+    The labels are as long as a YaRN evaluation's, the perplexities all near 1010."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rng = random.Random(0)
+    for encoding in ("rope", "alibi"):
+        run = tmp_path / encoding
+        run.mkdir()
+        report_ = _eval_json(encoding, {}, 128, 0, [128, 256, 512], rng)
+        for r in report_["results"]:
+            r["perplexity"] = 1010 + rng.uniform(0, 0.9)
+        (run / "eval.json").write_text(json.dumps(report_))
+        (run / "config.json").write_text(json.dumps(_config_json(encoding, {}, 128, 0)))
+    yarn = {
+        "encoding.hparams.scaling": "yarn",
+        "encoding.hparams.factor": 4,
+        "encoding.hparams.original_max_len": 128,
+        "encoding.hparams.beta_fast": 32,
+    }
+    records = {
+        "rope/retrieval.json": _retrieval_record("rope", {}, [100, 95, 40, 10, 0, 0], ["passkey"]),
+        "rope/retrieval-scaling-yarn-factor-4-original-max-len-128.json": _retrieval_record(
+            "rope", yarn, [100, 100, 98, 90, 60, 20], ["passkey"]
+        ),
+        "alibi/retrieval.json": _retrieval_record(
+            "alibi", {}, [100, 60, 30, 20, 10, 5], ["passkey", "niah_single_2"]
+        ),
+    }
+    for name, record in records.items():
+        (tmp_path / name).write_text(json.dumps(record))
+
+    figures = []
+    close = plt.close
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    paths = report.write_report(str(tmp_path))
+    monkeypatch.setattr(plt, "close", close)
+    written = sorted(os.path.basename(p) for p in paths if p.endswith(".png"))
+    assert "retrieval_vs_length.png" in written and "perplexity_vs_length_L128.png" in written
+    assert len(figures) == len(written) == 6, written
+    for fig in figures:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        box = fig.bbox
+        texts = [fig._suptitle] if fig._suptitle is not None else []
+        texts += list(fig.legends)
+        for ax in fig.axes:
+            if not ax.get_visible():
+                continue
+            texts += [ax.title, ax.xaxis.label, ax.yaxis.label, ax.get_legend()]
+            for axis in (ax.xaxis, ax.yaxis):  # the ticks drawn: those within the view
+                lo, hi = sorted(axis.get_view_interval())
+                ticks = [t for t in axis.get_major_ticks() if lo <= t.get_loc() <= hi]
+                texts += [t.label1 for t in ticks] + [t.label2 for t in ticks]
+                assert axis.get_offset_text().get_text() == "", (fig, axis.get_offset_text())
+        for text in texts:
+            if text is None or not text.get_visible():
+                continue
+            if hasattr(text, "get_text") and not text.get_text():
+                continue
+            extent = text.get_window_extent(renderer)
+            inside = (
+                extent.x0 >= box.x0 - 1
+                and extent.y0 >= box.y0 - 1
+                and extent.x1 <= box.x1 + 1
+                and extent.y1 <= box.y1 + 1
+            )
+            what = text.get_text() if hasattr(text, "get_text") else "legend"
+            assert inside, (fig.get_suptitle() or fig.axes[0].get_title(), what, extent, box)
+        close(fig)

@@ -36,6 +36,19 @@ def _mark_train_length(ax, train_len: int) -> None:
     )
 
 
+def plain_numbers(ax) -> None:
+    """Tick labels as the numbers themselves: no offset (``+1.01e3`` above the axis, the ticks
+    reading 0.3 ... 0.65, when every perplexity is near 1010) and no scientific notation on a
+    linear axis (a log axis keeps its own formatter)."""
+    from matplotlib.ticker import ScalarFormatter
+
+    for axis in (ax.xaxis, ax.yaxis):
+        formatter = axis.get_major_formatter()
+        if isinstance(formatter, ScalarFormatter):
+            formatter.set_useOffset(False)
+            formatter.set_scientific(False)
+
+
 def plot_metric(path: str, columns: Sequence[Column], train_len: int, metric: str, colors) -> None:
     """The metric against evaluation length, one line per column."""
     import matplotlib.pyplot as plt
@@ -74,6 +87,7 @@ def plot_metric(path: str, columns: Sequence[Column], train_len: int, metric: st
     ax.set_xticklabels([str(x) for x in lengths])
     if ys and min(ys) > 0 and max(ys) / min(ys) > 4:
         ax.set_yscale("log")
+    plain_numbers(ax)
     ax.set_xlabel("evaluation length L_valid (tokens, log scale)")
     ax.set_ylabel(metric_heading(metric, [r for c in columns for r in c.runs]))
     ax.set_title(f"{metric} against evaluation length, trained at L = {train_len}")
@@ -136,6 +150,7 @@ def plot_positions(path: str, columns: Sequence[Column], train_len: int, colors)
         ax.plot(x, y, label=label, color=colors[label], linewidth=1.5)
     _mark_train_length(ax, train_len)
     ax.set_xscale("log")
+    plain_numbers(ax)
     ax.set_xlabel("position inside the window (1 = first token, log scale)")
     ax.set_ylabel("loss (nats), mean over runs and log-spaced position buckets")
     missing = [c.label for c in columns if c.label not in curves]

@@ -48,7 +48,7 @@ def retrieval_section(folder: str) -> tuple[list[str], list[str]]:
     records = find_records(folder)
     if not records:
         return [], []
-    from posenc.retrieval.output import figure, length_text, plot_heatmap, png
+    from posenc.retrieval.output import figure, fit_title, length_text, plot_heatmap, png
 
     lengths = sorted({r["length"] for _, rec in records for r in rec["by_length"]})
     md = ["## Retrieval: passkey and needle-in-a-haystack", ""]
@@ -78,7 +78,11 @@ def retrieval_section(folder: str) -> tuple[list[str], list[str]]:
     ax.set_ylim(-2, 102)
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("score (%)")
-    ax.legend(fontsize=6)
+    # Below the axes, each label broken to the figure's width: a label is as long as a YaRN
+    # evaluation's settings and file, and a legend inside the axes ran off the left edge.
+    handles, labels = ax.get_legend_handles_labels()
+    labels = [fit_title(x, fig.get_figwidth(), 6) for x in labels]
+    fig.legend(handles, labels, loc="outside lower center", fontsize=6)
     atomic_write_bytes(os.path.join(folder, CURVE_FILE), png(fig))
     md += ["", f"![retrieval score against length]({CURVE_FILE})", ""]
     md += [f"![retrieval heat map {i}]({name})" for i, name in enumerate(files, 1)] + [""]

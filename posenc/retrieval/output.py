@@ -90,8 +90,17 @@ def plot_heatmap(record: dict[str, Any], title: str = "") -> bytes:
             ax.axvline(inside - 0.5, color="k", lw=1, ls="--")
     fig.colorbar(image, ax=axes, label="score (%)", shrink=0.8)
     if title:
-        fig.suptitle(title, fontsize=10)
+        fig.suptitle(fit_title(title, fig.get_figwidth(), 10), fontsize=10)
     return png(fig)
+
+
+def fit_title(text: str, width: float, fontsize: float) -> str:
+    """``text`` broken into lines that fit ``width`` inches at ``fontsize`` points (a run's
+    label, a YaRN evaluation's settings and its file, is wider than a one-task figure: the
+    title was cut at both edges). A character is taken as 0.6 of the font size wide."""
+    import textwrap
+
+    return textwrap.fill(text, max(20, int(width * 72 / (0.6 * fontsize))))
 
 
 def plot_curve(record: dict[str, Any], title: str = "") -> bytes:
@@ -112,5 +121,5 @@ def plot_curve(record: dict[str, Any], title: str = "") -> bytes:
     ax.set_xlabel("context length (tokens)")
     ax.set_ylabel("score (%)")
     ax.legend(fontsize=7)
-    ax.set_title(title or "retrieval", fontsize=9)
+    ax.set_title(fit_title(title or "retrieval", fig.get_figwidth(), 9), fontsize=9)
     return png(fig)
