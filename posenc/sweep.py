@@ -320,8 +320,9 @@ def run_point(point_dir: str) -> dict[str, Any]:
 
 def summarize_point(point_dir: str) -> dict[str, Any]:
     """Final train loss, perplexity at the training length and at the longest length (None for
-    runs scored otherwise, e.g. translation's BLEU per source length), and the checkpoint step
-    that was scored."""
+    runs scored otherwise), and the checkpoint step that was scored; for a translation run,
+    its BLEU within the training length (``bleu_train_len``, the ``<=1x`` bucket) and in the
+    longest source-length bucket (``bleu_longest``, labelled ``longest_label``)."""
     from posenc.metrics import read_metrics
 
     out: dict[str, Any] = {"train_loss": None, "ppl_train_len": None, "ppl_longest": None}
@@ -338,6 +339,12 @@ def summarize_point(point_dir: str) -> dict[str, Any]:
         out["ppl_longest"] = at_longest[0].get("perplexity") if at_longest else None
         out["longest"] = longest
         out["checkpoint_step"] = report.get("checkpoint_step")
+        buckets = sorted((r for r in ok if "bleu" in r), key=lambda r: r["length"])
+        if buckets:  # a translation run: BLEU per source-length bucket
+            within = [r for r in buckets if r.get("label") == "<=1x"]
+            out["bleu_train_len"] = within[0]["bleu"] if within else None
+            out["bleu_longest"] = buckets[-1]["bleu"]
+            out["longest_label"] = buckets[-1].get("label")
     return out
 
 
@@ -635,19 +642,31 @@ def _fmt(x: float | None, digits: int) -> str:
 
 def format_summary(entries: Sequence[Mapping[str, Any]], seconds: float | None = None) -> str:
     """One line per point: status, final train loss, perplexity at the train and longest
-    lengths, seconds."""
+    lengths, seconds. With translation points among them the two score columns say what each
+    point is scored by: ``BLEU`` within the training length and in the longest source-length
+    bucket for those, ``ppl`` for the others (not ``—`` under a perplexity header)."""
     width = max([len(e["name"]) for e in entries] + [5])
+    bleu = any(_translated(e) for e in entries)
+    at_train, at_longest = ("at train", "at longest") if bleu else ("ppl@train", "ppl@longest")
+    columns = (14, 22) if bleu else (10, 12)
     lines = [
-        f"{'status':<11} {'point':<{width}} {'train loss':>10} {'ppl@train':>10} "
-        f"{'ppl@longest':>12} {'seconds':>8}"
+        f"{'status':<11} {'point':<{width}} {'train loss':>10} {at_train:>{columns[0]}} "
+        f"{at_longest:>{columns[1]}} {'seconds':>8}"
     ]
     for e in entries:
-        longest = f"{_fmt(e.get('ppl_longest'), 2)}"
-        if e.get("longest"):
-            longest += f" @{e['longest']}"
+        if _translated(e):
+            train = f"BLEU {_fmt(e.get('bleu_train_len'), 2)}"
+            longest = f"BLEU {_fmt(e.get('bleu_longest'), 2)} @{e.get('longest_label')}"
+        else:
+            train = _fmt(e.get("ppl_train_len"), 2)
+            longest = f"{_fmt(e.get('ppl_longest'), 2)}"
+            if e.get("longest"):
+                longest += f" @{e['longest']}"
+            if bleu:
+                train, longest = f"ppl {train}", f"ppl {longest}"
         lines.append(
             f"{e['status']:<11} {e['name']:<{width}} {_fmt(e.get('train_loss'), 4):>10} "
-            f"{_fmt(e.get('ppl_train_len'), 2):>10} {longest:>12} "
+            f"{train:>{columns[0]}} {longest:>{columns[1]}} "
             f"{_fmt(e.get('seconds'), 0):>8}"
         )
         if e.get("error"):
@@ -657,6 +676,11 @@ def format_summary(entries: Sequence[Mapping[str, Any]], seconds: float | None =
         text = ", ".join(f"{n} {s}" for s, n in counts.items() if n)
         lines.append(f"{text}; {seconds:.0f}s")
     return "\n".join(lines)
+
+
+def _translated(entry: Mapping[str, Any]) -> bool:
+    """Whether a summary entry is a translation point's (scored by BLEU per bucket)."""
+    return entry.get("bleu_longest") is not None or entry.get("bleu_train_len") is not None
 
 
 def _watch_parent(parent: int) -> None:

@@ -5,6 +5,7 @@ import json
 import math
 import os
 import random
+import warnings
 
 import pytest
 
@@ -638,3 +639,77 @@ def test_every_plot_the_report_writes_keeps_its_texts_inside_and_no_offset(tmp_p
             what = text.get_text() if hasattr(text, "get_text") else "legend"
             assert inside, (fig.get_suptitle() or fig.axes[0].get_title(), what, extent, box)
         close(fig)
+
+
+def _translation_eval(seed=0):
+    """A translation run's eval.json (the fields of one written by ``posenc train`` on
+    ``configs/translation.py:tiny``, four buckets)."""
+    buckets = []
+    for i, (label, hi) in enumerate([("<=1x", 48), ("1x-2x", 96), ("2x-4x", 192)]):
+        bleu = 30.0 - 10 * i + seed
+        buckets.append(
+            {"lo": hi // 2 if i else 0, "hi": hi, "label": label, "max_multiple": 2**i}
+            | {"src_tokens": 100, "sentences": 3, "bleu": bleu, "bleu_intl": bleu}
+            | {"chrf": 50.0, "length_ratio": 1.0, "brevity_penalty": 1.0, "length": hi}
+        )
+    return {
+        "encoding": "sinusoidal",
+        "encoding_hparams": {},
+        "objective": "translation",
+        "train_seq_len": 48,
+        "max_src_len": 48,
+        "train_steps": 4,
+        "checkpoint_step": 4,
+        "finished": True,
+        "seed": seed,
+        "mode": "nonoverlapping",
+        "stride": None,
+        "device": "1 x cpu",
+        "changes": {},
+        "model": {**MODEL, "num_params": 29408, "num_encoder_layers": 1},
+        "data": {
+            "source": "parallel:default",
+            "split": "validation",
+            "src_lang": "en",
+            "tgt_lang": "de",
+            "content_sha256": "fb" * 32,
+            "splits": {"validation": {"pairs": 1000}},
+        },
+        "vocab": {"kind": "bytes", "vocab_size": 259},
+        "split": "validation",
+        "sentences": 9,
+        "train_max_src_len": 48,
+        "decoding": {"beam_size": 2, "alpha": 0.6, "max_len_offset": 8},
+        "teacher_forced": {"tokens": 988, "loss": 5.7, "perplexity": 299.0, "accuracy": 0.1},
+        "overall": {"sentences": 9, "bleu": 20.0, "bleu_intl": 20.0, "chrf": 50.0}
+        | {"length_ratio": 1.0, "signatures": {"bleu": "tok:13a", "bleu_intl": "tok:intl"}},
+        "results": buckets,
+    }
+
+
+def test_a_folder_of_translation_and_language_model_runs_reports_both(tmp_path):
+    """A sweep mixing translation and LM points: the report dropped the LM point ("left out:
+    a report does not mix"). Both kinds are reported: the translation tables, then the LM
+    runs' perplexity table (its own CSV files), with the LM values from its eval.json."""
+    rng = random.Random(0)
+    (tmp_path / "translation").mkdir()
+    (tmp_path / "translation" / "eval.json").write_text(json.dumps(_translation_eval()))
+    lm = tmp_path / "lm"
+    lm.mkdir()
+    (lm / "eval.json").write_text(json.dumps(_eval_json("rope", {}, 16, 0, [16, 32], rng)))
+    (lm / "config.json").write_text(json.dumps(_config_json("rope", {}, 16, 0)))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is left out, so no warning says so
+        paths = report.write_report(str(tmp_path))
+    md = (tmp_path / "report.md").read_text()
+    assert "left out" not in md, md
+    assert "## BLEU" in md and "sinusoidal" in md, md
+    assert "perplexity" in md and "| rope |" in md.replace("  ", " ").replace("  ", " "), md
+    lm_report = _load(lm / "eval.json")
+    for r in lm_report["results"]:
+        assert f"{r['perplexity']:.2f}" in md, (r, md)
+    names = {os.path.basename(p) for p in paths}
+    assert {"report.md", "report-lm.csv", "runs-lm.csv", "perplexity_vs_length_L16.png"} <= names
+    with open(tmp_path / "report-lm.csv") as f:
+        rows = list(csv.DictReader(f))
+    assert [float(r["rope"]) for r in rows] == [r["perplexity"] for r in lm_report["results"]]

@@ -342,3 +342,35 @@ def test_a_translation_point_is_summarised_without_perplexity(tmp_path):
     summary = sweep.summarize_point(str(tmp_path))
     assert summary["ppl_train_len"] is None and summary["ppl_longest"] is None
     assert summary["longest"] == 32 and summary["checkpoint_step"] == 4
+
+
+def test_the_summary_gives_translation_points_bleu_not_perplexity_dashes(tmp_path):
+    """A translation point's summary row showed ``—`` under ``ppl@train`` and ``ppl@longest``:
+    it shows BLEU within the training length and in the longest bucket (from its eval.json's
+    buckets), an LM point beside it keeps its perplexities, and a sweep of LM points alone
+    keeps the perplexity header."""
+    buckets = [
+        {"length": 32, "lo": 0, "label": "<=1x", "sentences": 3, "bleu": 31.25},
+        {"length": 64, "lo": 32, "label": "1x-2x", "sentences": 2, "bleu": 12.5},
+    ]
+    report = {"objective": "translation", "train_seq_len": 32, "results": buckets}
+    (tmp_path / "eval.json").write_text(json.dumps(report))
+    translation = {"name": "t", "status": "done", **sweep.summarize_point(str(tmp_path))}
+    lm = {
+        "name": "lm",
+        "status": "done",
+        "train_loss": 1.5,
+        "ppl_train_len": 4.0,
+        "ppl_longest": 9.0,
+        "longest": 256,
+        "seconds": 3.0,
+    }
+    lines = sweep.format_summary([lm, translation]).splitlines()
+    row = next(line for line in lines if line.startswith("done        t "))
+    assert "—" not in row.split()[3:5], row
+    assert "BLEU 31.25" in row and "BLEU 12.50 @1x-2x" in row, row
+    row = next(line for line in lines if line.startswith("done        lm"))
+    assert "ppl 4.00" in row and "ppl 9.00 @256" in row, row
+    assert "ppl@train" not in lines[0], lines[0]
+    only_lm = sweep.format_summary([lm]).splitlines()
+    assert "ppl@train" in only_lm[0] and "9.00 @256" in only_lm[1], only_lm

@@ -29,11 +29,13 @@ evidence flags of :mod:`posenc.report.evidence` follow it: runs still learning a
 step (``‡``, by a stated rule), lengths scored on few windows, tokens ``eval.max_tokens`` left
 unscored; the plots caption their error bars.
 
-A folder holding both algorithmic-task runs and text runs is reported as task runs, one
-holding translation runs as translation runs (:mod:`posenc.report.translation`), and one holding
-classification runs as classification runs (:mod:`posenc.report.classify`: the GLUE metrics at
-the training length, and by example length); the runs left out are named in a warning and at
-the end of ``report.md``.
+A folder holding translation runs is reported as translation runs
+(:mod:`posenc.report.translation`), one holding classification runs as classification runs
+(:mod:`posenc.report.classify`: the GLUE metrics at the training length, and by example length);
+language-model runs beside them (a sweep mixing translation and LM points) follow in
+``report.md`` as a section of their own, their tables in ``report-lm.csv`` and ``runs-lm.csv``.
+A folder holding algorithmic-task runs is reported as task runs. Runs a report leaves out are
+named in a warning and at the end of ``report.md``.
 
 Columns are named by encoder; two configurations of one encoder in the same table (a sweep over
 RoPE's base, say) get the config fields that tell them apart appended to the name, and an
@@ -186,19 +188,54 @@ def _write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
             sweep_dir, chosen, "bleu" if metric == "perplexity" else metric
         )
         others = [r for r in runs if not is_translation_run(r)]
-        _name_left_out(paths[0], sweep_dir, others, "translation")
-        return paths
+        return paths + _with_text_runs(paths[0], sweep_dir, others, metric, "translation")
     if any(is_classify_run(r) for r in runs):  # classification: GLUE metrics, by length
         chosen = [r for r in runs if is_classify_run(r)]
         paths = write_classify_report(sweep_dir, chosen, None if metric == "perplexity" else metric)
-        _name_left_out(
-            paths[0], sweep_dir, [r for r in runs if not is_classify_run(r)], "classification"
-        )
-        return paths
+        others = [r for r in runs if not is_classify_run(r)]
+        return paths + _with_text_runs(paths[0], sweep_dir, others, metric, "classification")
     if any(is_task_run(r) for r in runs):  # algorithmic tasks: accuracy per input length
         paths = write_task_report(sweep_dir, runs, "accuracy" if metric == "perplexity" else metric)
         _name_left_out(paths[0], sweep_dir, [r for r in runs if not is_task_run(r)])
         return paths
+    md, paths = _text_report(sweep_dir, runs, metric)
+    paths.insert(0, os.path.join(sweep_dir, "report.md"))
+    with open(paths[0], "w") as f:
+        f.write("\n".join(md))
+    return paths
+
+
+def _is_text_run(run: Run) -> bool:
+    """A language-model run (causal or masked), scored by window length."""
+    return not (is_translation_run(run) or is_classify_run(run) or is_task_run(run))
+
+
+def _with_text_runs(
+    report_md: str, sweep_dir: str, others: Sequence[Run], metric: str, kind: str
+) -> list[str]:
+    """Appends to ``report_md`` the section of the language-model runs among ``others`` (the
+    runs a translation or classification report does not cover), writing its tables as
+    ``report-lm.csv`` and ``runs-lm.csv``, and names the rest as left out; returns the files
+    written. ``metric`` is the LM tables' when the LM runs have it, else perplexity."""
+    text = [r for r in others if _is_text_run(r)]
+    _name_left_out(report_md, sweep_dir, [r for r in others if not _is_text_run(r)], kind)
+    if not text:
+        return []
+    have = {m for run in text for r in run.eval["results"] for m in METRICS if m in r}
+    md, paths = _text_report(
+        sweep_dir, text, metric if metric in have else "perplexity", suffix="-lm"
+    )
+    md[0] = f"# Language-model runs: {md[0].split(': ', 1)[-1]}"
+    with open(report_md, "a") as f:
+        f.write("\n\n" + "\n".join(md))
+    return paths
+
+
+def _text_report(
+    sweep_dir: str, runs: Sequence[Run], metric: str, suffix: str = ""
+) -> tuple[list[str], list[str]]:
+    """The markdown of language-model runs' tables (title first) and the files written:
+    ``report<suffix>.csv``, ``runs<suffix>.csv`` and the plots."""
     if metric == "accuracy" and not any(r.eval.get("objective") == "masked_lm" for r in runs):
         raise ValueError(
             f"--metric accuracy: no masked-LM run (train.objective=masked_lm) under {sweep_dir}; "
@@ -229,12 +266,10 @@ def _write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     failures = sweep_failures(sweep_dir)
     if failures:
         md += ["Points without results:", ""] + failures + [""]
-    paths = [os.path.join(sweep_dir, n) for n in ("report.md", "report.csv", "runs.csv")]
-    with open(paths[0], "w") as f:
-        f.write("\n".join(md))
-    write_csv(paths[1], tables, metric)
-    write_runs_csv(paths[2], runs, sweep_dir)
-    return paths + [os.path.join(sweep_dir, p) for p in plots]
+    paths = [os.path.join(sweep_dir, f"{n}{suffix}.csv") for n in ("report", "runs")]
+    write_csv(paths[0], tables, metric)
+    write_runs_csv(paths[1], runs, sweep_dir)
+    return md, paths + [os.path.join(sweep_dir, p) for p in plots]
 
 
 class ReportWarning(UserWarning):
