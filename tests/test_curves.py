@@ -94,3 +94,23 @@ def test_labels_leave_out_hyperparameters_that_only_one_encoder_has():
         "encoding.hparams.max_len=32, encoding.name=learned",
         "encoding.hparams.max_len=None, encoding.name=rope",
     ]
+
+
+def test_the_curves_plot_has_no_offset_notation(tmp_path, monkeypatch):
+    """Losses close together over steps in the tens of thousands: matplotlib's default ticks
+    read ``+2e4`` and ``+1.01e3`` (offset notation); the plot writes the numbers themselves."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [_point(tmp_path, "a0", "rope", 0, {20000 + i: 1010 + i / 100 for i in range(5)})]
+    write_json(os.path.join(tmp_path, "sweep.json"), {"points": points})
+    figures = []
+    monkeypatch.setattr(plt, "close", lambda fig=None: figures.append(fig))
+    curves.plot_curves(str(tmp_path / "c.png"), curves.find_curves(str(tmp_path)), "t")
+    (fig,) = figures
+    fig.canvas.draw()
+    (ax,) = fig.axes
+    assert ax.xaxis.get_offset_text().get_text() == ""
+    assert ax.yaxis.get_offset_text().get_text() == ""

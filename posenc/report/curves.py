@@ -169,6 +169,8 @@ def plot_curves(path: str, curves: Sequence[Curve], title: str, ylabel: str = "t
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from posenc.report.plots import plain_numbers
+
     fig, ax = plt.subplots(figsize=(6.4, 4.4), layout="constrained")
     for curve in curves:
         steps = curve.steps()
@@ -179,6 +181,7 @@ def plot_curves(path: str, curves: Sequence[Curve], title: str, ylabel: str = "t
         (line,) = ax.plot(steps, mean, label=f"{curve.label} ({seeds} seeds)", linewidth=1.5)
         if seeds > 1:
             ax.fill_between(steps, mean - spread, mean + spread, color=line.get_color(), alpha=0.2)
+    plain_numbers(ax)  # no "+1e4" offset over steps or losses close together
     ax.set_xlabel("training step")
     ax.set_ylabel(ylabel)
     ax.set_title(f"{title}\nshaded: ± one sample standard deviation over seeds", fontsize=10)
