@@ -370,8 +370,11 @@ def _plan_in_child(
             env=env,
             text=True,
         ) as proc:
-            proc.stdin.write(config.to_json_best_effort())
-            proc.stdin.close()
+            try:
+                proc.stdin.write(config.to_json_best_effort())
+                proc.stdin.close()
+            except BrokenPipeError:  # it died before reading: its exit status says why
+                pass
             last: dict[str, Any] | None = None
             for line in proc.stdout:
                 try:
