@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -36,7 +38,7 @@ from flax import nnx
 
 from posenc import translation_metrics
 from posenc.data.pair_batching import EncodedPairs, PairBatches, encode_pairs, eval_pair_batches
-from posenc.data.parallel import ParallelSource, get_parallel_source
+from posenc.data.parallel import ParallelSource, get_parallel_source, split_lines
 from posenc.data.vocab import (
     HF_PREFIX,
     ByteVocab,
@@ -50,7 +52,8 @@ from posenc.decoding.greedy import greedy_search
 from posenc.losses import token_loss
 from posenc.models.build import assembly
 from posenc.models.encdec import EncoderDecoder
-from posenc.workdir import RunDir
+from posenc.workdir import EVAL_FILE, EVAL_PREFIX, OWNED_NAMES, RunDir
+from posenc.workdir.files import HYPOTHESES_SUFFIX
 
 
 def is_translation(config: ml_collections.ConfigDict) -> bool:
@@ -372,6 +375,69 @@ def longest_training_source(config: ml_collections.ConfigDict, train: EncodedPai
     cap = config.data.get("max_src_len")
     kept = lengths if cap is None else lengths[lengths <= cap]
     return int(kept.max())
+
+
+def read_source_file(path: str | None) -> list[str]:
+    """The sentences to translate: the lines of ``path`` (None or "-": standard input), split at
+    "\\n" only as the parallel data is (:func:`posenc.data.parallel.split_lines`), so output line
+    ``i`` translates input line ``i`` whatever the lines hold (U+2028, U+0085, a lone "\\r").
+
+    Raises:
+      ValueError: ``path`` is missing, a folder, or not UTF-8 text (one line naming it).
+    """
+    if path is None or path == "-":
+        stream = sys.stdin
+        data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode()
+        return split_lines(data, "standard input")
+    if os.path.isdir(path):
+        raise ValueError(f"--input {path} is a folder; give a text file, one sentence per line")
+    if not os.path.exists(path):
+        raise ValueError(f"--input {path} does not exist; give a text file, one sentence per line")
+    with open(path, "rb") as f:
+        return split_lines(f.read(), path)
+
+
+def _owned_by_run(name: str) -> bool:
+    """Whether ``name`` (a path relative to a run directory) is a file or folder the run keeps:
+    its config, data record, checkpoints, lock, ... (:data:`posenc.workdir.OWNED_NAMES`) or an
+    evaluation report and its outputs (``eval.json``, ``eval-*.json``, ``*.hypotheses.txt``)."""
+    top = name.split(os.sep)[0]
+    return (
+        top in OWNED_NAMES
+        or top == EVAL_FILE
+        or (top.startswith(EVAL_PREFIX) and top.endswith(".json"))
+        or top.endswith(HYPOTHESES_SUFFIX)
+    )
+
+
+def check_output_file(path: str, workdir: str) -> None:
+    """Refuses, before any decoding, an ``--output`` that could not be written or would write
+    over one of the run's own files (``posenc eval --output`` refuses those too).
+
+    Raises:
+      ValueError: ``path`` is a folder, its folder is missing or not writable, or it is (a file
+        in) one of the run's own files; one line naming it.
+    """
+    full = os.path.realpath(path)  # a "..", or a link into the run, names the file it reaches
+    folder = os.path.dirname(full)
+    run = os.path.realpath(workdir)
+    relative = os.path.relpath(full, run)
+    if not relative.startswith(os.pardir) and relative != os.curdir and _owned_by_run(relative):
+        raise ValueError(
+            f"--output {path} is the run's own {relative.split(os.sep)[0]}: posenc keeps the "
+            "run's records there; write the translations to another file"
+        )
+    if os.path.isdir(full):
+        raise ValueError(f"--output {path} is a folder; give a file name (in {path}, say)")
+    if not os.path.isdir(folder):
+        raise ValueError(
+            f"--output {path}: its folder {folder} does not exist; create it first "
+            f"(mkdir -p {folder})"
+        )
+    if not os.access(full if os.path.exists(full) else folder, os.W_OK):
+        raise ValueError(
+            f"--output {path} cannot be written (no write permission); choose another file"
+        )
 
 
 def read_lines(lines: Sequence[str], vocab: Vocab) -> EncodedPairs:
