@@ -186,6 +186,27 @@ def _decode(graphdef, state, src, src_mask, limits, beam, alpha, max_len, bos, e
     return seqs[:, 0], scores[:, 0]
 
 
+def decoder_length_limit(model: EncoderDecoder, wanted: int) -> int:
+    """The most output tokens, at most ``wanted``, whose positions the decoder's encoder can
+    embed: ``wanted`` for every encoder without a position table, else the table's rows (found
+    through ``check_length``, the encoders' one statement of what they can read)."""
+    encoding = model.decoder.encoding
+    try:
+        encoding.check_length(wanted)
+        return wanted
+    except ValueError:
+        pass
+    lo, hi = 0, wanted  # check_length(lo) passes (lo = 0: nothing to embed), (hi) fails
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            encoding.check_length(mid)
+            lo = mid
+        except ValueError:
+            hi = mid
+    return lo
+
+
 def decode_batch(
     model: EncoderDecoder,
     batch: dict[str, np.ndarray],
@@ -196,15 +217,20 @@ def decode_batch(
     max_len_offset: int,
 ) -> np.ndarray:
     """The best output ids ``[B, S + offset]`` (EOS after the end) of one padded batch of
-    sources (``src``, ``src_mask``): each row stops by ``its source length + offset`` tokens."""
+    sources (``src``, ``src_mask``): each row stops by ``its source length + offset`` tokens,
+    and by the decoder's position table where it has one (fewer columns then:
+    :func:`decoder_length_limit`)."""
     if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size < 1:
         raise ValueError(f"eval.beam_size must be a positive integer, got {beam_size!r}")
     if not isinstance(max_len_offset, int) or max_len_offset < 1:
         raise ValueError(f"eval.max_len_offset must be a positive integer, got {max_len_offset!r}")
     graphdef, state = nnx.split(model)
     src_len = batch["src_mask"].sum(axis=1) - 1  # tokens without the source's EOS
-    limits = jnp.asarray(src_len + max_len_offset, jnp.int32)
-    max_len = batch["src"].shape[1] + max_len_offset
+    # Output token t is read back at decoder position t - 1: a decoder with a finite position
+    # table (learned) stops at its last row rather than reading NaN rows past it.
+    cap = decoder_length_limit(model, batch["src"].shape[1] + max_len_offset)
+    limits = jnp.asarray(np.minimum(src_len + max_len_offset, cap), jnp.int32)
+    max_len = cap
     out, _ = _decode(
         graphdef,
         state,
