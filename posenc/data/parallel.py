@@ -176,6 +176,16 @@ def _read_lines(path: Path) -> list[str]:
     return split_lines(path.read_bytes(), str(path))
 
 
+def decode_utf8(data: bytes, name: str) -> str:
+    """``data`` as UTF-8 text; otherwise a one-line ``ValueError`` naming ``name`` and the line
+    of the first bad byte."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = data[: err.start].count(b"\n") + 1
+        raise ValueError(f"{name} is not UTF-8 text (line {line}: {err.reason})") from None
+
+
 def split_lines(data: bytes, name: str) -> list[str]:
     """The lines of UTF-8 text, split at "\\n" only (an "\\r" before it is dropped, as a
     byte-order mark at the start): U+2028, U+0085, a lone "\\r" and the other characters
@@ -189,11 +199,7 @@ def split_lines(data: bytes, name: str) -> list[str]:
     Raises:
       ValueError: the text is not UTF-8 (naming ``name`` and the line).
     """
-    try:
-        text = data.decode("utf-8")
-    except UnicodeDecodeError as err:
-        line = data[: err.start].count(b"\n") + 1
-        raise ValueError(f"{name} is not UTF-8 text (line {line}: {err.reason})") from None
+    text = decode_utf8(data, name)
     if text.startswith("\ufeff"):  # a byte-order mark is not text
         text = text[1:]
     lines = text.split("\n")
