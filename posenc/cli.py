@@ -258,7 +258,12 @@ def _cmd_translate(args, overrides) -> int:
         translation.check_output_file(args.output, args.workdir)
     lines = translation.read_source_file(args.input)
     outputs = translation.translate_workdir(
-        args.workdir, lines, beam_size=args.beam, alpha=args.alpha, max_len_offset=args.offset
+        args.workdir,
+        lines,
+        beam_size=args.beam,
+        alpha=args.alpha,
+        max_len_offset=args.offset,
+        progress=True,
     )
     # One line per input line: a newline decoded inside an output becomes a space.
     text = "".join(line.replace("\n", " ") + "\n" for line in outputs)

@@ -256,26 +256,35 @@ def translate_ids(
     max_len_offset: int = 50,
     tokens_per_batch: int = 4096,
     bucket_step: float = 1.1,
+    progress: bool = False,
 ) -> list[str]:
     """Detokenised translations of every source of ``pairs``, in their order.
 
     Sources are sorted into bucketed shapes (one compilation per shape; ``bucket_step``: the
-    growth factor of their padded lengths) and the outputs put back in order.
+    growth factor of their padded lengths) and the outputs put back in order. ``progress``: a
+    bar on stderr counting the sentences decoded (a split takes minutes).
     """
+    from tqdm.auto import tqdm
+
     out: list[str | None] = [None] * len(pairs)
     batches = eval_pair_batches(pairs, tokens_per_batch, targets=False, bucket_step=bucket_step)
-    for batch in batches:
-        ids = decode_batch(
-            model,
-            batch,
-            vocab,
-            beam_size=beam_size,
-            alpha=alpha,
-            max_len_offset=max_len_offset,
-        )
-        for row, index in enumerate(batch["index"]):
-            if index >= 0:
-                out[int(index)] = vocab.decode(ids[row])
+    bar = tqdm(total=len(pairs), desc="decoding", unit=" sentences", disable=not progress)
+    try:
+        for batch in batches:
+            ids = decode_batch(
+                model,
+                batch,
+                vocab,
+                beam_size=beam_size,
+                alpha=alpha,
+                max_len_offset=max_len_offset,
+            )
+            for row, index in enumerate(batch["index"]):
+                if index >= 0:
+                    out[int(index)] = vocab.decode(ids[row])
+            bar.update(int((batch["index"] >= 0).sum()))
+    finally:
+        bar.close()
     return [text or "" for text in out]
 
 
@@ -324,6 +333,7 @@ def evaluate_translation(
     *,
     split: str,
     train_max_src_len: int | None = None,
+    progress: bool | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Scores a translation model on ``split``: teacher-forced loss, then BLEU and chrF of its
     beam-search outputs overall and per source-length bucket.
@@ -337,6 +347,8 @@ def evaluate_translation(
       split: "validation" or "test".
       train_max_src_len: the longest training source in tokens (bucket 1's bound); None: the
         longest source of the split.
+      progress: a bar on stderr counting the sentences decoded; None: ``train.progress`` (on
+        the main process).
 
     Returns:
       The report's fields and the hypotheses in the split's order. Fields: ``results`` (one
@@ -366,6 +378,11 @@ def evaluate_translation(
         max_len_offset=e.max_len_offset,
         tokens_per_batch=e.tokens_per_batch,
         bucket_step=step,
+        progress=(
+            config.train.get("progress", True) and jax.process_index() == 0
+            if progress is None
+            else progress
+        ),
     )
     references = [tgt for _, tgt in pairs]
     bound = train_max_src_len or int(encoded.src_lengths.max())
@@ -478,9 +495,11 @@ def translate_workdir(
     beam_size: int | None = None,
     alpha: float | None = None,
     max_len_offset: int | None = None,
+    progress: bool = False,
 ) -> list[str]:
     """Translations of ``lines`` (one source sentence each) by a trained translation run's
-    newest intact checkpoint; decoding settings default to the run's ``eval`` section."""
+    newest intact checkpoint; decoding settings default to the run's ``eval`` section;
+    ``progress``: a bar on stderr counting the sentences decoded."""
     from posenc.evaluate import restore_model
 
     run = RunDir(workdir)
@@ -505,4 +524,5 @@ def translate_workdir(
         max_len_offset=e.max_len_offset if max_len_offset is None else max_len_offset,
         tokens_per_batch=e.tokens_per_batch,
         bucket_step=eval_bucket_step(config),
+        progress=progress,
     )

@@ -12,6 +12,7 @@ import json
 import os
 
 import _train_helpers as helpers
+import numpy as np
 import pytest
 
 from posenc import translation
@@ -139,3 +140,23 @@ def test_input_that_is_not_utf8_is_named_with_its_line(tmp_path, run, decoded):
     line = helpers.one_line_error(err, "translate")
     assert code == 2 and str(source) in line and "line 2" in line and "UTF-8" in line
     assert decoded == []
+
+
+def test_decoding_shows_its_progress_in_sentences(monkeypatch, capsys):
+    """Decoding a split takes minutes: a bar on stderr counts the sentences decoded."""
+    from posenc.data.pair_batching import encode_pairs
+    from posenc.data.vocab import ByteVocab
+
+    vocab = ByteVocab()
+    pairs = encode_pairs([("a" * n, "") for n in (3, 30, 5, 60)], vocab)
+
+    def fake(model, batch, vocab, **kwargs):  # every row decodes to "x"
+        return np.full((batch["src"].shape[0], 2), [ord("x"), vocab.eos_id], np.int32)
+
+    monkeypatch.setattr(translation, "decode_batch", fake)
+    out = translation.translate_ids(None, pairs, vocab, bucket_step=1.1, progress=True)
+    assert out == ["x"] * 4
+    err = capsys.readouterr().err
+    assert "decoding" in err and "4/4" in err and "sentence" in err
+    translation.translate_ids(None, pairs, vocab, bucket_step=1.1)
+    assert capsys.readouterr().err == ""  # off unless asked
