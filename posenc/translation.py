@@ -188,9 +188,13 @@ def _decode(graphdef, state, src, src_mask, limits, beam, alpha, max_len, bos, e
 
 def decoder_length_limit(model: EncoderDecoder, wanted: int) -> int:
     """The most output tokens, at most ``wanted``, whose positions the decoder's encoder can
-    embed: ``wanted`` for every encoder without a position table, else the table's rows (found
-    through ``check_length``, the encoders' one statement of what they can read)."""
-    encoding = model.decoder.encoding
+    embed: ``wanted`` for every encoder without a position table, else the table's rows."""
+    return _length_limit(model.decoder.encoding, wanted)
+
+
+def _length_limit(encoding: Any, wanted: int) -> int:
+    """The longest length, at most ``wanted``, that ``encoding`` can embed (found through its
+    ``check_length``, the encoders' one statement of what they can read)."""
     try:
         encoding.check_length(wanted)
         return wanted
@@ -246,6 +250,29 @@ def decode_batch(
     return np.asarray(out)
 
 
+def check_sources(model: EncoderDecoder, pairs: EncodedPairs) -> None:
+    """Refuses sources the encoder cannot read (past a learned position table) before any is
+    decoded: batches go shortest first, so the refusal would otherwise come after the rest.
+
+    Raises:
+      ValueError: naming the first such sentence, its length and how many there are.
+    """
+    if not len(pairs):
+        return
+    lengths = np.asarray(pairs.src_lengths) + 1  # the encoder reads each source with its EOS
+    encoding = model.encoder.encoding
+    try:
+        encoding.check_length(int(lengths.max()))
+    except ValueError as e:
+        limit = _length_limit(encoding, int(lengths.max()))
+        long = np.flatnonzero(lengths > limit)
+        i = int(long[0])
+        raise ValueError(
+            f"sentence {i + 1} of {len(lengths)} has {int(lengths[i])} source tokens (with its "
+            f"EOS), {len(long)} in all longer than {limit}: {e}"
+        ) from None
+
+
 def translate_ids(
     model: EncoderDecoder,
     pairs: EncodedPairs,
@@ -266,6 +293,7 @@ def translate_ids(
     """
     from tqdm.auto import tqdm
 
+    check_sources(model, pairs)
     out: list[str | None] = [None] * len(pairs)
     batches = eval_pair_batches(pairs, tokens_per_batch, targets=False, bucket_step=bucket_step)
     bar = tqdm(total=len(pairs), desc="decoding", unit=" sentences", disable=not progress)

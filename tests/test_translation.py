@@ -176,3 +176,24 @@ def test_decoding_stops_at_a_learned_position_table():
     beam = translation.decode_batch(model, batch, VOCAB, beam_size=2, alpha=0.6, max_len_offset=50)
     text = VOCAB.decode(beam[0])
     assert "\x00" not in text and len(VOCAB.encode(text)) <= table
+
+
+def test_a_source_past_a_learned_table_is_refused_before_any_decoding(monkeypatch):
+    """Outputs are decoded shortest sources first: a source the encoder's table cannot hold is
+    refused before the others are decoded (minutes of work), naming the sentence."""
+    config = ModelConfig(
+        vocab_size=VOCAB.vocab_size, num_layers=1, model_dim=32, num_heads=2, mlp_dim=48
+    )
+    model = EncoderDecoder(config, encodings.get("learned", max_len=16), rngs=nnx.Rngs(0))
+    calls = []
+    monkeypatch.setattr(translation, "decode_batch", lambda *a, **k: calls.append(1))
+    pairs = encode_pairs([("short", ""), ("x" * 40, ""), ("fifteen bytes..", "")], VOCAB)
+    with pytest.raises(ValueError, match=r"^sentence 2 of 3 has 41 source tokens \(with its EOS\)"):
+        translation.translate_ids(model, pairs, VOCAB, beam_size=1)
+    assert calls == []
+    # 15 bytes + EOS fit the 16 rows exactly: not refused.
+    fits = encode_pairs([("fifteen bytes..", "")], VOCAB)
+    monkeypatch.setattr(
+        translation, "decode_batch", lambda m, b, v, **k: np.full((1, 1), v.eos_id, np.int32)
+    )
+    assert translation.translate_ids(model, fits, VOCAB, beam_size=1) == [""]

@@ -153,10 +153,18 @@ def test_decoding_shows_its_progress_in_sentences(monkeypatch, capsys):
     def fake(model, batch, vocab, **kwargs):  # every row decodes to "x"
         return np.full((batch["src"].shape[0], 2), [ord("x"), vocab.eos_id], np.int32)
 
+    from flax import nnx
+
+    from posenc import encodings
+    from posenc.layers.config import ModelConfig
+    from posenc.models.encdec import EncoderDecoder
+
+    config = ModelConfig(vocab_size=vocab.vocab_size, num_layers=1, model_dim=32, num_heads=2)
+    model = EncoderDecoder(config, encodings.get("rope"), rngs=nnx.Rngs(0))
     monkeypatch.setattr(translation, "decode_batch", fake)
-    out = translation.translate_ids(None, pairs, vocab, bucket_step=1.1, progress=True)
+    out = translation.translate_ids(model, pairs, vocab, bucket_step=1.1, progress=True)
     assert out == ["x"] * 4
     err = capsys.readouterr().err
     assert "decoding" in err and "4/4" in err and "sentence" in err
-    translation.translate_ids(None, pairs, vocab, bucket_step=1.1)
+    translation.translate_ids(model, pairs, vocab, bucket_step=1.1)
     assert capsys.readouterr().err == ""  # off unless asked
