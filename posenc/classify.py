@@ -95,17 +95,47 @@ def open_data(config: ml_collections.ConfigDict) -> tuple[LabelledSource, tuple[
             "(segments 0 and 1); use model.num_segments=2, or 0 for no segment embedding"
         )
     if regression(config):
+        _check_labels(source, None)
         return source, None
     classes = label_classes(source, source.examples("train"))
     n = config.model.num_labels
+    numeric = all(_is_number(c) for c in classes)
+    if len(classes) == 1:
+        raise ValueError(
+            f"the training split of data.source={config.data.source!r} has one class "
+            f"{list(classes)}: a classifier needs two or more; add rows of the other classes"
+            + (
+                ", or set model.num_labels=1 for a regression on its numeric labels"
+                if numeric
+                else ""
+            )
+        )
     if n != len(classes):
         shown = list(classes) if len(classes) <= 10 else [*classes[:10], "..."]
         raise ValueError(
             f"model.num_labels={n}, but the training split of data.source="
             f"{config.data.source!r} has {len(classes)} classes {shown}; set "
-            f"model.num_labels={len(classes)} (or 1 for a regression on numeric labels)"
+            f"model.num_labels={len(classes)}"
+            + (" (or 1 for a regression on numeric labels)" if numeric else "")
         )
+    _check_labels(source, classes)
     return source, classes
+
+
+def _is_number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _check_labels(source: LabelledSource, classes: tuple[str, ...] | None) -> None:
+    """Reads every split's labels against the training split's classes (or as real numbers for
+    a regression), so that a validation label the training split lacks is refused before the
+    first step rather than when the finished run is evaluated (one line naming file and row)."""
+    for split in source.splits:
+        encode_labels(source.examples(split), classes, split)
 
 
 def encoded(

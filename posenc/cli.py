@@ -251,17 +251,22 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def _cmd_translate(args, overrides) -> int:
-    from posenc.translation import translate_workdir
+    from posenc import translation
 
-    if args.input and args.input != "-":
-        with open(args.input, encoding="utf-8") as f:
-            lines = f.read().splitlines()
-    else:
-        lines = sys.stdin.read().splitlines()
-    outputs = translate_workdir(
-        args.workdir, lines, beam_size=args.beam, alpha=args.alpha, max_len_offset=args.offset
+    # Both files are checked before the model decodes anything (minutes for a large input).
+    if args.output:
+        translation.check_output_file(args.output, args.workdir)
+    lines = translation.read_source_file(args.input)
+    outputs = translation.translate_workdir(
+        args.workdir,
+        lines,
+        beam_size=args.beam,
+        alpha=args.alpha,
+        max_len_offset=args.offset,
+        progress=True,
     )
-    text = "".join(line + "\n" for line in outputs)
+    # One line per input line: a newline decoded inside an output becomes a space.
+    text = "".join(line.replace("\n", " ") + "\n" for line in outputs)
     if args.output:
         with open(args.output, "w", encoding="utf-8") as f:
             f.write(text)

@@ -24,6 +24,8 @@ from __future__ import annotations
 
 import functools
 import math
+import os
+import sys
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -36,7 +38,7 @@ from flax import nnx
 
 from posenc import translation_metrics
 from posenc.data.pair_batching import EncodedPairs, PairBatches, encode_pairs, eval_pair_batches
-from posenc.data.parallel import ParallelSource, get_parallel_source
+from posenc.data.parallel import ParallelSource, get_parallel_source, split_lines
 from posenc.data.vocab import (
     HF_PREFIX,
     ByteVocab,
@@ -50,7 +52,8 @@ from posenc.decoding.greedy import greedy_search
 from posenc.losses import token_loss
 from posenc.models.build import assembly
 from posenc.models.encdec import EncoderDecoder
-from posenc.workdir import RunDir
+from posenc.workdir import EVAL_FILE, EVAL_PREFIX, OWNED_NAMES, RunDir
+from posenc.workdir.files import HYPOTHESES_SUFFIX
 
 
 def is_translation(config: ml_collections.ConfigDict) -> bool:
@@ -183,6 +186,31 @@ def _decode(graphdef, state, src, src_mask, limits, beam, alpha, max_len, bos, e
     return seqs[:, 0], scores[:, 0]
 
 
+def decoder_length_limit(model: EncoderDecoder, wanted: int) -> int:
+    """The most output tokens, at most ``wanted``, whose positions the decoder's encoder can
+    embed: ``wanted`` for every encoder without a position table, else the table's rows."""
+    return _length_limit(model.decoder.encoding, wanted)
+
+
+def _length_limit(encoding: Any, wanted: int) -> int:
+    """The longest length, at most ``wanted``, that ``encoding`` can embed (found through its
+    ``check_length``, the encoders' one statement of what they can read)."""
+    try:
+        encoding.check_length(wanted)
+        return wanted
+    except ValueError:
+        pass
+    lo, hi = 0, wanted  # check_length(lo) passes (lo = 0: nothing to embed), (hi) fails
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        try:
+            encoding.check_length(mid)
+            lo = mid
+        except ValueError:
+            hi = mid
+    return lo
+
+
 def decode_batch(
     model: EncoderDecoder,
     batch: dict[str, np.ndarray],
@@ -193,15 +221,20 @@ def decode_batch(
     max_len_offset: int,
 ) -> np.ndarray:
     """The best output ids ``[B, S + offset]`` (EOS after the end) of one padded batch of
-    sources (``src``, ``src_mask``): each row stops by ``its source length + offset`` tokens."""
+    sources (``src``, ``src_mask``): each row stops by ``its source length + offset`` tokens,
+    and by the decoder's position table where it has one (fewer columns then:
+    :func:`decoder_length_limit`)."""
     if not isinstance(beam_size, int) or isinstance(beam_size, bool) or beam_size < 1:
         raise ValueError(f"eval.beam_size must be a positive integer, got {beam_size!r}")
     if not isinstance(max_len_offset, int) or max_len_offset < 1:
         raise ValueError(f"eval.max_len_offset must be a positive integer, got {max_len_offset!r}")
     graphdef, state = nnx.split(model)
     src_len = batch["src_mask"].sum(axis=1) - 1  # tokens without the source's EOS
-    limits = jnp.asarray(src_len + max_len_offset, jnp.int32)
-    max_len = batch["src"].shape[1] + max_len_offset
+    # Output token t is read back at decoder position t - 1: a decoder with a finite position
+    # table (learned) stops at its last row rather than reading NaN rows past it.
+    cap = decoder_length_limit(model, batch["src"].shape[1] + max_len_offset)
+    limits = jnp.asarray(np.minimum(src_len + max_len_offset, cap), jnp.int32)
+    max_len = cap
     out, _ = _decode(
         graphdef,
         state,
@@ -217,6 +250,29 @@ def decode_batch(
     return np.asarray(out)
 
 
+def check_sources(model: EncoderDecoder, pairs: EncodedPairs) -> None:
+    """Refuses sources the encoder cannot read (past a learned position table) before any is
+    decoded: batches go shortest first, so the refusal would otherwise come after the rest.
+
+    Raises:
+      ValueError: naming the first such sentence, its length and how many there are.
+    """
+    if not len(pairs):
+        return
+    lengths = np.asarray(pairs.src_lengths) + 1  # the encoder reads each source with its EOS
+    encoding = model.encoder.encoding
+    try:
+        encoding.check_length(int(lengths.max()))
+    except ValueError as e:
+        limit = _length_limit(encoding, int(lengths.max()))
+        long = np.flatnonzero(lengths > limit)
+        i = int(long[0])
+        raise ValueError(
+            f"sentence {i + 1} of {len(lengths)} has {int(lengths[i])} source tokens (with its "
+            f"EOS), {len(long)} in all longer than {limit}: {e}"
+        ) from None
+
+
 def translate_ids(
     model: EncoderDecoder,
     pairs: EncodedPairs,
@@ -227,26 +283,36 @@ def translate_ids(
     max_len_offset: int = 50,
     tokens_per_batch: int = 4096,
     bucket_step: float = 1.1,
+    progress: bool = False,
 ) -> list[str]:
     """Detokenised translations of every source of ``pairs``, in their order.
 
     Sources are sorted into bucketed shapes (one compilation per shape; ``bucket_step``: the
-    growth factor of their padded lengths) and the outputs put back in order.
+    growth factor of their padded lengths) and the outputs put back in order. ``progress``: a
+    bar on stderr counting the sentences decoded (a split takes minutes).
     """
+    from tqdm.auto import tqdm
+
+    check_sources(model, pairs)
     out: list[str | None] = [None] * len(pairs)
     batches = eval_pair_batches(pairs, tokens_per_batch, targets=False, bucket_step=bucket_step)
-    for batch in batches:
-        ids = decode_batch(
-            model,
-            batch,
-            vocab,
-            beam_size=beam_size,
-            alpha=alpha,
-            max_len_offset=max_len_offset,
-        )
-        for row, index in enumerate(batch["index"]):
-            if index >= 0:
-                out[int(index)] = vocab.decode(ids[row])
+    bar = tqdm(total=len(pairs), desc="decoding", unit=" sentences", disable=not progress)
+    try:
+        for batch in batches:
+            ids = decode_batch(
+                model,
+                batch,
+                vocab,
+                beam_size=beam_size,
+                alpha=alpha,
+                max_len_offset=max_len_offset,
+            )
+            for row, index in enumerate(batch["index"]):
+                if index >= 0:
+                    out[int(index)] = vocab.decode(ids[row])
+            bar.update(int((batch["index"] >= 0).sum()))
+    finally:
+        bar.close()
     return [text or "" for text in out]
 
 
@@ -295,6 +361,7 @@ def evaluate_translation(
     *,
     split: str,
     train_max_src_len: int | None = None,
+    progress: bool | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Scores a translation model on ``split``: teacher-forced loss, then BLEU and chrF of its
     beam-search outputs overall and per source-length bucket.
@@ -308,6 +375,8 @@ def evaluate_translation(
       split: "validation" or "test".
       train_max_src_len: the longest training source in tokens (bucket 1's bound); None: the
         longest source of the split.
+      progress: a bar on stderr counting the sentences decoded; None: ``train.progress`` (on
+        the main process).
 
     Returns:
       The report's fields and the hypotheses in the split's order. Fields: ``results`` (one
@@ -337,6 +406,11 @@ def evaluate_translation(
         max_len_offset=e.max_len_offset,
         tokens_per_batch=e.tokens_per_batch,
         bucket_step=step,
+        progress=(
+            config.train.get("progress", True) and jax.process_index() == 0
+            if progress is None
+            else progress
+        ),
     )
     references = [tgt for _, tgt in pairs]
     bound = train_max_src_len or int(encoded.src_lengths.max())
@@ -374,6 +448,69 @@ def longest_training_source(config: ml_collections.ConfigDict, train: EncodedPai
     return int(kept.max())
 
 
+def read_source_file(path: str | None) -> list[str]:
+    """The sentences to translate: the lines of ``path`` (None or "-": standard input), split at
+    "\\n" only as the parallel data is (:func:`posenc.data.parallel.split_lines`), so output line
+    ``i`` translates input line ``i`` whatever the lines hold (U+2028, U+0085, a lone "\\r").
+
+    Raises:
+      ValueError: ``path`` is missing, a folder, or not UTF-8 text (one line naming it).
+    """
+    if path is None or path == "-":
+        stream = sys.stdin
+        data = stream.buffer.read() if hasattr(stream, "buffer") else stream.read().encode()
+        return split_lines(data, "standard input")
+    if os.path.isdir(path):
+        raise ValueError(f"--input {path} is a folder; give a text file, one sentence per line")
+    if not os.path.exists(path):
+        raise ValueError(f"--input {path} does not exist; give a text file, one sentence per line")
+    with open(path, "rb") as f:
+        return split_lines(f.read(), path)
+
+
+def _owned_by_run(name: str) -> bool:
+    """Whether ``name`` (a path relative to a run directory) is a file or folder the run keeps:
+    its config, data record, checkpoints, lock, ... (:data:`posenc.workdir.OWNED_NAMES`) or an
+    evaluation report and its outputs (``eval.json``, ``eval-*.json``, ``*.hypotheses.txt``)."""
+    top = name.split(os.sep)[0]
+    return (
+        top in OWNED_NAMES
+        or top == EVAL_FILE
+        or (top.startswith(EVAL_PREFIX) and top.endswith(".json"))
+        or top.endswith(HYPOTHESES_SUFFIX)
+    )
+
+
+def check_output_file(path: str, workdir: str) -> None:
+    """Refuses, before any decoding, an ``--output`` that could not be written or would write
+    over one of the run's own files (``posenc eval --output`` refuses those too).
+
+    Raises:
+      ValueError: ``path`` is a folder, its folder is missing or not writable, or it is (a file
+        in) one of the run's own files; one line naming it.
+    """
+    full = os.path.realpath(path)  # a "..", or a link into the run, names the file it reaches
+    folder = os.path.dirname(full)
+    run = os.path.realpath(workdir)
+    relative = os.path.relpath(full, run)
+    if not relative.startswith(os.pardir) and relative != os.curdir and _owned_by_run(relative):
+        raise ValueError(
+            f"--output {path} is the run's own {relative.split(os.sep)[0]}: posenc keeps the "
+            "run's records there; write the translations to another file"
+        )
+    if os.path.isdir(full):
+        raise ValueError(f"--output {path} is a folder; give a file name (in {path}, say)")
+    if not os.path.isdir(folder):
+        raise ValueError(
+            f"--output {path}: its folder {folder} does not exist; create it first "
+            f"(mkdir -p {folder})"
+        )
+    if not os.access(full if os.path.exists(full) else folder, os.W_OK):
+        raise ValueError(
+            f"--output {path} cannot be written (no write permission); choose another file"
+        )
+
+
 def read_lines(lines: Sequence[str], vocab: Vocab) -> EncodedPairs:
     """Sources to translate (one per line, no references) as :class:`EncodedPairs`."""
     return encode_pairs([(line.rstrip("\n"), "") for line in lines], vocab)
@@ -386,9 +523,11 @@ def translate_workdir(
     beam_size: int | None = None,
     alpha: float | None = None,
     max_len_offset: int | None = None,
+    progress: bool = False,
 ) -> list[str]:
     """Translations of ``lines`` (one source sentence each) by a trained translation run's
-    newest intact checkpoint; decoding settings default to the run's ``eval`` section."""
+    newest intact checkpoint; decoding settings default to the run's ``eval`` section;
+    ``progress``: a bar on stderr counting the sentences decoded."""
     from posenc.evaluate import restore_model
 
     run = RunDir(workdir)
@@ -413,4 +552,5 @@ def translate_workdir(
         max_len_offset=e.max_len_offset if max_len_offset is None else max_len_offset,
         tokens_per_batch=e.tokens_per_batch,
         bucket_step=eval_bucket_step(config),
+        progress=progress,
     )

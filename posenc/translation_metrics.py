@@ -79,7 +79,8 @@ def length_buckets(train_max_src_len: int, longest: int) -> list[tuple[int, int]
       longest: the longest source to place.
 
     Returns:
-      [(lo, hi), ...]: a source of length n is in the bucket with lo < n <= hi.
+      [(lo, hi), ...]: a source of length n is in the bucket with lo < n <= hi, except that the
+      first bucket also holds n = 0 (an empty line is within the training length).
     """
     if train_max_src_len < 1:
         raise ValueError(f"training max source length must be positive, got {train_max_src_len}")
@@ -121,7 +122,9 @@ def length_bucket_table(
     rows = []
     longest = int(lengths.max()) if lengths.size else 0
     for lo, hi in length_buckets(train_max_src_len, longest):
-        members = np.flatnonzero((lengths > lo) & (lengths <= hi))
+        # The first bucket is [0, L]: an empty source (0 tokens) is within the training length,
+        # so the buckets partition the split and "<=1x" equals "overall" when nothing is longer.
+        members = np.flatnonzero(((lengths > lo) | (lo == 0)) & (lengths <= hi))
         scores = corpus_scores(
             [hypotheses[i] for i in members], [references[i] for i in members], tgt_lang
         )

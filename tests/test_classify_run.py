@@ -89,6 +89,43 @@ def test_a_malformed_row_is_one_line_naming_file_and_line(tmp_path):
     assert "train.tsv, line 26: 1 tab-separated fields" in helpers.one_line_error(err, "train")
 
 
+def test_a_validation_label_the_training_split_lacks_is_refused_before_training(tmp_path):
+    spec = _pairs_folder(tmp_path / "data")
+    with open(tmp_path / "data" / "validation.tsv", "a") as f:
+        f.write("a\tb\tthird\n")
+    workdir = tmp_path / "run"
+    code, _, err = helpers.run_cli(
+        "train", "--config", f"{CONFIG}:tiny", "--workdir", str(workdir),
+        *_flags(f"data.source={spec!r}", "train.steps=2"),
+    )  # fmt: skip
+    assert code == 2
+    line = helpers.one_line_error(err, "train")
+    assert "validation.tsv, line 14: label 'third' is not among" in line
+    assert not workdir.exists(), "refused before the first step: nothing written"
+
+
+@pytest.mark.parametrize(
+    "rows, match",
+    [
+        (["a\tb\tsame"] * 4, r"has one class \['same'\]: a classifier needs two or more"),
+        (["a\tb\t3"] * 4, r"has one class \['3'\]: .*model.num_labels=1 for a regression"),
+    ],
+)
+def test_a_single_class_training_split_gets_the_right_advice(tmp_path, rows, match):
+    folder = tmp_path / "data"
+    folder.mkdir()
+    for split in ("train", "validation"):
+        (folder / f"{split}.tsv").write_text("\n".join(["text\ttext_b\tlabel", *rows]) + "\n")
+    code, _, err = helpers.run_cli(
+        "train", "--config", f"{CONFIG}:tiny", "--workdir", str(tmp_path / "run"),
+        *_flags(f"data.source={f'tsv:{folder}'!r}"),
+    )  # fmt: skip
+    line = helpers.one_line_error(err, "train")
+    assert code == 2 and re.search(match, line), line
+    if "'same'" in line:
+        assert "num_labels=1" not in line  # names are no regression target
+
+
 @pytest.mark.slow
 def test_fine_tune_from_a_masked_lm_run_resumes_evaluates_and_reports(tmp_path):
     data_dir = helpers.build_pystdlib(tmp_path / "pystdlib")

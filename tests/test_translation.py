@@ -143,3 +143,57 @@ def test_bad_translation_configs_are_refused_in_one_line(override, match):
     config = apply_overrides(load_config(f"{TRANSLATION_CONFIG}:tiny"), [override])
     with pytest.raises(ValueError, match=match):
         validate(config)
+
+
+def test_decoding_stops_at_a_learned_position_table():
+    """A decoder with a learned table of 16 positions and a limit (source + 50) far past it: the
+    output stops at the table (16 tokens) instead of reading NaN rows (which gave NaN logits and
+    id 0, NUL bytes), and greedy decoding equals an arg max loop over the teacher-forced decoder
+    within the table."""
+    table = 16
+    config = ModelConfig(
+        vocab_size=VOCAB.vocab_size, num_layers=1, model_dim=32, num_heads=2, mlp_dim=48
+    )
+    model = EncoderDecoder(config, encodings.get("learned", max_len=table), rngs=nnx.Rngs(3))
+    [batch] = eval_pair_batches(encode_pairs([("a cat", "")], VOCAB), 4096, targets=False)
+    greedy = translation.decode_batch(
+        model, batch, VOCAB, beam_size=1, alpha=0.6, max_len_offset=50
+    )
+    # The naive reference: the decoder over the whole prefix, one arg max at a time.
+    src, mask = jnp.asarray(batch["src"][:1]), jnp.asarray(batch["src_mask"][:1])
+    forward = jax.jit(lambda t: model(src, t, src_mask=mask))
+    tokens = [VOCAB.bos_id]
+    while len(tokens) <= table and tokens[-1] != VOCAB.eos_id:
+        padded = np.full((1, table), VOCAB.pad_id, np.int32)
+        padded[0, : len(tokens)] = tokens
+        logits = np.asarray(forward(jnp.asarray(padded)))[0, len(tokens) - 1]
+        assert np.isfinite(logits).all()
+        tokens.append(int(logits.argmax()))
+    want = tokens[1:]
+    got = [int(t) for t in greedy[0]]
+    assert got[: len(want)] == want
+    assert all(t == VOCAB.eos_id for t in got[len(want) :])  # nothing past the table
+    beam = translation.decode_batch(model, batch, VOCAB, beam_size=2, alpha=0.6, max_len_offset=50)
+    text = VOCAB.decode(beam[0])
+    assert "\x00" not in text and len(VOCAB.encode(text)) <= table
+
+
+def test_a_source_past_a_learned_table_is_refused_before_any_decoding(monkeypatch):
+    """Outputs are decoded shortest sources first: a source the encoder's table cannot hold is
+    refused before the others are decoded (minutes of work), naming the sentence."""
+    config = ModelConfig(
+        vocab_size=VOCAB.vocab_size, num_layers=1, model_dim=32, num_heads=2, mlp_dim=48
+    )
+    model = EncoderDecoder(config, encodings.get("learned", max_len=16), rngs=nnx.Rngs(0))
+    calls = []
+    monkeypatch.setattr(translation, "decode_batch", lambda *a, **k: calls.append(1))
+    pairs = encode_pairs([("short", ""), ("x" * 40, ""), ("fifteen bytes..", "")], VOCAB)
+    with pytest.raises(ValueError, match=r"^sentence 2 of 3 has 41 source tokens \(with its EOS\)"):
+        translation.translate_ids(model, pairs, VOCAB, beam_size=1)
+    assert calls == []
+    # 15 bytes + EOS fit the 16 rows exactly: not refused.
+    fits = encode_pairs([("fifteen bytes..", "")], VOCAB)
+    monkeypatch.setattr(
+        translation, "decode_batch", lambda m, b, v, **k: np.full((1, 1), v.eos_id, np.int32)
+    )
+    assert translation.translate_ids(model, fits, VOCAB, beam_size=1) == [""]

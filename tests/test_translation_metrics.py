@@ -75,3 +75,16 @@ def test_refusals():
         length_bucket_table([1, 2, 3], ["a", "b"], ["a", "b"], 4)
     with pytest.raises(ValueError, match="training max source length must be positive"):
         length_buckets(0, 5)
+
+
+def test_empty_sources_fall_in_the_first_bucket():
+    """A source of 0 tokens (an empty line) is within the training length: the ``<=1x`` bucket
+    holds every sentence when all are within it, and its scores are the overall ones."""
+    refs = ["one two three four", "", "five six seven", "eight nine"]
+    hyps = ["one two three four", "nothing here", "five six", "eight nine"]
+    table = length_bucket_table([4, 0, 3, 2], hyps, refs, train_max_src_len=4)
+    [first] = table["buckets"]
+    assert first["sentences"] == 4 == table["overall"]["sentences"]
+    for key in ("bleu", "bleu_intl", "chrf", "length_ratio"):
+        assert first[key] == table["overall"][key]
+    assert sum(b["sentences"] for b in table["buckets"]) == len(refs)

@@ -24,8 +24,10 @@ import abc
 import csv
 import dataclasses
 import hashlib
+import io
 import json
 import math
+import warnings
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,11 @@ DEFAULT_SPEC = "labelled:default"
 SPLITS = ("train", "validation", "test")
 # The columns a tsv: folder's header names (text_b only for sentence pairs).
 TEXT, TEXT_B, LABEL = "text", "text_b", "label"
+
+
+class RepeatedHeaderWarning(UserWarning):
+    """A ``.tsv`` file repeats its header row inside its body (files concatenated with
+    ``cat``); the row was skipped, not read as an example labelled with the column's name."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -141,6 +148,13 @@ def encode_labels(
                     f"{e.where}: label {e.label!r} is not a number, and model.num_labels=1 is a "
                     "regression; fix the row, or set model.num_labels to the number of classes"
                 ) from None
+            # NaN stands for "unlabelled" here, and a NaN or infinite target would read as a
+            # diverged run after training started: refuse it where it was read.
+            if e.label is not None and not math.isfinite(out[i]):
+                raise ValueError(
+                    f"{e.where}: label {e.label!r} is not a finite number (model.num_labels=1 "
+                    "is a regression); fix the row, or leave the label out in test.tsv"
+                )
         return out
     index = {name: i for i, name in enumerate(classes)}
     out = np.empty(len(examples), np.int32)
@@ -164,9 +178,19 @@ def encode_labels(
 # --- tsv: folders -------------------------------------------------------------------------------
 
 
+def _open_tsv(path: Path) -> io.StringIO:
+    """A ``.tsv`` file's text for ``csv.reader``; text that is not UTF-8 is refused naming the
+    file and the line."""
+    from posenc.data.parallel import decode_utf8
+
+    text = decode_utf8(path.read_bytes(), str(path))
+    return io.StringIO(text.removeprefix("\ufeff"), newline="")  # a byte-order mark is no text
+
+
 def _read_tsv(path: Path, split: str, pair: bool | None) -> list[Example]:
-    """The examples of one ``.tsv`` file, checked row by row (see module docstring)."""
-    with open(path, encoding="utf-8", newline="") as f:
+    """The examples of one ``.tsv`` file, checked row by row (see module docstring); a row that
+    repeats the header (concatenated files) is skipped with a :class:`RepeatedHeaderWarning`."""
+    with _open_tsv(path) as f:
         rows = csv.reader(f, delimiter="\t", quoting=csv.QUOTE_NONE)
         header = next(rows, None)
         if header is None:
@@ -189,10 +213,18 @@ def _read_tsv(path: Path, split: str, pair: bool | None) -> list[Example]:
                 f"every split the same columns"
             )
         examples = []
+        names = [name.strip() for name in header]
         for line, row in enumerate(rows, start=2):
             if not row:
                 continue  # a blank line (one at the end, typically)
             where = f"{path}, line {line}"
+            if [field.strip() for field in row] == names:
+                warnings.warn(
+                    f"{where} repeats the header row (files concatenated?); skipped it",
+                    RepeatedHeaderWarning,
+                    stacklevel=2,
+                )
+                continue
             if len(row) != len(header):
                 raise ValueError(
                     f"{where}: {len(row)} tab-separated fields, the header has {len(header)} "
@@ -230,7 +262,7 @@ class TsvLabelledSource(LabelledSource):
         self.pair = TEXT_B in self._header("train")
 
     def _header(self, split: str) -> list[str]:
-        with open(self.folder / f"{split}.tsv", encoding="utf-8", newline="") as f:
+        with _open_tsv(self.folder / f"{split}.tsv") as f:
             return [c.strip() for c in next(csv.reader(f, delimiter="\t"), [])]
 
     def check_split(self, split: str) -> str:

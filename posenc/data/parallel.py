@@ -173,12 +173,33 @@ class DefaultParallelSource(ParallelSource):
 
 def _read_lines(path: Path) -> list[str]:
     """The lines of a UTF-8 file, split at "\\n" only (an "\\r" before it is dropped)."""
-    data = path.read_bytes()
+    return split_lines(path.read_bytes(), str(path))
+
+
+def decode_utf8(data: bytes, name: str) -> str:
+    """``data`` as UTF-8 text; otherwise a one-line ``ValueError`` naming ``name`` and the line
+    of the first bad byte."""
     try:
-        text = data.decode("utf-8")
+        return data.decode("utf-8")
     except UnicodeDecodeError as err:
         line = data[: err.start].count(b"\n") + 1
-        raise ValueError(f"{path} is not UTF-8 text (line {line}: {err.reason})") from None
+        raise ValueError(f"{name} is not UTF-8 text (line {line}: {err.reason})") from None
+
+
+def split_lines(data: bytes, name: str) -> list[str]:
+    """The lines of UTF-8 text, split at "\\n" only (an "\\r" before it is dropped, as a
+    byte-order mark at the start): U+2028, U+0085, a lone "\\r" and the other characters
+    ``str.splitlines`` also splits at stay inside their line, so line ``i`` of one file stays
+    line ``i`` of its translation.
+
+    Args:
+      data: the text's bytes.
+      name: the file it came from, for the error.
+
+    Raises:
+      ValueError: the text is not UTF-8 (naming ``name`` and the line).
+    """
+    text = decode_utf8(data, name)
     if text.startswith("\ufeff"):  # a byte-order mark is not text
         text = text[1:]
     lines = text.split("\n")

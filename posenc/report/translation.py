@@ -15,6 +15,10 @@ founding papers' tables.
   beside it (truncated outputs fall below 1, runaway ones above); and a plot
   ``bleu_by_source_length_L<n>.png``.
 
+Runs scored on different data (source, languages, content) get a section each, ``## Data:
+...``, with these tables: their numbers are not comparable; ``report.csv``'s rows then name the
+data. A bucket's label says how many sentences it holds.
+
 ``report.csv`` holds the BLEU table with full precision; ``runs.csv`` every run's bucket rows.
 """
 
@@ -73,14 +77,26 @@ def bleu_table(columns: Sequence[Column]) -> list[list[str]]:
     return rows
 
 
-def bucket_table(columns: Sequence[Column], metric: str) -> list[list[str]]:
-    """Rows of a by-source-length table: header, ``n``, then one row per bucket."""
+def bucket_table(
+    columns: Sequence[Column], metric: str, count: str | None = None
+) -> list[list[str]]:
+    """Rows of a by-source-length table: header, ``n`` (runs per column), then one row per
+    bucket; with ``count`` (``"sentences"``) a bucket's label also says how many items it holds
+    (``<=1x (<= 64), 412 sentences``; "differ" where the runs disagree)."""
     lengths = table_lengths(columns)
     labels = {}
+    counts: dict[int, set] = {}
     for column in columns:
         for run in column.runs:
             for r in run.eval["results"]:
                 labels[r["length"]] = f"{r['label']} (<= {r['length']})"
+                if count is not None:
+                    counts.setdefault(r["length"], set()).add(r.get(count))
+    for length, seen in counts.items():
+        if len(seen) == 1 and None not in seen:
+            labels[length] += f", {seen.pop():,} {count}"
+        else:  # runs that scored other numbers of sentences (eval.max_sentences)
+            labels[length] += f", {count} differ between runs"
     rows = [["source length", *(c.label for c in columns)]]
     rows.append(["n", *(str(len(c.runs)) for c in columns)])
     for length in lengths:
@@ -158,8 +174,9 @@ def _describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
     first = runs[0].eval
     model = first.get("model", {})
     enc_layers = model.get("num_encoder_layers") or model.get("num_layers")
+    data_lines = sum(line.startswith("- Data:") for line in lines)
     lines.insert(
-        1,
+        data_lines,
         f"- Encoder-decoder: {enc_layers} encoder and {model.get('num_layers')} decoder "
         f"layers; vocabulary {first.get('vocab', {}).get('kind')} "
         f"({first.get('vocab', {}).get('vocab_size')} ids).",
@@ -190,22 +207,87 @@ def _decoding_text(d: dict) -> str:
     )
 
 
+def data_sets(runs: Sequence[Run]) -> dict[tuple, list[Run]]:
+    """The runs by the data they were scored on: source spec, languages and content hash (the
+    same spec read from another data directory is another data set), in the runs' order."""
+    out: dict[tuple, list[Run]] = {}
+    for run in runs:
+        d = run.eval.get("data") or {}
+        key = (d.get("source"), d.get("src_lang"), d.get("tgt_lang"), d.get("content_sha256"))
+        out.setdefault(key, []).append(run)
+    return out
+
+
+def _data_names(keys: Sequence[tuple]) -> dict[tuple, tuple[str, str]]:
+    """Each data set's heading (``parallel:default` (en → de)``) and its short name for the
+    CSV's rows (``parallel:default en-de``); the content hash where a source and its languages
+    are not enough to tell two apart."""
+    names = {}
+    for key in keys:
+        source, src, tgt, sha = key
+        details = [f"{src} → {tgt}"] if src or tgt else []
+        short = f"{source} {src}-{tgt}" if src or tgt else str(source)
+        if sum(k[:3] == key[:3] for k in keys) > 1:
+            details.append(f"sha256 {str(sha)[:12]}")
+            short += f" sha256 {str(sha)[:12]}"
+        names[key] = (f"`{source}`" + (f" ({', '.join(details)})" if details else ""), short)
+    return names
+
+
 def write_translation_report(
     sweep_dir: str, runs: Sequence[Run], metric: str = "bleu"
 ) -> list[str]:
     """Writes the translation report of ``runs`` under ``sweep_dir`` (module docstring);
-    ``metric`` is the one tabled and plotted by source length. Returns the paths written,
-    ``report.md`` first."""
+    ``metric`` is the one tabled and plotted by source length. Runs scored on different data
+    get a section each (``## Data: ...``): their numbers are not comparable. Returns the paths
+    written, ``report.md`` first."""
     if metric not in TRANSLATION_METRICS:
         raise ValueError(
             f"--metric {metric}: translation runs have {', '.join(TRANSLATION_METRICS)}"
         )
-    tables = group_runs(runs)
-    all_columns = [c for cols in tables.values() for c in cols]
+    by_data = data_sets(runs)
+    names = _data_names(list(by_data))
+    several = len(by_data) > 1
     name = os.path.basename(os.path.abspath(sweep_dir))
     md = [f"# {name}: translation", ""]
-    md += _describe(runs, all_columns) + [""]
-    md += ["## BLEU", ""]
+    # The columns as report.csv and the parameter counts name them: with the data's short
+    # name when there are several data sets (the same encoder is then a column of each).
+    named = [
+        Column(f"{c.label} [{names[key][1]}]" if several else c.label, c.runs)
+        for key, data_runs in by_data.items()
+        for c in _all_columns(data_runs)
+    ]
+    md += _describe(runs, named) + [""]
+    plots = []
+    for k, (key, data_runs) in enumerate(by_data.items()):
+        heading = names[key][0]
+        suffix = f"_data{k + 1}" if several else ""
+        level = "###" if several else "##"
+        if several:
+            md += [f"## Data: {heading}", ""]
+        section, written = _data_section(sweep_dir, data_runs, metric, level, suffix)
+        md += section
+        plots += written
+    paths = [os.path.join(sweep_dir, n) for n in ("report.md", "report.csv", "runs.csv")]
+    with open(paths[0], "w") as f:
+        f.write("\n".join(md))
+    _write_csv(paths[1], named)
+    write_runs_csv(paths[2], runs, sweep_dir)
+    return paths + [os.path.join(sweep_dir, p) for p in plots]
+
+
+def _all_columns(runs: Sequence[Run]) -> list[Column]:
+    return [c for cols in group_runs(runs).values() for c in cols]
+
+
+def _data_section(
+    sweep_dir: str, runs: Sequence[Run], metric: str, level: str, suffix: str
+) -> tuple[list[str], list[str]]:
+    """The BLEU table and the tables by source length of runs on one data set: the markdown
+    and the plots written (``suffix`` in their names)."""
+    tables = group_runs(runs)
+    all_columns = [c for cols in tables.values() for c in cols]
+    md = [f"{level} BLEU", ""]
     md += format_table(*_split(bleu_table(all_columns))) + [""]
     decoding = {_decoding_text(r.eval.get("decoding") or {}) for r in runs}
     md += [f"Decoding: {', '.join(sorted(decoding))}.", ""]
@@ -215,25 +297,20 @@ def write_translation_report(
     md += ["sacreBLEU signatures: " + "; ".join(f"`{s}`" for s in sorted(signatures)), ""]
     plots = []
     for train_len, columns in tables.items():
-        md += [f"## By source length, trained on sources of at most {train_len} tokens", ""]
+        md += [f"{level} By source length, trained on sources of at most {train_len} tokens", ""]
         md += (
             [f"{_METRIC_TEXT[metric]}:", ""]
-            + format_table(*_split(bucket_table(columns, metric)))
+            + format_table(*_split(bucket_table(columns, metric, "sentences")))
             + [""]
         )
         md += [f"{_METRIC_TEXT['length_ratio']}:", ""]
-        md += format_table(*_split(bucket_table(columns, "length_ratio"))) + [""]
-        plot = f"{metric}_by_source_length_L{train_len}.png"
+        md += format_table(*_split(bucket_table(columns, "length_ratio", "sentences"))) + [""]
+        plot = f"{metric}_by_source_length_L{train_len}{suffix}.png"
         _plot(os.path.join(sweep_dir, plot), columns, metric)
         plots.append(plot)
         md += [f"![{metric} by source length]({plot})", ""]
         md += ["*Error bars: sample standard deviation over seeds (none for n = 1).*", ""]
-    paths = [os.path.join(sweep_dir, n) for n in ("report.md", "report.csv", "runs.csv")]
-    with open(paths[0], "w") as f:
-        f.write("\n".join(md))
-    _write_csv(paths[1], all_columns)
-    write_runs_csv(paths[2], runs, sweep_dir)
-    return paths + [os.path.join(sweep_dir, p) for p in plots]
+    return md, plots
 
 
 def _write_csv(path: str, columns: Sequence[Column]) -> None:

@@ -164,3 +164,35 @@ def test_eval_batches_put_each_example_in_its_length_bucket():
     lengths = data.lengths
     assert sorted(seen) == list(range(12))
     assert all(seen[i] == (0 if n <= 4 else 1 if n <= 8 else 2) for i, n in enumerate(lengths))
+
+
+def test_a_header_repeated_in_the_body_is_skipped_with_a_warning_naming_the_line(tmp_path):
+    """Two files concatenated (cat a.tsv b.tsv > train.tsv): the second header is not a row
+    whose label is the column name 'label'."""
+    from posenc.data.labelled import RepeatedHeaderWarning
+
+    body = "text\tlabel\na\tpos\nb\tneg\n"
+    source = get_labelled_source(_folder(tmp_path, body + " text \t label \nc\tpos\n", body))
+    with pytest.warns(RepeatedHeaderWarning, match=r"train.tsv, line 4 repeats the header"):
+        train = source.examples("train")
+    assert [(e.text, e.label) for e in train] == [("a", "pos"), ("b", "neg"), ("c", "pos")]
+    assert label_classes(source, train) == ("neg", "pos")
+
+
+def test_text_that_is_not_utf8_names_file_and_line(tmp_path):
+    (tmp_path / "train.tsv").write_bytes("text\tlabel\nok\tpos\nSchön\tneg\n".encode("latin-1"))
+    (tmp_path / "validation.tsv").write_text("text\tlabel\nb\tpos\n")
+    with pytest.raises(ValueError, match=r"train.tsv is not UTF-8 text \(line 3") as err:
+        get_labelled_source(f"tsv:{tmp_path}").examples("train")
+    assert "\n" not in str(err.value)
+    (tmp_path / "train.tsv").write_bytes("tëxt\tlabel\n".encode("latin-1"))
+    with pytest.raises(ValueError, match=r"train.tsv is not UTF-8 text \(line 1"):
+        get_labelled_source(f"tsv:{tmp_path}")
+
+
+@pytest.mark.parametrize("value", ["nan", "NaN", "inf", "-Infinity"])
+def test_a_regression_label_that_is_not_finite_names_the_row(tmp_path, value):
+    spec = _folder(tmp_path, f"text\tlabel\na\t1.5\nb\t{value}\n", "text\tlabel\nc\t1\n")
+    examples = get_labelled_source(spec).examples("train")
+    with pytest.raises(ValueError, match=rf"train.tsv, line 3: label '{value}' is not a finite"):
+        encode_labels(examples, None, "train")
