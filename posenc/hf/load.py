@@ -38,8 +38,15 @@ def check_folder(path: str) -> None:
 def read_config(path: str) -> dict[str, Any]:
     """The folder's ``config.json`` as a dict."""
     check_folder(path)
-    with open(os.path.join(path, CONFIG_FILE)) as f:
-        return json.load(f)
+    source = os.path.join(path, CONFIG_FILE)
+    try:
+        with open(source) as f:
+            fields = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{source} is not valid JSON ({e})") from None
+    if not isinstance(fields, dict):
+        raise ValueError(f"{source} holds a {type(fields).__name__}, not a config object")
+    return fields
 
 
 def read_spec(path: str) -> tuple[Family, Spec, TensorReader]:
