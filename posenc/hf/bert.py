@@ -105,7 +105,12 @@ class Bert(Family):
         hf.expect("add_cross_attention", (False,), False)
         hf.ignore("hidden_dropout_prob", "attention_probs_dropout_prob", "gradient_checkpointing")
         offset = hf.take("pad_token_id") + 1 if kind == "roberta" else 0
-        max_len = hf.take("max_position_embeddings") - offset
+        max_len = hf.count("max_position_embeddings") - offset
+        if max_len < 1:
+            raise ValueError(
+                f"{hf.source}: config.json max_position_embeddings leaves no position after "
+                f"RoBERTa's offset of {offset} (pad_token_id + 1)"
+            )
         act = activation(hf, "hidden_act", "gelu")
         model = read_model(
             hf,

@@ -282,7 +282,7 @@ SIZES = {
 def read_sizes(hf: HFConfig, keys: Mapping[str, str] = SIZES) -> dict[str, int]:
     """The ``ModelConfig`` sizes a config holds under ``keys`` (config key -> field), each
     required."""
-    return {field: hf.take(key) for key, field in keys.items()}
+    return {field: hf.count(key) for key, field in keys.items()}
 
 
 def write_sizes(m: ModelConfig, keys: Mapping[str, str] = SIZES) -> dict[str, int]:

@@ -126,3 +126,25 @@ def test_a_config_that_is_not_json_is_named(tmp_path):
     (folder / "config.json").write_text('{"model_type": "llama",')
     line = _refused(folder)
     assert str(folder / "config.json") in line
+
+
+# -- item 2: lengths (the rope_scaling cases: test_rope_golden.py) -----------------------------
+
+
+@pytest.mark.parametrize(
+    "name,key,value",
+    [
+        ("llama", "max_position_embeddings", 0),
+        ("gpt2", "n_positions", 0),
+        ("opt", "max_position_embeddings", -4),
+        ("llama", "max_position_embeddings", "32"),
+        ("llama", "hidden_size", 0),
+    ],
+)
+def test_a_length_or_size_that_is_not_positive_is_refused(tmp_path, name, key, value):
+    folder = _copy(tmp_path, name)
+    fields = json.loads((folder / "config.json").read_text())
+    fields[key] = value
+    (folder / "config.json").write_text(json.dumps(fields))
+    line = _refused(folder)
+    assert f"{key}={value!r}" in line and "positive integer" in line
