@@ -49,6 +49,18 @@ def read_config(path: str) -> dict[str, Any]:
     return fields
 
 
+# The dtypes a model is computed and stored in (the CLI's --dtype and --param-dtype choices).
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def check_dtypes(dtype: str, param_dtype: str | None) -> None:
+    """Refuses (one line) a compute or parameter dtype other than :data:`DTYPES`: an integer
+    parameter dtype would round every weight to 0."""
+    for name, value in (("dtype", dtype), ("param_dtype", param_dtype)):
+        if value is not None and value not in DTYPES:
+            raise ValueError(f"{name}={value!r} is not one of {', '.join(DTYPES)}")
+
+
 def read_spec(path: str) -> tuple[Family, Spec, TensorReader]:
     """The family, the :class:`~posenc.hf.family.Spec` and the tensors of a Hugging Face folder,
     read strictly (:mod:`posenc.hf.fields`)."""
@@ -96,8 +108,10 @@ def load_pretrained(
     Raises:
       FileNotFoundError: no such folder, no config or no weights.
       ValueError: an unsupported architecture or config field, a missing tensor or one whose
-        shape does not match the config (one line each).
+        shape does not match the config, a dtype other than float32, bfloat16 or float16 (one
+        line each).
     """
+    check_dtypes(dtype, param_dtype)
     family, spec, reader = read_spec(path)
     model = convert.fill(
         family, spec, reader, dtype=dtype, param_dtype=param_dtype, sharding=sharding, mesh=mesh

@@ -148,3 +148,95 @@ def test_a_length_or_size_that_is_not_positive_is_refused(tmp_path, name, key, v
     (folder / "config.json").write_text(json.dumps(fields))
     line = _refused(folder)
     assert f"{key}={value!r}" in line and "positive integer" in line
+
+
+# -- items 4, 5, 7: import_hf's refusals -------------------------------------------------------
+
+
+def _import_refused(folder: Path, workdir: Path, **kwargs) -> str:
+    from posenc.hf.rundir import import_hf
+
+    with pytest.raises((ValueError, FileNotFoundError)) as info:
+        import_hf(str(folder), str(workdir), **kwargs)
+    line = str(info.value)
+    assert "\n" not in line and line, line
+    assert not (workdir / "config.json").exists() and not (workdir / "checkpoints").exists()
+    return line
+
+
+@pytest.mark.parametrize(
+    "text", ["{not json", '{"version": "1.0"}', "[]", '{"model": {"type": "Nonsense"}}']
+)
+def test_a_corrupt_tokenizer_json_is_refused_at_import(tmp_path, text):
+    folder = _copy(tmp_path)
+    (folder / "tokenizer.json").write_text(text)
+    line = _import_refused(folder, tmp_path / "run")
+    assert str(folder / "tokenizer.json") in line
+
+
+@pytest.mark.parametrize("name", ["llama", "t5"])
+def test_no_tokenizer_is_refused_when_bytes_do_not_fit_the_vocabulary(tmp_path, name):
+    """The golden models have 96 ids; the byte tokenizer needs 257 (a language model) or 259
+    (a translation run's byte vocabulary); evaluation printed loss nan (LM) or advised a
+    model.vocab_size an imported model cannot change (T5)."""
+    line = _import_refused(_copy(tmp_path, name), tmp_path / "run", tokenizer=False)
+    assert "--no-tokenizer" in line and "96" in line and ("257" in line or "259" in line)
+
+
+@pytest.mark.parametrize(
+    "name,base,needs",
+    [
+        ("llama", "configs/translation.py:base", "'lm'"),
+        ("llama", "configs/classify.py", "'lm'"),
+        ("t5", "configs/base.py", "'encoder_decoder'"),
+    ],
+)
+def test_a_base_config_of_another_kind_is_refused(tmp_path, name, base, needs):
+    root = Path(__file__).resolve().parents[2]
+    folder = _copy(tmp_path, name)
+    if name == "t5":
+        from test_rundirs import word_tokenizer
+
+        word_tokenizer(folder, "t5")
+    line = _import_refused(folder, tmp_path / "run", base=str(root / base))
+    assert "--config" in line and needs in line
+
+
+# -- item 9: load_pretrained's arguments --------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kwargs,field",
+    [
+        ({"param_dtype": "int8"}, "param_dtype"),
+        ({"dtype": "int8"}, "dtype"),
+        ({"dtype": "float64"}, "dtype"),
+        ({"param_dtype": "bf16"}, "param_dtype"),
+    ],
+)
+def test_load_pretrained_refuses_a_dtype_the_cli_refuses(kwargs, field):
+    line = _refused(GOLDEN / "llama", **kwargs)
+    assert field in line and "bfloat16" in line
+
+
+def test_an_imported_t5_with_bytes_is_advised_to_reimport_not_to_resize(tmp_path):
+    """A T5 imported before --no-tokenizer was refused (data.vocab = bytes): evaluation advised
+    ``set model.vocab_size=259``, which the imported weights cannot follow."""
+    from test_rundirs import word_tokenizer
+
+    from posenc.hf.rundir import import_hf
+    from posenc.translation import run_vocab
+    from posenc.workdir import RunDir
+
+    folder = _copy(tmp_path, "t5")
+    word_tokenizer(folder, "t5")
+    workdir = tmp_path / "run"
+    import_hf(str(folder), str(workdir))
+    fields = json.loads((workdir / "config.json").read_text())
+    fields["data"].update(vocab="bytes", tokenizer="bytes")
+    (workdir / "config.json").write_text(json.dumps(fields))
+    run = RunDir(str(workdir))
+    with pytest.raises(ValueError) as info:
+        run_vocab(run, run.read_config())
+    line = str(info.value)
+    assert "set model.vocab_size" not in line and "tokenizer.json" in line and "import" in line
