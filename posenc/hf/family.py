@@ -104,6 +104,13 @@ class Family:
     def rules(self, spec: Spec) -> list[Rule]:
         raise NotImplementedError
 
+    def keep(self, spec: Spec, read: Callable[[str], np.ndarray], names: set[str]) -> Spec:
+        """``spec`` with checkpoint tensors that posenc's model does not hold as they are but
+        export must write back (``read(name)`` gives one) added to ``spec.extra``, which
+        ``pretrained.json`` records (BERT's token-type table). None by default."""
+        del read, names
+        return spec
+
     def export_rules(self, spec: Spec) -> list[Rule]:
         """The rules export writes: :meth:`rules`, plus any tensor the Hugging Face model has
         and posenc's does not (:func:`zero_tensor`)."""

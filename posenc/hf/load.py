@@ -73,7 +73,7 @@ def read_spec(path: str) -> tuple[Family, Spec, TensorReader]:
     hf = HFConfig(fields, family.name, source)
     spec = family.read(hf, reader.names())
     hf.finish()
-    return family, spec, reader
+    return family, family.keep(spec, reader.read, reader.names()), reader
 
 
 def load_pretrained(
