@@ -336,6 +336,7 @@ def export_hf(workdir: str, out: str, *, dtype: str = "float32") -> dict[str, An
 
     from posenc.evaluate import restore_model
 
+    check_dtypes(dtype, None)
     run = RunDir(workdir)
     config = run.read_config()
     record = read_json(run.file(PRETRAINED_FILE)) or {}
@@ -387,6 +388,7 @@ def save_pretrained(model: Any, spec: Spec, out: str, dtype: str = "float32") ->
     """
     from flax import nnx
 
+    check_dtypes(dtype, None)
     family = choose_family(spec)
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise WorkdirError(f"{out} exists and is not an empty folder; choose a new one")

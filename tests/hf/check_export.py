@@ -126,13 +126,23 @@ def saved(tmp: str) -> list[tuple[str, float]]:
         reference = transformers.AutoModelForMaskedLM.from_pretrained(
             exported, dtype=torch.float32, attn_implementation="eager"
         ).eval()
+        original = transformers.AutoModelForMaskedLM.from_pretrained(
+            os.path.join(GOLDEN, name), dtype=torch.float32, attn_implementation="eager"
+        ).eval()
         for key in golden.files:
             if key.startswith("ids_"):
+                ids = torch.from_numpy(golden[key].astype(np.int64))
                 with torch.no_grad():
-                    got = reference(torch.from_numpy(golden[key].astype(np.int64))).logits.numpy()
+                    got = reference(ids).logits.numpy()
                 out.append(
                     (f"saved {name} L={key[4:]}", relative_error(got, golden[f"logits_{key[4:]}"]))
                 )
+                if original.config.type_vocab_size > 1:  # sentence pairs: token type 1 (issue 36)
+                    types = torch.ones_like(ids)
+                    with torch.no_grad():
+                        got = reference(ids, token_type_ids=types).logits.numpy()
+                        want = original(ids, token_type_ids=types).logits.numpy()
+                    out.append((f"saved {name} L={key[4:]} type 1", relative_error(got, want)))
     return out
 
 

@@ -240,3 +240,12 @@ def test_an_imported_t5_with_bytes_is_advised_to_reimport_not_to_resize(tmp_path
         run_vocab(run, run.read_config())
     line = str(info.value)
     assert "set model.vocab_size" not in line and "tokenizer.json" in line and "import" in line
+
+
+def test_save_pretrained_refuses_an_integer_dtype(tmp_path):
+    from posenc.hf import save_pretrained
+
+    model, spec = load_pretrained(str(GOLDEN / "llama"))
+    with pytest.raises(ValueError, match="dtype='int8' is not one of float32"):
+        save_pretrained(model, spec, str(tmp_path / "out"), dtype="int8")
+    assert not (tmp_path / "out").exists()
