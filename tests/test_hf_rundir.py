@@ -342,3 +342,30 @@ def test_a_moved_or_copied_import_reads_its_own_tokenizer(tmp_path):
     fields["data"]["tokenizer"] = f"hf:{copied / 'tokenizer'}"
     (moved / "config.json").write_text(json.dumps(fields))
     assert RunDir(str(moved)).read_config().data.tokenizer == f"hf:{copied / 'tokenizer'}"
+
+
+def test_hostile_folders_are_one_line_refusals_of_the_cli(tmp_path):
+    """issue 36: a broken safetensors file, a malformed rope_scaling, a corrupt tokenizer.json,
+    --no-tokenizer on 96 ids and a base config of another kind each end ``posenc import-hf``
+    with one line and exit status 2 (tracebacks before), and no run is written."""
+    cases = {}
+    broken = _with_tokenizer(tmp_path / "broken", "llama")
+    (broken / "model.safetensors").write_bytes(b"12345")
+    cases["broken"] = (broken, (), "model.safetensors")
+    rope = _with_tokenizer(tmp_path / "rope", "llama")
+    fields = json.loads((rope / "config.json").read_text())
+    fields.pop("rope_parameters")
+    fields["rope_scaling"] = {"type": "linear"}
+    (rope / "config.json").write_text(json.dumps(fields))
+    cases["rope"] = (rope, (), "'factor'")
+    tokenizer = _with_tokenizer(tmp_path / "tokenizer", "llama")
+    (tokenizer / "tokenizer.json").write_text("{not json")
+    cases["tokenizer"] = (tokenizer, (), "tokenizer.json")
+    cases["bytes"] = (GOLDEN / "llama", ("--no-tokenizer",), "257")
+    base = str(Path(__file__).resolve().parents[1] / "configs" / "translation.py") + ":base"
+    cases["kind"] = (GOLDEN / "llama", ("--config", base), "model.assembly='lm'")
+    for name, (folder, flags, said) in cases.items():
+        workdir = tmp_path / f"run_{name}"
+        line = _error("import-hf", str(folder), "--workdir", str(workdir), *flags)
+        assert said in line, (name, line)
+        assert not (workdir / "config.json").exists(), name

@@ -234,18 +234,20 @@ def check_tokenizer(hf_dir: str) -> None:
 
 def _check_byte_vocabulary(spec: Spec) -> None:
     """``--no-tokenizer`` tokenises text as bytes: refused (one line) unless the model has an
-    id for every byte token (a language model: the 256 bytes and the separator; a translation
+    id for every byte token (a language model: the 256 bytes and the separator, and a masked
+    LM's mask token; a translation
     run's byte vocabulary exactly its table), as evaluation would otherwise index past the
     table (loss nan) or ask for a vocabulary size the imported weights cannot have."""
     from posenc.data import VOCAB_SIZE
+    from posenc.data.masking import MASK_ID
     from posenc.data.vocab import ByteVocab
 
     size = spec.model.vocab_size
     if spec.assembly == "encoder_decoder":
         need = ByteVocab().vocab_size
         fits, wanted = size == need, f"exactly {need}"
-    else:
-        need = VOCAB_SIZE
+    else:  # a masked LM also needs the byte tokenizer's mask token, id 257
+        need = VOCAB_SIZE if spec.model.causal else MASK_ID + 1
         fits, wanted = size >= need, f"at least {need}"
     if not fits:
         raise ValueError(

@@ -10,6 +10,7 @@ import json
 import shutil
 from pathlib import Path
 
+import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
 
@@ -174,13 +175,31 @@ def test_a_corrupt_tokenizer_json_is_refused_at_import(tmp_path, text):
     assert str(folder / "tokenizer.json") in line
 
 
-@pytest.mark.parametrize("name", ["llama", "t5"])
-def test_no_tokenizer_is_refused_when_bytes_do_not_fit_the_vocabulary(tmp_path, name):
-    """The golden models have 96 ids; the byte tokenizer needs 257 (a language model) or 259
-    (a translation run's byte vocabulary); evaluation printed loss nan (LM) or advised a
-    model.vocab_size an imported model cannot change (T5)."""
+@pytest.mark.parametrize("name,need", [("llama", 257), ("bert", 258), ("t5", 259)])
+def test_no_tokenizer_is_refused_when_bytes_do_not_fit_the_vocabulary(tmp_path, name, need):
+    """The golden models have 96 ids; the byte tokenizer needs 257 (a causal LM), 258 (a masked
+    LM: the mask token) or exactly 259 (a translation run's byte vocabulary); evaluation printed
+    loss nan (LM) or advised a model.vocab_size an imported model cannot change (T5)."""
     line = _import_refused(_copy(tmp_path, name), tmp_path / "run", tokenizer=False)
-    assert "--no-tokenizer" in line and "96" in line and ("257" in line or "259" in line)
+    assert "--no-tokenizer" in line and "96" in line and str(need) in line
+
+
+def test_no_tokenizer_is_accepted_where_bytes_fit(tmp_path):
+    """The control: the golden Llama with its table grown to 257 rows imports as bytes."""
+    from posenc.hf.rundir import import_hf
+
+    folder = _copy(tmp_path)
+    fields = json.loads((folder / "config.json").read_text())
+    fields["vocab_size"] = 257
+    (folder / "config.json").write_text(json.dumps(fields))
+    tensors = load_file(str(folder / "model.safetensors"))
+    table = tensors["model.embed_tokens.weight"]
+    grown = np.concatenate([table, np.zeros((257 - len(table), table.shape[1]), table.dtype)])
+    tensors["model.embed_tokens.weight"] = grown
+    save_file(tensors, str(folder / "model.safetensors"))
+    import_hf(str(folder), str(tmp_path / "run"), tokenizer=False)
+    fields = json.loads((tmp_path / "run" / "config.json").read_text())
+    assert fields["data"]["tokenizer"] == "bytes"
 
 
 @pytest.mark.parametrize(
