@@ -215,6 +215,16 @@ class Bert(Family):
         table = np.asarray(read(name), np.float32)
         return dataclasses.replace(spec, extra={**spec.extra, _KEPT: table.tolist()})
 
+    def from_parts(self, extra: dict[str, Any], parts: dict[str, np.ndarray]) -> dict[str, Any]:
+        """A run imported before the table was kept: its classifier part ``segment_embed``
+        holds every row minus row 0 (:meth:`head_rules`). Written as the token-type table (row 0
+        zeros, so the positions keep row 0), position plus type s is the original's for every
+        type."""
+        segments = parts.get("segment_embed.embedding")
+        if _KEPT in extra or segments is None:
+            return extra
+        return {**extra, _KEPT: np.asarray(segments, np.float32).tolist()}
+
     def export_rules(self, spec: Spec) -> list[Rule]:
         """The rules of the exported model: the imported token-type table as it was, its row 0
         taken out of the position table again (equal to float32 rounding); a model without

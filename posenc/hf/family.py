@@ -116,6 +116,13 @@ class Family:
         and posenc's does not (:func:`zero_tensor`)."""
         return self.rules(spec)
 
+    def from_parts(self, extra: dict[str, Any], parts: dict[str, np.ndarray]) -> dict[str, Any]:
+        """``extra`` completed from an imported run's ``pretrained_parts.safetensors`` (the
+        arrays :meth:`head_rules` wrote) where it lacks what :meth:`keep` would have added (a
+        run imported before :meth:`keep` existed). Unchanged by default."""
+        del parts
+        return extra
+
     def head_rules(self, spec: Spec, names: set[str]) -> list[Rule]:
         """Rules for the parts of a sequence classifier (:mod:`posenc.models.classifier`) that
         the checkpoint holds beside its language model (BERT's token-type table and pooler):

@@ -346,6 +346,11 @@ def export_hf(workdir: str, out: str, *, dtype: str = "float32") -> dict[str, An
     family = choose_family(spec, record.get("family"))
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise WorkdirError(f"--out {out} exists and is not an empty folder; choose a new one")
+    if record and os.path.exists(run.file(PRETRAINED_PARTS)):
+        from safetensors.numpy import load_file
+
+        extra = family.from_parts(spec.extra, load_file(run.file(PRETRAINED_PARTS)))
+        spec = dataclasses.replace(spec, extra=extra)
     with run.lock():
         model, step = restore_model(run, config)
     params = nnx.state(model, nnx.Param)
