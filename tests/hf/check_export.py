@@ -27,7 +27,8 @@ Llama (3e-7); saved T5 5e-8 (its folded scales divided out again), Flan-T5 0, BE
 RoBERTa 6e-7 (the token-type row taken out of the position table again), for token type 1 too
 (4-5e-7 against the original; 1.0 when the export wrote the token-type table as zeros);
 posenc's T5-bias models 3.2e-7 (ReLU) and 6.1e-7 (gated GELU); trained models 2.9e-7 (RoPE as
-GPT-NeoX), 3.6e-7 (ALiBi as BLOOM), 2.3e-7 (learned as GPT-2). The output of a run is kept in tests/hf/check_export.txt.
+GPT-NeoX), 3.6e-7 (ALiBi as BLOOM), 2.3e-7 (learned as GPT-2). The output of a run is kept in
+tests/hf/check_export.txt.
 """
 
 from __future__ import annotations
