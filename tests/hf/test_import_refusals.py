@@ -268,3 +268,25 @@ def test_save_pretrained_refuses_an_integer_dtype(tmp_path):
     with pytest.raises(ValueError, match="dtype='int8' is not one of float32"):
         save_pretrained(model, spec, str(tmp_path / "out"), dtype="int8")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_corrupt_tokenizer_config_is_refused_at_import(tmp_path):
+    folder = _copy(tmp_path)
+    (folder / "tokenizer_config.json").write_text('{"eos_token": ')
+    line = _import_refused(folder, tmp_path / "run")
+    assert str(folder / "tokenizer_config.json") in line
+
+
+def test_a_run_whose_tokenizer_was_damaged_later_is_refused_in_one_line(tmp_path):
+    """An imported run whose tokenizer.json broke after the import: loading it names the
+    file (a bare exception of the tokenizers library before)."""
+    import posenc
+    from posenc.hf.rundir import import_hf
+
+    workdir = tmp_path / "run"
+    import_hf(str(_copy(tmp_path)), str(workdir))
+    (workdir / "tokenizer" / "tokenizer.json").write_text('{"model": {"type": "Nonsense"}}')
+    with pytest.raises(ValueError) as info:
+        posenc.load_run(str(workdir))
+    assert str(workdir / "tokenizer" / "tokenizer.json") in str(info.value)
+    assert "\n" not in str(info.value)
