@@ -73,12 +73,14 @@ def load_config(spec: str) -> ml_collections.ConfigDict:
     """Loads ``path/to/config.py[:variant]`` by calling its ``get_config([variant])``, or a
     run's recorded ``config.json`` (e.g. an imported model's, to fine-tune it)."""
     if spec.endswith(".json"):
-        from posenc.workdir import config_from_dict, read_json
+        from posenc.workdir import config_from_dict, read_json, resolve_tokenizer_folders
 
         fields = read_json(spec)
         if fields is None:
             raise FileNotFoundError(f"--config: no config file {spec!r}")
-        return config_from_dict(fields)
+        # An imported run's hf:tokenizer is relative to its directory.
+        folder = os.path.dirname(os.path.abspath(spec))
+        return config_from_dict(resolve_tokenizer_folders(fields, folder))
     path, _, variant = spec.partition(":")
     module = load_module(path)
     if not hasattr(module, "get_config"):

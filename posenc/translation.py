@@ -52,7 +52,7 @@ from posenc.decoding.greedy import greedy_search
 from posenc.losses import token_loss
 from posenc.models.build import assembly
 from posenc.models.encdec import EncoderDecoder
-from posenc.workdir import EVAL_FILE, EVAL_PREFIX, OWNED_NAMES, RunDir
+from posenc.workdir import EVAL_FILE, EVAL_PREFIX, OWNED_NAMES, PRETRAINED_FILE, RunDir
 from posenc.workdir.files import HYPOTHESES_SUFFIX
 
 
@@ -94,7 +94,7 @@ def run_vocab(run: RunDir, config: ml_collections.ConfigDict) -> Vocab:
             f"{run.path}: the vocabulary on disk ({vocab.identity().get('kind')}) is not the one "
             f"the run was trained with ({recorded.get('kind')}); its vocab.model was changed"
         )
-    check_vocab(config, vocab)
+    check_vocab(config, vocab, imported=os.path.exists(run.file(PRETRAINED_FILE)))
     return vocab
 
 
@@ -118,15 +118,22 @@ def make_run_vocab(config: ml_collections.ConfigDict, source: ParallelSource) ->
     )
 
 
-def check_vocab(config: ml_collections.ConfigDict, vocab: Vocab) -> None:
+def check_vocab(config: ml_collections.ConfigDict, vocab: Vocab, *, imported: bool = False) -> None:
     """``model.vocab_size`` must equal the vocabulary's size (one line naming both); a
-    pretrained model's table may be larger than its tokenizer (T5: 32128 rows, 32100 ids)."""
+    pretrained model's table may be larger than its tokenizer (T5: 32128 rows, 32100 ids).
+    ``imported``: the run holds a model ``posenc import-hf`` wrote, whose table its weights
+    fix, so the advice is to import it with its tokenizer, not to change the size."""
     size = config.model.vocab_size
     if size != vocab.vocab_size and not (isinstance(vocab, HFVocab) and size > vocab.vocab_size):
+        remedy = (
+            "an imported model's table is fixed by its weights: import it again with its "
+            "tokenizer.json (posenc import-hf without --no-tokenizer)"
+            if imported
+            else f"set model.vocab_size={vocab.vocab_size}"
+        )
         raise ValueError(
             f"model.vocab_size={config.model.vocab_size} does not match data.vocab="
-            f"{config.data.vocab!r}, which has {vocab.vocab_size} ids; set "
-            f"model.vocab_size={vocab.vocab_size}"
+            f"{config.data.vocab!r}, which has {vocab.vocab_size} ids; {remedy}"
         )
 
 

@@ -92,10 +92,23 @@ def assert_same_folder(exported: Path, golden: Path) -> None:
 UNREAD_ROWS = {"model.decoder.embed_positions.weight": 2}
 
 
+def _with_tokenizer(tmp_path: Path, name: str) -> Path:
+    """The golden folder ``name`` with the golden Llama's small tokenizer where it has none
+    (every golden model has 96 ids; --no-tokenizer's bytes need 257 and are refused)."""
+    import shutil
+
+    folder = tmp_path / f"{name}_hf"
+    shutil.copytree(GOLDEN / name, folder, ignore=shutil.ignore_patterns("*.npz"))
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        if not (folder / file).exists():
+            shutil.copyfile(GOLDEN / "llama" / file, folder / file)
+    return folder
+
+
 @pytest.mark.parametrize("name", DECODERS)
 def test_import_then_export_gives_transformers_folder_back(tmp_path, name):
     workdir, out = tmp_path / "run", tmp_path / "out"
-    _import(GOLDEN / name, workdir, "--no-tokenizer")
+    _import(_with_tokenizer(tmp_path, name), workdir)
     _ok("export-hf", "--workdir", str(workdir), "--out", str(out))
     assert_same_folder(out, GOLDEN / name)
     config = json.loads((out / "config.json").read_text())
@@ -107,7 +120,7 @@ def test_import_then_export_gives_transformers_folder_back(tmp_path, name):
 @pytest.mark.parametrize("name", ["phi3", pytest.param("phi3_longrope", marks=pytest.mark.slow)])
 def test_phi3_exports_as_llama_with_its_fused_rows_split(tmp_path, name):
     workdir, out = tmp_path / "run", tmp_path / "out"
-    _import(GOLDEN / name, workdir, "--no-tokenizer")
+    _import(_with_tokenizer(tmp_path, name), workdir)
     _ok("export-hf", "--workdir", str(workdir), "--out", str(out))
     assert json.loads((out / "config.json").read_text())["model_type"] == "llama"
     _, spec, _ = read_spec(str(GOLDEN / name))
@@ -292,3 +305,67 @@ def test_export_refuses_a_model_no_family_holds(tmp_path):
     line = _error("export-hf", "--workdir", run.path, "--out", str(tmp_path / "out"))
     assert "bloom: model.mlp_dim=64 (needs 128), model.embed_norm=False (needs True)" in line
     assert "gpt2: encoding 'alibi'" in line and not (tmp_path / "out").exists()
+
+
+def test_a_moved_or_copied_import_reads_its_own_tokenizer(tmp_path):
+    """issue 36: ``data.tokenizer`` was ``hf:<absolute path>``, so a moved run stopped working
+    and a copied one read the original's files. It is ``hf:tokenizer``, resolved against the
+    run directory (by ``RunDir.read_config`` and by ``--config <run>/config.json``); an older
+    run's absolute path is still read as it is."""
+    import shutil
+
+    import posenc
+    from posenc.config import load_config
+
+    first = tmp_path / "first"
+    _import(GOLDEN / "llama", first)
+    recorded = json.loads((first / "config.json").read_text())["data"]["tokenizer"]
+    assert recorded == "hf:tokenizer"
+    moved = tmp_path / "moved"
+    shutil.move(str(first), str(moved))
+    copied = tmp_path / "copied"
+    shutil.copytree(moved, copied)
+    # The copy's own tokenizer differs from the original's: one more word, so one more id.
+    tok = json.loads((copied / "tokenizer" / "tokenizer.json").read_text())
+    vocab = tok["model"]["vocab"]
+    vocab["zebra"] = max(vocab.values()) + 1
+    (copied / "tokenizer" / "tokenizer.json").write_text(json.dumps(tok))
+    for run in (moved, copied):
+        want = f"hf:{run / 'tokenizer'}"
+        assert RunDir(str(run)).read_config().data.tokenizer == want
+        assert load_config(str(run / "config.json")).data.tokenizer == want
+        assert posenc.load_run(str(run)).tokenizer.folder == str(run / "tokenizer")
+    sizes = [posenc.load_run(str(r)).tokenizer.vocab_size for r in (moved, copied)]
+    assert sizes[1] == sizes[0] + 1
+    # An older import's absolute path is kept.
+    fields = json.loads((moved / "config.json").read_text())
+    fields["data"]["tokenizer"] = f"hf:{copied / 'tokenizer'}"
+    (moved / "config.json").write_text(json.dumps(fields))
+    assert RunDir(str(moved)).read_config().data.tokenizer == f"hf:{copied / 'tokenizer'}"
+
+
+def test_hostile_folders_are_one_line_refusals_of_the_cli(tmp_path):
+    """issue 36: a broken safetensors file, a malformed rope_scaling, a corrupt tokenizer.json,
+    --no-tokenizer on 96 ids and a base config of another kind each end ``posenc import-hf``
+    with one line and exit status 2 (tracebacks before), and no run is written."""
+    cases = {}
+    broken = _with_tokenizer(tmp_path / "broken", "llama")
+    (broken / "model.safetensors").write_bytes(b"12345")
+    cases["broken"] = (broken, (), "model.safetensors")
+    rope = _with_tokenizer(tmp_path / "rope", "llama")
+    fields = json.loads((rope / "config.json").read_text())
+    fields.pop("rope_parameters")
+    fields["rope_scaling"] = {"type": "linear"}
+    (rope / "config.json").write_text(json.dumps(fields))
+    cases["rope"] = (rope, (), "'factor'")
+    tokenizer = _with_tokenizer(tmp_path / "tokenizer", "llama")
+    (tokenizer / "tokenizer.json").write_text("{not json")
+    cases["tokenizer"] = (tokenizer, (), "tokenizer.json")
+    cases["bytes"] = (GOLDEN / "llama", ("--no-tokenizer",), "257")
+    base = str(Path(__file__).resolve().parents[1] / "configs" / "translation.py") + ":base"
+    cases["kind"] = (GOLDEN / "llama", ("--config", base), "model.assembly='lm'")
+    for name, (folder, flags, said) in cases.items():
+        workdir = tmp_path / f"run_{name}"
+        line = _error("import-hf", str(folder), "--workdir", str(workdir), *flags)
+        assert said in line, (name, line)
+        assert not (workdir / "config.json").exists(), name

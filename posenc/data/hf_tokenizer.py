@@ -88,7 +88,14 @@ class HFTokenizer:
         with open(path, "rb") as f:
             raw = f.read()
         self.sha256 = hashlib.sha256(raw).hexdigest()
-        self.tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
+        try:
+            self.tokenizer = Tokenizer.from_str(raw.decode("utf-8"))
+        except Exception as e:  # noqa: BLE001 - the tokenizers library raises bare Exceptions
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise ValueError(
+                f"data.tokenizer: {path} is not a tokenizer the tokenizers library reads "
+                f"({first}); restore the model's own file"
+            ) from None
         # A file may carry truncation or padding settings (for its model's inputs); posenc
         # cuts and pads its own windows and rows.
         self.tokenizer.no_truncation()
@@ -166,10 +173,18 @@ class HFTokenizer:
 
 
 def _read_json(path: str) -> dict[str, Any]:
+    """A tokenizer's JSON settings file, {} when absent; one line naming it when it is not a
+    JSON object."""
     if not os.path.isfile(path):
         return {}
-    with open(path) as f:
-        return json.load(f)
+    try:
+        with open(path) as f:
+            fields = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"data.tokenizer: {path} is not valid JSON ({e})") from None
+    if not isinstance(fields, dict):
+        raise ValueError(f"data.tokenizer: {path} holds a {type(fields).__name__}, not an object")
+    return fields
 
 
 def _token_text(token: Any) -> str | None:

@@ -20,15 +20,20 @@ Hugging Face (``bert.`` or ``roberta.``)                    posenc
 Positions: BERT reads row ``t`` of its table at position ``t``; RoBERTa row ``t + pad + 1``
 (``create_position_ids_from_input_ids``, for inputs without padding), so posenc's table is the
 rows from that offset on. Every token has token type 0, so that row is a constant added to every
-embedding: it is folded into posenc's table on import and written as zeros on export (the
-exported table holds the sum). Pooler and next-sentence weights are not part of the masked LM and
+embedding: it is folded into posenc's table on import. The token-type table itself is kept in
+``spec.extra`` (``pretrained.json`` of an imported run), and export writes it back and takes row
+0 out of the positions again, so an exported sentence-pair BERT adds what the original adds for
+token type 1 too. Pooler and next-sentence weights are not part of the masked LM and
 are left out, as transformers' ``BertForMaskedLM`` leaves them; the token-type table and the
 pooler start a classifier fine-tuned from the import (:meth:`Bert.head_rules`).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
+
+import numpy as np
 
 from posenc.hf.family import (
     ACT_NAMES,
@@ -54,6 +59,8 @@ from posenc.hf.family import (
 )
 from posenc.hf.fields import HFConfig
 
+# spec.extra's copy of the checkpoint's token-type table (Bert.keep).
+_KEPT = "token_type_table"
 # model_type -> (checkpoint prefix, head prefix, architecture); RoBERTa's table is offset.
 _KINDS = {
     "bert": ("bert.", "cls.predictions.", "BertForMaskedLM"),
@@ -75,8 +82,6 @@ def _position_table(hf: str, tt: str, offset: int, rows: int, types: int, d: int
 
 
 def _padded(table, offset: int):
-    import numpy as np
-
     return np.concatenate([np.zeros((offset, table.shape[1]), table.dtype), table])
 
 
@@ -105,7 +110,12 @@ class Bert(Family):
         hf.expect("add_cross_attention", (False,), False)
         hf.ignore("hidden_dropout_prob", "attention_probs_dropout_prob", "gradient_checkpointing")
         offset = hf.take("pad_token_id") + 1 if kind == "roberta" else 0
-        max_len = hf.take("max_position_embeddings") - offset
+        max_len = hf.count("max_position_embeddings") - offset
+        if max_len < 1:
+            raise ValueError(
+                f"{hf.source}: config.json max_position_embeddings leaves no position after "
+                f"RoBERTa's offset of {offset} (pad_token_id + 1)"
+            )
         act = activation(hf, "hidden_act", "gelu")
         model = read_model(
             hf,
@@ -194,14 +204,51 @@ class Bert(Family):
             rules += dense(t + "pooler.dense", ("head", "pooler"), d, d)
         return rules
 
-    def export_rules(self, spec: Spec) -> list[Rule]:
-        """The rules of the exported model: the token-type table as zeros (its row 0 is in the
-        position table)."""
+    def keep(self, spec: Spec, read, names: set[str]) -> Spec:
+        """The checkpoint's token-type table, float32 as nested lists in ``spec.extra``
+        (``token_type_table``; ``type_vocab_size x D`` numbers, exact in JSON): only its row 0
+        is in posenc's model, so export needs the table to write token type 1 back."""
         t, _, _, _ = self._names(spec)
+        name = t + "embeddings.token_type_embeddings.weight"
+        if name not in names:
+            return spec
+        table = np.asarray(read(name), np.float32)
+        return dataclasses.replace(spec, extra={**spec.extra, _KEPT: table.tolist()})
+
+    def from_parts(self, extra: dict[str, Any], parts: dict[str, np.ndarray]) -> dict[str, Any]:
+        """A run imported before the table was kept: its classifier part ``segment_embed``
+        holds every row minus row 0 (:meth:`head_rules`). Written as the token-type table (row 0
+        zeros, so the positions keep row 0), position plus type s is the original's for every
+        type."""
+        segments = parts.get("segment_embed.embedding")
+        if _KEPT in extra or segments is None:
+            return extra
+        return {**extra, _KEPT: np.asarray(segments, np.float32).tolist()}
+
+    def export_rules(self, spec: Spec) -> list[Rule]:
+        """The rules of the exported model: the imported token-type table as it was, its row 0
+        taken out of the position table again (equal to float32 rounding); a model without
+        one (posenc-trained, or imported before the table was kept) writes zeros, row 0 staying
+        in the positions (token type 1 then adds what type 0 adds)."""
+        t, _, _, offset = self._names(spec)
+        name = t + "embeddings.token_type_embeddings.weight"
         shape = (spec.extra.get("type_vocab_size", 2), spec.model.model_dim)
-        return self.rules(spec) + [
-            zero_tensor(t + "embeddings.token_type_embeddings.weight", shape)
-        ]
+        kept = spec.extra.get(_KEPT)
+        if kept is None:
+            return self.rules(spec) + [zero_tensor(name, shape)]
+        types = np.asarray(kept, np.float32)
+        if types.shape != shape:
+            raise ValueError(
+                f"the recorded {_KEPT} has shape {types.shape}, the model's config says {shape}"
+            )
+        rules = []
+        for rule in self.rules(spec):
+            if rule.also and rule.also[0][0] == name:  # the positions, with type row 0 in them
+                rule = dataclasses.replace(
+                    rule, save=lambda table: _padded(table - types[0], offset)
+                )
+            rules.append(rule)
+        return rules + [Rule(name, shape, (), lambda a: (), lambda: types)]
 
     def fits(self, spec: Spec) -> list[str]:
         m = spec.model

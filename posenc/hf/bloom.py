@@ -80,7 +80,7 @@ class Bloom(Family):
             embed_norm=True,
         )
         prefix = prefix_of(names, "word_embeddings.weight", "transformer.")
-        train_len = hf.take("seq_length", _TRAIN_LEN)
+        train_len = hf.count("seq_length", _TRAIN_LEN)
         return Spec(model, "lm", "alibi", {}, train_len, {"prefix": prefix})
 
     def rules(self, spec: Spec) -> list[Rule]:

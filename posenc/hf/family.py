@@ -104,10 +104,24 @@ class Family:
     def rules(self, spec: Spec) -> list[Rule]:
         raise NotImplementedError
 
+    def keep(self, spec: Spec, read: Callable[[str], np.ndarray], names: set[str]) -> Spec:
+        """``spec`` with checkpoint tensors that posenc's model does not hold as they are but
+        export must write back (``read(name)`` gives one) added to ``spec.extra``, which
+        ``pretrained.json`` records (BERT's token-type table). None by default."""
+        del read, names
+        return spec
+
     def export_rules(self, spec: Spec) -> list[Rule]:
         """The rules export writes: :meth:`rules`, plus any tensor the Hugging Face model has
         and posenc's does not (:func:`zero_tensor`)."""
         return self.rules(spec)
+
+    def from_parts(self, extra: dict[str, Any], parts: dict[str, np.ndarray]) -> dict[str, Any]:
+        """``extra`` completed from an imported run's ``pretrained_parts.safetensors`` (the
+        arrays :meth:`head_rules` wrote) where it lacks what :meth:`keep` would have added (a
+        run imported before :meth:`keep` existed). Unchanged by default."""
+        del parts
+        return extra
 
     def head_rules(self, spec: Spec, names: set[str]) -> list[Rule]:
         """Rules for the parts of a sequence classifier (:mod:`posenc.models.classifier`) that
@@ -282,7 +296,7 @@ SIZES = {
 def read_sizes(hf: HFConfig, keys: Mapping[str, str] = SIZES) -> dict[str, int]:
     """The ``ModelConfig`` sizes a config holds under ``keys`` (config key -> field), each
     required."""
-    return {field: hf.take(key) for key, field in keys.items()}
+    return {field: hf.count(key) for key, field in keys.items()}
 
 
 def write_sizes(m: ModelConfig, keys: Mapping[str, str] = SIZES) -> dict[str, int]:

@@ -116,6 +116,16 @@ class HFConfig:
             )
         return default
 
+    def count(self, key: str, default: Any = _MISSING) -> int:
+        """The value of ``key``, refused (one line) unless it is a positive integer (a size or a
+        length: ``max_position_embeddings: 0`` would import a run of length 0)."""
+        value = self.take(key, default)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise ValueError(
+                f"{self.source}: config.json {key}={value!r} must be a positive integer"
+            )
+        return value
+
     def expect(self, key: str, allowed: Iterable[Any], default: Any = _MISSING) -> Any:
         """The value of ``key``, refused (one line) unless it is one of ``allowed``."""
         value = self.take(key, default)

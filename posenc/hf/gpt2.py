@@ -85,7 +85,7 @@ class GPT2(Family):
         # describe a sequence-classification head the LM does not have.
         hf.ignore("reorder_and_upcast_attn", "summary_type", "summary_use_proj")
         hf.ignore("summary_activation", "summary_proj_to_labels", "summary_first_dropout")
-        max_len = hf.take("n_positions")
+        max_len = hf.count("n_positions")
         model = read_model(
             hf,
             names,

@@ -53,7 +53,7 @@ class GPTNeoX(Family):
 
     def read(self, hf: HFConfig, names: set[str]) -> Spec:
         sizes = read_sizes(hf)
-        max_len = hf.take("max_position_embeddings")
+        max_len = hf.count("max_position_embeddings")
         hparams, train_len = read_rope(
             hf,
             sizes["model_dim"] // sizes["num_heads"],

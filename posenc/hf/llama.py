@@ -75,7 +75,7 @@ class Llama(Family):
             qkv_bias = out_bias = hf.expect("attention_bias", (False, True), False)
             if kind == "mistral":
                 hf.expect("sliding_window", (None,), None)
-        max_len = hf.take("max_position_embeddings")
+        max_len = hf.count("max_position_embeddings")
         hparams, train_len = read_rope(hf, dh, max_len)
         model = read_model(
             hf,

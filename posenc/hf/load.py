@@ -38,8 +38,27 @@ def check_folder(path: str) -> None:
 def read_config(path: str) -> dict[str, Any]:
     """The folder's ``config.json`` as a dict."""
     check_folder(path)
-    with open(os.path.join(path, CONFIG_FILE)) as f:
-        return json.load(f)
+    source = os.path.join(path, CONFIG_FILE)
+    try:
+        with open(source) as f:
+            fields = json.load(f)
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{source} is not valid JSON ({e})") from None
+    if not isinstance(fields, dict):
+        raise ValueError(f"{source} holds a {type(fields).__name__}, not a config object")
+    return fields
+
+
+# The dtypes a model is computed and stored in (the CLI's --dtype and --param-dtype choices).
+DTYPES = ("float32", "bfloat16", "float16")
+
+
+def check_dtypes(dtype: str, param_dtype: str | None) -> None:
+    """Refuses (one line) a compute or parameter dtype other than :data:`DTYPES`: an integer
+    parameter dtype would round every weight to 0."""
+    for name, value in (("dtype", dtype), ("param_dtype", param_dtype)):
+        if value is not None and value not in DTYPES:
+            raise ValueError(f"{name}={value!r} is not one of {', '.join(DTYPES)}")
 
 
 def read_spec(path: str) -> tuple[Family, Spec, TensorReader]:
@@ -54,7 +73,7 @@ def read_spec(path: str) -> tuple[Family, Spec, TensorReader]:
     hf = HFConfig(fields, family.name, source)
     spec = family.read(hf, reader.names())
     hf.finish()
-    return family, spec, reader
+    return family, family.keep(spec, reader.read, reader.names()), reader
 
 
 def load_pretrained(
@@ -89,8 +108,10 @@ def load_pretrained(
     Raises:
       FileNotFoundError: no such folder, no config or no weights.
       ValueError: an unsupported architecture or config field, a missing tensor or one whose
-        shape does not match the config (one line each).
+        shape does not match the config, a dtype other than float32, bfloat16 or float16 (one
+        line each).
     """
+    check_dtypes(dtype, param_dtype)
     family, spec, reader = read_spec(path)
     model = convert.fill(
         family, spec, reader, dtype=dtype, param_dtype=param_dtype, sharding=sharding, mesh=mesh

@@ -82,7 +82,7 @@ class OPT(Family):
         bias = hf.expect("enable_bias", (True,), True)
         pre = hf.expect("do_layer_norm_before", (True, False), True)
         hf.ignore("dropout", "layerdrop", "init_std")
-        max_len = hf.take("max_position_embeddings")
+        max_len = hf.count("max_position_embeddings")
         model = read_model(
             hf,
             names,

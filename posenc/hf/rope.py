@@ -19,6 +19,11 @@ longrope        ``scaling="longrope", short_factor, long_factor, original_max_le
                 attention_factor``
 ==============  ===========================================================================
 
+When a config holds both, a non-empty ``rope_scaling`` replaces ``rope_parameters`` whole, as in
+transformers 5 (its base too: the base is then ``rope_scaling``'s, else the field beside it, else
+10000); ``tests/hf/rope_golden.json`` records transformers' own reading of such configs. A type,
+factor or key transformers rejects or warns about is refused in one line.
+
 Export writes the transformers 4 spelling, which transformers 4 and 5 both read; posenc's
 static ``ntk`` has no rope_type and is written as the ``rope_theta`` it amounts to.
 """
@@ -31,6 +36,16 @@ from typing import Any
 from posenc.encodings.rope import rotary_dims
 from posenc.hf.fields import HFConfig
 
+# The keys each rope_type must carry (transformers' _validate_<type>_rope_parameters: a config
+# without them is a KeyError there; only LongRoPE derives its factor from the lengths).
+_REQUIRED = {
+    "default": set(),
+    "linear": {"factor"},
+    "dynamic": {"factor"},
+    "yarn": {"factor"},
+    "llama3": {"factor", "low_freq_factor", "high_freq_factor"},
+    "longrope": {"short_factor", "long_factor"},
+}
 # The keys each rope_type may carry besides rope_type/type, rope_theta, partial_rotary_factor.
 _KEYS = {
     "default": set(),
@@ -79,14 +94,17 @@ def read_rope(
       ``(hparams, train_len)``: ``train_len`` is the scaling's
       ``original_max_position_embeddings`` when it has one, else ``max_len``.
     """
-    new, old = hf.take("rope_parameters", None), hf.take("rope_scaling", None)
-    params = dict(new or old or {})  # transformers 5 reads rope_scaling first; they agree
-    kind = params.pop("rope_type", None) or params.pop("type", None) or "default"
+    params = _effective(hf)
+    kind = params.pop("rope_type") if "rope_type" in params else params.get("type", "default")
     params.pop("type", None)
-    base = params.pop("rope_theta", None) or hf.take(theta_key, 10000.0)
-    fraction = params.pop("partial_rotary_factor", None) or hf.take(fraction_key, fraction_default)
+    # rope_parameters' own base and fraction come first, then the fields beside it, then the
+    # family's defaults (transformers' convert_rope_params_to_dict: setdefault).
+    base = params.pop("rope_theta", None)
+    base = hf.take(theta_key, 10000.0) if base is None else base
+    fraction = params.pop("partial_rotary_factor", None)
+    fraction = hf.take(fraction_key, fraction_default) if fraction is None else fraction
     hf.ignore(theta_key, fraction_key)  # a copy of what rope_parameters says, when it is there
-    if kind not in _KEYS:
+    if not isinstance(kind, str) or kind not in _KEYS:
         raise ValueError(
             f"{hf.source}: rope_scaling type {kind!r} is not supported by posenc's import "
             f"(supported: {', '.join(_KEYS)})"
@@ -97,6 +115,16 @@ def read_rope(
             f"{hf.source}: rope_scaling key {unknown[0]!r} of type {kind!r} is not supported by "
             f"posenc's import (it reads {sorted(_KEYS[kind]) or 'no other keys'})"
         )
+    missing = sorted(_REQUIRED[kind] - set(k for k, v in params.items() if v is not None))
+    if missing:
+        raise ValueError(
+            f"{hf.source}: rope_scaling of type {kind!r} has no {missing[0]!r} (transformers "
+            f"requires {sorted(_REQUIRED[kind])}); add it to config.json"
+        )
+    for key in ("factor", "low_freq_factor", "high_freq_factor", "beta_fast", "beta_slow"):
+        _check_number(hf, kind, key, params.get(key), at_least=1.0 if key == "factor" else 0.0)
+    _check_number(hf, kind, "rope_theta", base, at_least=0.0)
+    _check_number(hf, kind, "partial_rotary_factor", fraction, at_least=0.0)
     rotated = int(head_dim * fraction)
     if rotated != rotary_dims(head_dim, fraction) or rotated < 2:
         raise ValueError(
@@ -106,9 +134,20 @@ def read_rope(
     hparams: dict[str, Any] = {"base": float(base), "layout": "half"}
     if fraction != 1.0:
         hparams["fraction"] = float(fraction)
-    # Phi-3 states it beside the other fields too; rope_parameters' value comes first.
-    stated = hf.take("original_max_position_embeddings", max_len)
-    original = params.get("original_max_position_embeddings") or stated
+    # Phi-3 states it beside the other fields too; the two must agree when both are given.
+    stated = hf.take("original_max_position_embeddings", None)
+    original = params.get("original_max_position_embeddings")
+    if original is not None and stated is not None and original != stated:
+        raise ValueError(
+            f"{hf.source}: original_max_position_embeddings is {stated!r} beside the other "
+            f"fields and {original!r} in the rope scaling; make them agree"
+        )
+    original = original if original is not None else stated if stated is not None else max_len
+    if isinstance(original, bool) or not isinstance(original, int) or original < 1:
+        raise ValueError(
+            f"{hf.source}: original_max_position_embeddings={original!r} must be a positive "
+            "integer (the length the model was trained at)"
+        )
     if kind == "default":
         return hparams, max_len
     hparams["scaling"] = kind
@@ -119,7 +158,7 @@ def read_rope(
         hparams.update(factor=float(params["factor"]), original_max_len=int(max_len))
         return hparams, max_len
     hparams["original_max_len"] = int(original)
-    factor = params.get("factor") or max_len / original
+    factor = params.get("factor") or max_len / original  # longrope only: factor is optional
     hparams["factor"] = float(factor)
     if kind == "yarn":
         if params.get("truncate", True) is not True:
@@ -134,11 +173,47 @@ def read_rope(
         hparams["low_freq_factor"] = float(params["low_freq_factor"])
         hparams["high_freq_factor"] = float(params["high_freq_factor"])
     else:  # longrope
-        hparams["short_factor"] = tuple(float(x) for x in params["short_factor"])
-        hparams["long_factor"] = tuple(float(x) for x in params["long_factor"])
+        for key in ("short_factor", "long_factor"):
+            values = params[key]
+            if not isinstance(values, list) or not all(_is_number(x) for x in values):
+                raise ValueError(
+                    f"{hf.source}: rope_scaling {key}={values!r} must be a list of numbers"
+                )
+            hparams[key] = tuple(float(x) for x in values)
         if params.get("attention_factor") is not None:
             hparams["attention_factor"] = float(params["attention_factor"])
     return hparams, int(original)
+
+
+def _effective(hf: HFConfig) -> dict[str, Any]:
+    """The rope scaling transformers 5 uses: ``rope_scaling`` when it is non-empty (it
+    replaces ``rope_parameters`` whole, base included: ``convert_rope_params_to_dict``'s
+    ``rope_scaling or rope_parameters``), else ``rope_parameters``; tests/hf/rope_golden.json
+    records transformers' own reading of each case. A copy, refused unless an object."""
+    new, old = hf.take("rope_parameters", None), hf.take("rope_scaling", None)
+    for key, value in (("rope_scaling", old), ("rope_parameters", new)):
+        if value is not None and not isinstance(value, dict):
+            raise ValueError(
+                f"{hf.source}: config.json {key} must be an object (rope_type, factor, ...), "
+                f"got {type(value).__name__} {value!r}"
+            )
+    return dict(old or new or {})
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _check_number(hf: HFConfig, kind: str, key: str, value: Any, at_least: float) -> None:
+    """Refuses a rope field that is not a finite number (``"2"``, ``true``) or is below
+    ``at_least`` (a factor under 1, a negative base); None is left to the caller's default."""
+    if value is None:
+        return
+    if not _is_number(value) or value < at_least or (at_least == 0.0 and value == 0):
+        bound = f">= {at_least:g}" if at_least else "> 0"
+        raise ValueError(
+            f"{hf.source}: rope {key}={value!r} (type {kind!r}) must be a number {bound}"
+        )
 
 
 def _yarn_attention(params: dict[str, Any], factor: float) -> float:

@@ -6,7 +6,7 @@ An imported run directory is an ordinary one::
     <workdir>/
       config.json        a run config: the model's options, its encoder (e.g. rope with its
                          rope_scaling), train.seq_len = the length it was trained at,
-                         data.tokenizer = hf:<workdir>/tokenizer
+                         data.tokenizer = hf:tokenizer (relative to the run directory)
       checkpoints/1/     the parameters as an orbax checkpoint (step 1 = train.steps: finished)
       tokenizer/         the model's tokenizer files, as found
       pretrained.json    provenance: the family, the source folder, its config.json
@@ -45,9 +45,10 @@ import ml_collections
 import numpy as np
 
 from posenc import encodings, sharding
+from posenc.data.hf_tokenizer import PREFIX as HF_PREFIX
 from posenc.hf import convert
 from posenc.hf.family import Family, Spec, families, get
-from posenc.hf.load import read_config, read_spec
+from posenc.hf.load import check_dtypes, read_config, read_spec
 from posenc.hf.tensors import CONFIG_FILE, TensorReader, write_safetensors
 from posenc.models.build import assembly, model_config
 from posenc.workdir import (
@@ -148,6 +149,7 @@ def import_hf(
     Returns:
       The provenance record written to ``pretrained.json``.
     """
+    check_dtypes(dtype, param_dtype)
     family, spec, reader = read_spec(hf_dir)
     has_tokenizer = os.path.isfile(os.path.join(hf_dir, "tokenizer.json"))
     if tokenizer and not has_tokenizer:
@@ -156,12 +158,19 @@ def import_hf(
             "tokenizer (the tokenizers library's file); add it, or import the weights alone "
             "with --no-tokenizer"
         )
+    if tokenizer:
+        check_tokenizer(hf_dir)
+    else:
+        _check_byte_vocabulary(spec)
     run = RunDir(workdir)
     if os.path.exists(run.file("config.json")) or run.has_checkpoints():
         raise WorkdirError(f"{workdir} already holds a run; import into a new work directory")
-    tokenizer_spec = f"hf:{os.path.abspath(run.file(TOKENIZER_DIR))}" if tokenizer else "bytes"
+    # Relative to the run directory (RunDir.read_config resolves it), so a moved or copied run
+    # reads its own tokenizer.
+    tokenizer_spec = f"{HF_PREFIX}{TOKENIZER_DIR}" if tokenizer else "bytes"
     spec = dataclasses.replace(spec, model=dataclasses.replace(spec.model, dtype=dtype))
     base_run = base_config(base, overrides, spec.assembly)
+    _check_base_kind(base_run, base, family, spec)
     source = data or _BASES[spec.assembly][1]
     config = run_config(spec, base_run, source=source, tokenizer=tokenizer_spec)
     # With FSDP or tensor parallelism in the config's mesh, each tensor goes straight into its
@@ -202,6 +211,54 @@ def import_hf(
         write_json(run.file(PRETRAINED_FILE), record)
         started()
     return record
+
+
+def check_tokenizer(hf_dir: str) -> None:
+    """Refuses (one line naming the file) a ``tokenizer.json`` the tokenizers library cannot
+    read, a ``tokenizer_config.json`` that is not JSON or names special tokens the vocabulary
+    lacks: ``posenc eval`` would fail on it after the import."""
+    from posenc.data.hf_tokenizer import HFTokenizer
+
+    HFTokenizer(hf_dir)
+
+
+def _check_byte_vocabulary(spec: Spec) -> None:
+    """``--no-tokenizer`` tokenises text as bytes: refused (one line) unless the model has an
+    id for every byte token (a language model: the 256 bytes and the separator, and a masked
+    LM's mask token; a translation
+    run's byte vocabulary exactly its table), as evaluation would otherwise index past the
+    table (loss nan) or ask for a vocabulary size the imported weights cannot have."""
+    from posenc.data import VOCAB_SIZE
+    from posenc.data.masking import MASK_ID
+    from posenc.data.vocab import ByteVocab
+
+    size = spec.model.vocab_size
+    if spec.assembly == "encoder_decoder":
+        need = ByteVocab().vocab_size
+        fits, wanted = size == need, f"exactly {need}"
+    else:  # a masked LM also needs the byte tokenizer's mask token, id 257
+        need = VOCAB_SIZE if spec.model.causal else MASK_ID + 1
+        fits, wanted = size >= need, f"at least {need}"
+    if not fits:
+        raise ValueError(
+            f"--no-tokenizer tokenises text as bytes, which needs {wanted} ids; this model has "
+            f"{size}: import it with its tokenizer.json"
+        )
+
+
+def _check_base_kind(
+    base_run: ml_collections.ConfigDict, base: str | None, family: Family, spec: Spec
+) -> None:
+    """Refuses (one line) a ``--config`` base of another kind of run than the model is
+    imported as (a Llama as a translation run, a T5 as a language model)."""
+    got = assembly(base_run)
+    if got != spec.assembly:
+        kind = "a translation run" if spec.assembly == "encoder_decoder" else "a language-model run"
+        raise ValueError(
+            f"--config {base}: a {family.name} model is imported as {kind}, which needs a base "
+            f"config of model.assembly={spec.assembly!r} (default {_BASES[spec.assembly][0]}); "
+            f"this one has model.assembly={got!r}"
+        )
 
 
 def head_parts(family: Family, spec: Spec, reader: TensorReader) -> dict[str, np.ndarray]:
@@ -271,6 +328,7 @@ def export_hf(workdir: str, out: str, *, dtype: str = "float32") -> dict[str, An
 
     from posenc.evaluate import restore_model
 
+    check_dtypes(dtype, None)
     run = RunDir(workdir)
     config = run.read_config()
     record = read_json(run.file(PRETRAINED_FILE)) or {}
@@ -278,6 +336,11 @@ def export_hf(workdir: str, out: str, *, dtype: str = "float32") -> dict[str, An
     family = choose_family(spec, record.get("family"))
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise WorkdirError(f"--out {out} exists and is not an empty folder; choose a new one")
+    if record and os.path.exists(run.file(PRETRAINED_PARTS)):
+        from safetensors.numpy import load_file
+
+        extra = family.from_parts(spec.extra, load_file(run.file(PRETRAINED_PARTS)))
+        spec = dataclasses.replace(spec, extra=extra)
     with run.lock():
         model, step = restore_model(run, config)
     params = nnx.state(model, nnx.Param)
@@ -322,6 +385,7 @@ def save_pretrained(model: Any, spec: Spec, out: str, dtype: str = "float32") ->
     """
     from flax import nnx
 
+    check_dtypes(dtype, None)
     family = choose_family(spec)
     if os.path.exists(out) and (not os.path.isdir(out) or os.listdir(out)):
         raise WorkdirError(f"{out} exists and is not an empty folder; choose a new one")

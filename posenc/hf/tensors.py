@@ -37,14 +37,9 @@ class TensorReader:
         index = os.path.join(folder, INDEX_FILE)
         single = os.path.join(folder, WEIGHTS_FILE)
         if os.path.isfile(index):
-            with open(index) as f:
-                weight_map = json.load(f)["weight_map"]
-            self._files = {name: os.path.join(folder, shard) for name, shard in weight_map.items()}
+            self._files = _read_index(folder, index)
         elif os.path.isfile(single):
-            from safetensors import safe_open
-
-            with safe_open(single, "numpy") as f:
-                self._files = {name: single for name in f.keys()}
+            self._files = {name: single for name in _keys(single)}
         else:
             bins = [n for n in os.listdir(folder) if n.endswith(".bin")]
             hint = (
@@ -60,12 +55,69 @@ class TensorReader:
 
     def read(self, name: str) -> np.ndarray:
         """The tensor ``name`` as stored (float32, float16 or bfloat16 numpy array)."""
-        from safetensors import safe_open
+        from safetensors import SafetensorError, safe_open
 
         if name not in self._files:
             raise ValueError(f"{self.folder}: the checkpoint has no tensor {name!r}")
-        with safe_open(self._files[name], "numpy") as f:
-            return f.get_tensor(name)
+        path = self._files[name]
+        try:
+            with safe_open(path, "numpy") as f:
+                return f.get_tensor(name)
+        except (SafetensorError, OSError, TypeError) as e:  # bytes changed since the header read
+            raise ValueError(f"{path}: cannot read tensor {name!r} ({_first_line(e)})") from None
+
+
+def _first_line(error: BaseException) -> str:
+    return (str(error).strip().splitlines() or [type(error).__name__])[0]
+
+
+def _keys(path: str) -> set[str]:
+    """The tensor names of one safetensors file, refused in one line naming the file when it is
+    not one (truncated, empty, another format): safetensors checks the header and that the
+    file is as long as the header says."""
+    from safetensors import SafetensorError, safe_open
+
+    try:
+        with safe_open(path, "numpy") as f:
+            return set(f.keys())
+    except (SafetensorError, OSError) as e:
+        raise ValueError(
+            f"{path} is not a readable safetensors file ({_first_line(e)}); download it again"
+        ) from None
+
+
+def _read_index(folder: str, index: str) -> dict[str, str]:
+    """``model.safetensors.index.json``'s ``weight_map`` (tensor -> shard path), each shard
+    opened once to check that it holds the tensors the index maps to it: a one-line error names
+    the index and the shard otherwise, before any tensor is converted."""
+    try:
+        with open(index) as f:
+            weight_map = json.load(f).get("weight_map")
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise ValueError(f"{index} is not valid JSON ({_first_line(e)})") from None
+    except AttributeError:  # the file is JSON, but not an object
+        weight_map = None
+    if not isinstance(weight_map, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in weight_map.items()
+    ):
+        raise ValueError(
+            f"{index} has no weight_map object (tensor name -> shard file), as transformers "
+            "writes it"
+        )
+    files = {name: os.path.join(folder, shard) for name, shard in weight_map.items()}
+    for path in sorted(set(files.values())):
+        if not os.path.isfile(path):
+            raise FileNotFoundError(
+                f"{index} maps tensors to {os.path.basename(path)}, which {folder} lacks"
+            )
+        held = _keys(path)
+        lacking = sorted(n for n, p in files.items() if p == path and n not in held)
+        if lacking:
+            raise ValueError(
+                f"{index} maps {lacking[0]!r} to {os.path.basename(path)}, which does not hold "
+                f"it ({len(lacking)} such tensors); is the index the one of these shards?"
+            )
+    return files
 
 
 def write_safetensors(

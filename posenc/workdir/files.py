@@ -255,6 +255,25 @@ def config_from_dict(fields: Mapping[str, Any]) -> ml_collections.ConfigDict:
     return config
 
 
+def resolve_tokenizer_folders(fields: Mapping[str, Any], folder: str) -> dict[str, Any]:
+    """``fields`` with a relative ``data.tokenizer`` / ``data.vocab`` of ``"hf:<folder>"``
+    resolved against ``folder`` (the directory of the ``config.json`` they were read from) when
+    it holds that folder: an imported run records ``hf:tokenizer``, so a moved or copied run
+    reads its own tokenizer. Absolute paths (older imported runs) and relative ones that
+    ``folder`` does not hold (a path the user gave, relative to where posenc runs) are kept."""
+    data = fields.get("data")
+    if not isinstance(data, Mapping):
+        return dict(fields)
+    data = dict(data)
+    for key in ("tokenizer", "vocab"):
+        value = data.get(key)
+        if isinstance(value, str) and value.startswith("hf:") and value[3:]:
+            path = value[3:]
+            if not os.path.isabs(path) and os.path.isdir(os.path.join(folder, path)):
+                data[key] = "hf:" + os.path.normpath(os.path.abspath(os.path.join(folder, path)))
+    return {**fields, "data": data}
+
+
 def config_sha256(config: ml_collections.ConfigDict) -> str:
     """sha256 of a resolved config's canonical JSON."""
     return hashlib.sha256(config.to_json(sort_keys=True).encode()).hexdigest()

@@ -61,6 +61,7 @@ from posenc.workdir.files import (
     config_from_dict,
     diff_fields,
     read_json,
+    resolve_tokenizer_folders,
     settings_name,
     upgrade,
     write_json,
@@ -248,7 +249,8 @@ class RunDir:
                 f"{self.file(CONFIG_FILE)} does not exist: {self.path!r} is not a posenc work "
                 "directory"
             )
-        return config_from_dict(fields)
+        # An imported run's tokenizer is recorded relative to the run (hf:tokenizer).
+        return config_from_dict(resolve_tokenizer_folders(fields, self.path))
 
     def has_checkpoints(self) -> bool:
         folder = self.file(CHECKPOINT_DIR)

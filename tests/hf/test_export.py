@@ -5,9 +5,9 @@ BERT's and RoBERTa's masked LMs): the folder written is the one transformers wro
 
 T5's import folds scales into its weights (``sqrt(Dh)`` into the queries, ``D^-1/2`` into the
 final decoder norm of v1.0), so its export divides them out again: equal to float32 rounding.
-BERT's token-type row 0 lives in posenc's position table; the export writes the table with it
-and the token-type table as zeros, so their sum (what the model adds to every embedding) is
-compared there.
+BERT's token-type row 0 lives in posenc's position table; the import keeps the original
+token-type table (``spec.extra``), so the export writes it back bit for bit and takes row 0 out
+of the positions again (equal to float32 rounding).
 
 posenc's own T5-bias encoder-decoder (T5's parts with posenc's ``sqrt(D)`` embedding scale) is
 saved as T5 and gives its own logits back (slow; check_export.py: transformers' too).
@@ -28,17 +28,9 @@ GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 _EMBEDDINGS = ("embeddings.position_embeddings.weight", "embeddings.token_type_embeddings.weight")
 
 
-def _position_terms(tensors: dict[str, np.ndarray], offset: int) -> np.ndarray:
-    """What BERT adds at position t (token type 0): its table's row t + offset + type row 0."""
-    pos = next(v for k, v in tensors.items() if k.endswith(_EMBEDDINGS[0]))
-    types = next(v for k, v in tensors.items() if k.endswith(_EMBEDDINGS[1]))
-    return pos[offset:] + types[0]
-
-
 def assert_same_model_folder(out: str, golden: str) -> None:
     """``out`` holds ``golden``'s T5, BERT or RoBERTa model: a config posenc reads as the same
-    model, and the same tensors up to float32 rounding (BERT's position and token-type tables
-    as their sum, the token-type table written as zeros)."""
+    model, and the same tensors up to float32 rounding (BERT's token-type table bit for bit)."""
     family, spec, _ = read_spec(golden)
     got_family, got_spec, _ = read_spec(out)
     assert got_family.name == family.name
@@ -58,15 +50,34 @@ def assert_same_model_folder(out: str, golden: str) -> None:
     for key, array in want.items():
         if key not in got:
             continue
-        if key.endswith(_EMBEDDINGS):
+        if key.endswith(_EMBEDDINGS[0]):  # rows before RoBERTa's offset are never read
+            np.testing.assert_allclose(got[key][offset:], array[offset:], rtol=1e-6, atol=1e-7)
             continue
         np.testing.assert_allclose(got[key], array, rtol=1e-6, atol=1e-7, err_msg=key)
-    if family.name == "bert":
+    if family.name == "bert":  # the token-type table itself, bit for bit (issue 36)
+        types = next(k for k in want if k.endswith(_EMBEDDINGS[1]))
+        np.testing.assert_array_equal(got[types], want[types])
+
+
+def test_bert_export_keeps_token_type_1(tmp_path):
+    """issue 36: the export wrote the token-type table as zeros (its row 0 folded into the
+    positions), so an exported sentence-pair BERT added nothing for token type 1. What BERT adds
+    at position t for token type s, ``position[t] + token_type[s]``, is the original's for both
+    types, computed here from the tensors."""
+    golden = os.path.join(GOLDEN, "bert")
+    model, spec = load_pretrained(golden)
+    out = str(tmp_path / "out")
+    save_pretrained(model, spec, out)
+    want, got = (
+        load_file(os.path.join(golden, "model.safetensors")),
+        load_file(os.path.join(out, "model.safetensors")),
+    )
+    pos, types = (next(k for k in want if k.endswith(e)) for e in _EMBEDDINGS)
+    assert np.abs(want[types][1] - want[types][0]).max() > 0.1  # the rows differ
+    for s in (0, 1):
         np.testing.assert_allclose(
-            _position_terms(got, offset), _position_terms(want, offset), rtol=1e-6, atol=1e-7
+            got[pos] + got[types][s], want[pos] + want[types][s], rtol=1e-6, atol=1e-6
         )
-        types = next(v for k, v in got.items() if k.endswith(_EMBEDDINGS[1]))
-        assert not types.any()
 
 
 @pytest.mark.parametrize("name", ["t5", "bert", pytest.param("roberta", marks=pytest.mark.slow)])
