@@ -476,6 +476,30 @@ def test_gradients_that_are_nan_or_no_update_at_all_fail_the_training_check():
         testing.check_trains("nope", frozen)
 
 
+def test_an_encoder_whose_parameters_get_no_gradient_fails_the_training_check():
+    # T5 with its bias table's gradient stopped: the embedding, attention and MLP still learn, so
+    # the loss falls by 10 % as before; the check must see that the encoder's table never moves.
+    t5 = type(testing.resolve("t5"))
+
+    @dataclasses.dataclass(frozen=True)
+    class FrozenT5(t5):
+        name = "frozen-t5"
+
+        def bias(self, params, q_pos, k_pos):
+            return super().bias(jax.lax.stop_gradient(params), q_pos, k_pos)
+
+    hparams = {**testing.HPARAMS["t5"]}
+    losses, _ = _harness.train_losses(FrozenT5(**hparams), testing.Settings())
+    assert losses[-1] < 0.9 * losses[0]  # what the check asserted alone: it would pass
+    with pytest.raises(
+        AssertionError,
+        match=r"'frozen-t5'.*trains.*encoder parameters "
+        r"\['shared_pos_params/table'\] get a zero gradient",
+    ):
+        testing.check_trains(FrozenT5(**hparams))
+    testing.check_trains("t5")  # the same encoder with its gradient passes
+
+
 @dataclasses.dataclass(frozen=True)
 class NaNPastItsLength(Encoding):
     """sqrt(max_len - 1 - p) as an embedding: NaN at positions past the training length, with no
