@@ -27,6 +27,8 @@ ENCDEC_DEFAULT = ("sinusoidal", "rope", "t5", "shaw", "xl", "conv", "cope")
 # suite (about 3 s of CPU each), every registered encoder in the slow step.
 CLASSIFIER_DEFAULT = ("rope", "cope")
 SLOW_EXCEPT = {"encoder_decoder": ENCDEC_DEFAULT, "classifier": CLASSIFIER_DEFAULT}
+# Where the cudnn cases (which skip without an NVIDIA GPU, so on every CI machine) do run.
+CUDNN_ELSEWHERE = "runs in the prepared device check, experiments/device_check.py (issue 35)"
 
 
 def _contract_cases():
@@ -40,7 +42,7 @@ def test_contract(name, check):
     try:
         testing.CHECKS[check](name)
     except testing.NotApplicable as why:  # the same reason for every encoder: -ra groups them
-        pytest.skip(str(why))
+        pytest.skip(f"{why}; {CUDNN_ELSEWHERE}" if check == "cudnn" else str(why))
 
 
 def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
@@ -540,7 +542,9 @@ class BiasTooLargeForCudnn(Encoding):
 
 def test_a_bias_cudnn_rounds_away_fails_the_cudnn_check():
     if not checks._nvidia_gpu():
-        pytest.skip("cudnn needs an NVIDIA GPU (cuDNN's fused attention kernel)")
+        pytest.skip(
+            f"cudnn needs an NVIDIA GPU (cuDNN's fused attention kernel); {CUDNN_ELSEWHERE}"
+        )
     with pytest.raises(AssertionError, match=r"'bias-too-large-for-cudnn'.*path 'cudnn' differs"):
         testing.check_cudnn(BiasTooLargeForCudnn())
 
