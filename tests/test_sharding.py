@@ -196,3 +196,25 @@ def test_context_parallel_evaluation_equals_one_device_for_every_encoder(tmp_pat
     report = json.loads(out.read_text())
     assert set(report) == set(encodings.names())
     assert {name: r for name, r in report.items() if r != "ok"} == {}
+
+
+@pytest.mark.slow
+def test_context_parallel_check_fails_when_the_windows_are_not_split(tmp_path):
+    """The check's teeth: with the evaluation's window sharding switched off (every device scores
+    whole windows, ``mesh.context`` ignored) RoPE and T5 still score one device's loss, so a check
+    of losses alone passes; the check must see that the step's windows are not split."""
+    out = tmp_path / "split_off.json"
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "JAX_PLATFORMS": "cpu",
+    }
+    args = [sys.executable, str(SCRIPT), "--devices", "8", "--encodings", "rope,t5"]
+    args += ["--context-parallel", "--split-off", "--out", str(out)]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    for name in ("rope", "t5"):
+        assert report[name]["losses_only"] == "ok", (name, report[name])
+        assert report[name]["check"].startswith("AssertionError: "), (name, report[name])
+        assert "are not split over the 4 context devices" in report[name]["check"], report[name]
