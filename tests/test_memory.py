@@ -27,8 +27,9 @@ from posenc.models.lm import Transformer
 NAMES = encodings.names()
 LENGTHS = (2048, 4096, 8192)
 BLOCK = 512
-# The learned table must cover the longest window.
-HPARAMS = {"learned": {"max_len": max(LENGTHS)}}
+# The learned table must cover the longest window. CoPE's position embeddings start at zero (the
+# paper's), where its terms are all zero and the model is NoPE's: random ones put them to work.
+HPARAMS = {"learned": {"max_len": max(LENGTHS)}, "cope": {"init_std": 0.5}}
 
 
 def _model(name: str, impl: str) -> Transformer:
@@ -98,6 +99,16 @@ def test_einsum_memory_grows_quadratically_and_matches_blocked(name):
     assert np.isfinite(reference).all()
     np.testing.assert_allclose(blocked, reference, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(blocked.mean(), reference.mean(), rtol=1e-6)
+
+
+def test_copes_case_is_not_nopes():
+    # The blocked-against-einsum comparison above is CoPE's only if its terms are not all zero.
+    tokens = _tokens(2048)
+    cope, nope = (_compiled(name, "einsum", 2048) for name in ("cope", "nope"))
+    assert (
+        np.abs(np.asarray(cope[0](cope[1], tokens)) - np.asarray(nope[0](nope[1], tokens))).max()
+        > 1e-3
+    )
 
 
 @pytest.mark.parametrize("name", NAMES)

@@ -178,6 +178,46 @@ def test_meshes_train_like_one_device_and_shrink_the_state(tmp_path):
 
 
 @pytest.mark.slow
+def test_encoders_with_parameter_axes_train_on_fsdp_and_tensor_meshes(tmp_path):
+    """DeBERTa (a relative table and projections per layer), the forgetting transformer (a gate
+    projection) and PoPE (a phase bias per head) declare axes for their parameters: 20 steps on
+    (2 data x 4 fsdp) and (2 fsdp x 4 tensor) give one device's losses, and each encoder
+    parameter lies split as its declared axes say on that mesh (at least one split on each)."""
+    names, meshes = ("deberta", "forgetting", "pope"), MESHES[1:]
+    report = _run_devices(tmp_path, ",".join(names), meshes, checkpoint=False)
+    dims = ModelConfig(model_dim=32, num_heads=4).dims  # _sharding_devices.OVERRIDES
+    split = set()
+    for name in names:
+        enc = encodings.get(name)
+        axes, shapes = enc.param_axes(), enc.param_shapes(dims)
+        for mesh in meshes:
+            key = "x".join(f"{a}{n}" for a, n in mesh.items())
+            entry = report[name][key]
+            assert entry["losses"] == pytest.approx(
+                report[name]["single"]["losses"], rel=1e-5, abs=1e-5
+            ), (name, key)
+            expected = {
+                param: str(sharding.spec(axes[param], shapes[param], _mesh(**mesh)))
+                for param in shapes
+            }
+            for layer in (0, 1):
+                held = {
+                    param: entry["specs"][f"['blocks'][{layer}]['pos_params']['{param}'].value"]
+                    for param in shapes
+                }
+                assert held == expected, (name, key, layer)
+            split |= {(name, key) for spec in expected.values() if spec != "P()"}
+    # Not a comparison of replicated with replicated: what each mesh splits.
+    assert split == {
+        ("deberta", "data2xfsdp4"),
+        ("deberta", "data1xfsdp2xtensor4"),
+        ("forgetting", "data2xfsdp4"),
+        ("forgetting", "data1xfsdp2xtensor4"),
+        ("pope", "data1xfsdp2xtensor4"),
+    }
+
+
+@pytest.mark.slow
 def test_context_parallel_evaluation_equals_one_device_for_every_encoder(tmp_path):
     """The encoder battery's ``context_parallel`` check (posenc.testing), on 8 virtual devices
     for every registered encoder: 32-token windows on the blocked path in tiles of 8, split over
@@ -196,3 +236,25 @@ def test_context_parallel_evaluation_equals_one_device_for_every_encoder(tmp_pat
     report = json.loads(out.read_text())
     assert set(report) == set(encodings.names())
     assert {name: r for name, r in report.items() if r != "ok"} == {}
+
+
+@pytest.mark.slow
+def test_context_parallel_check_fails_when_the_windows_are_not_split(tmp_path):
+    """The check's teeth: with the evaluation's window sharding switched off (every device scores
+    whole windows, ``mesh.context`` ignored) RoPE and T5 still score one device's loss, so a check
+    of losses alone passes; the check must see that the step's windows are not split."""
+    out = tmp_path / "split_off.json"
+    env = {
+        **os.environ,
+        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+        "JAX_PLATFORMS": "cpu",
+    }
+    args = [sys.executable, str(SCRIPT), "--devices", "8", "--encodings", "rope,t5"]
+    args += ["--context-parallel", "--split-off", "--out", str(out)]
+    proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(out.read_text())
+    for name in ("rope", "t5"):
+        assert report[name]["losses_only"] == "ok", (name, report[name])
+        assert report[name]["check"].startswith("AssertionError: "), (name, report[name])
+        assert "are not split over the 4 context devices" in report[name]["check"], report[name]

@@ -27,6 +27,8 @@ ENCDEC_DEFAULT = ("sinusoidal", "rope", "t5", "shaw", "xl", "conv", "cope")
 # suite (about 3 s of CPU each), every registered encoder in the slow step.
 CLASSIFIER_DEFAULT = ("rope", "cope")
 SLOW_EXCEPT = {"encoder_decoder": ENCDEC_DEFAULT, "classifier": CLASSIFIER_DEFAULT}
+# Where the cudnn cases (which skip without an NVIDIA GPU, so on every CI machine) do run.
+CUDNN_ELSEWHERE = "runs in the prepared device check, experiments/device_check.py (issue 35)"
 
 
 def _contract_cases():
@@ -40,7 +42,7 @@ def test_contract(name, check):
     try:
         testing.CHECKS[check](name)
     except testing.NotApplicable as why:  # the same reason for every encoder: -ra groups them
-        pytest.skip(str(why))
+        pytest.skip(f"{why}; {CUDNN_ELSEWHERE}" if check == "cudnn" else str(why))
 
 
 def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
@@ -476,6 +478,29 @@ def test_gradients_that_are_nan_or_no_update_at_all_fail_the_training_check():
         testing.check_trains("nope", frozen)
 
 
+def test_an_encoder_whose_parameters_get_no_gradient_fails_the_training_check():
+    # T5 with its bias table's gradient stopped: the embedding, attention and MLP still learn, so
+    # the loss falls by 10 % as before; the check must see that the encoder's table never moves.
+    t5 = type(testing.resolve("t5"))
+
+    @dataclasses.dataclass(frozen=True)
+    class FrozenT5(t5):
+        name = "frozen-t5"
+
+        def bias(self, params, q_pos, k_pos):
+            return super().bias(jax.lax.stop_gradient(params), q_pos, k_pos)
+
+    hparams = {**testing.HPARAMS["t5"]}
+    losses, _ = _harness.train_losses(FrozenT5(**hparams), testing.Settings())
+    assert losses[-1] < 0.9 * losses[0]  # what the check asserted alone: it would pass
+    with pytest.raises(
+        AssertionError,
+        match=r"'frozen-t5'.*trains.*encoder parameters "
+        r"\['shared_pos_params/table'\] get a zero gradient",
+    ):
+        testing.check_trains(FrozenT5(**hparams))
+
+
 @dataclasses.dataclass(frozen=True)
 class NaNPastItsLength(Encoding):
     """sqrt(max_len - 1 - p) as an embedding: NaN at positions past the training length, with no
@@ -516,7 +541,9 @@ class BiasTooLargeForCudnn(Encoding):
 
 def test_a_bias_cudnn_rounds_away_fails_the_cudnn_check():
     if not checks._nvidia_gpu():
-        pytest.skip("cudnn needs an NVIDIA GPU (cuDNN's fused attention kernel)")
+        pytest.skip(
+            f"cudnn needs an NVIDIA GPU (cuDNN's fused attention kernel); {CUDNN_ELSEWHERE}"
+        )
     with pytest.raises(AssertionError, match=r"'bias-too-large-for-cudnn'.*path 'cudnn' differs"):
         testing.check_cudnn(BiasTooLargeForCudnn())
 

@@ -26,7 +26,7 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ``shift``           shifting all positions changes nothing iff ``relative = True``
 ``param_shapes``    ``init`` == ``param_shapes``, float32, held per layer or shared as declared
 ``bf16``            bfloat16 compute over several tiles: finite and close to float32
-``trains``          a few Adam steps lower the loss
+``trains``          a few Adam steps lower the loss; every encoder parameter gets a gradient
 ``extrapolates``    built for ``T``, runs at ``4T`` (or raises ``check_length``'s error)
 ``linear``          each linear attention path equals RoFormer eq. (19) and is causal, or refuses
 ``augment``         a training key changes nothing but ``augment_positions`` (same key, same

@@ -22,6 +22,7 @@ from posenc import encodings
 from posenc.attention_terms import NEG
 from posenc.encodings.base import Dims, Encoding
 from posenc.layers.config import ModelConfig
+from posenc.layers.params import EncoderParam
 from posenc.models.lm import Transformer
 
 # Hyperparameters the battery uses for registered encoders that need something other than their
@@ -258,8 +259,18 @@ def forward(encoder: Encoding, settings: Settings, positions: bool, **overrides:
     return run, state
 
 
-def train_losses(encoder: Encoding, settings: Settings) -> tuple[float, ...]:
-    """The loss at every step of Adam on one fixed batch of ``length + 1`` tokens.
+def _encoder_leaf(path: tuple, var: Any) -> bool:
+    """Whether a flat-state entry is one of the encoder's own parameters: an
+    :class:`~posenc.layers.params.EncoderParam`, or held under ``pos_params``."""
+    return isinstance(var, EncoderParam) or "pos_params" in map(str, path)
+
+
+def train_losses(
+    encoder: Encoding, settings: Settings
+) -> tuple[tuple[float, ...], dict[str, tuple[float, ...]]]:
+    """The loss at every step of Adam on one fixed batch of ``length + 1`` tokens, and for each
+    of the encoder's own parameters (``'blocks/0/pos_params/table'``) the largest
+    ``|gradient|`` at every step (NaN where any entry of the gradient is not finite).
 
     A functional loop like :mod:`posenc.train`'s (split once, a jitted step returning the new
     state), but self-contained so the battery does not depend on the training stack.
@@ -272,16 +283,26 @@ def train_losses(encoder: Encoding, settings: Settings) -> tuple[float, ...]:
         logits = nnx.merge(graphdef, params, rest)(batch[:, :-1])
         return optax.softmax_cross_entropy_with_integer_labels(logits, batch[:, 1:]).mean()
 
+    def encoder_grads(grads) -> dict[str, jax.Array]:
+        return {
+            "/".join(map(str, path)): jnp.where(
+                jnp.isfinite(var[...]).all(), jnp.abs(var[...]).max(), jnp.nan
+            )
+            for path, var in nnx.to_flat_state(grads)
+            if _encoder_leaf(path, var)
+        }
+
     def step(params, opt_state):
         loss, grads = jax.value_and_grad(loss_fn)(params)
         updates, opt_state = tx.update(grads, opt_state, params)
-        return optax.apply_updates(params, updates), opt_state, loss
+        return optax.apply_updates(params, updates), opt_state, loss, encoder_grads(grads)
 
     def run(compile_fn):
-        compiled, state, losses = compile_fn(step), (params, tx.init(params)), []
+        compiled, state, losses, sizes = compile_fn(step), (params, tx.init(params)), [], []
         for _ in range(settings.train_steps):
-            *state, loss = compiled(*state)
+            *state, loss, size = compiled(*state)
             losses.append(float(loss))
-        return tuple(losses)
+            sizes.append({name: float(value) for name, value in size.items()})
+        return tuple(losses), {name: tuple(s[name] for s in sizes) for name in sizes[0]}
 
     return finite_or_recompiled(run, f"training {label(encoder)}")

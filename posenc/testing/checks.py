@@ -636,15 +636,30 @@ def check_bf16(encoder: str | Encoding, settings: Settings | None = None) -> Non
 
 
 def check_trains(encoder: str | Encoding, settings: Settings | None = None) -> None:
-    """A few Adam steps on one fixed batch lower the loss by at least 10 %, with finite losses."""
+    """A few Adam steps on one fixed batch lower the loss by at least 10 %, with finite losses,
+    and every one of the encoder's own parameters gets a finite gradient at every step and a
+    non-zero one at some step (the other layers learning alone would lower the loss too)."""
     settings = settings or Settings()
     enc = resolve(encoder)
-    losses = train_losses(enc, settings)
+    losses, grads = train_losses(enc, settings)
     if not np.isfinite(losses).all():
         raise _fail(enc, "trains", f"non-finite training loss: {losses}")
     if not losses[-1] < 0.9 * losses[0]:
         raise _fail(
             enc, "trains", f"{len(losses)} Adam steps did not lower the loss by 10 %: {losses}"
+        )
+    broken = {name: sizes for name, sizes in grads.items() if not np.isfinite(sizes).all()}
+    if broken:
+        raise _fail(
+            enc, "trains", f"non-finite gradients of encoder parameters (max |g|): {broken}"
+        )
+    still = sorted(name for name, sizes in grads.items() if not any(sizes))
+    if still:
+        raise _fail(
+            enc,
+            "trains",
+            f"encoder parameters {still} get a zero gradient at every one of {len(losses)} "
+            "steps: the encoder does not learn",
         )
 
 

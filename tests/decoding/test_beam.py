@@ -165,3 +165,68 @@ def test_bad_arguments_are_refused():
         )
     with pytest.raises(ValueError, match="alpha must be >= 0"):
         _search(table, 2, -1.0, 3)
+
+
+# -- per-row length limits (``limits``: a translation decodes each sentence to its source's length
+# + 50) against references that know nothing of the batching ------------------------------------
+
+
+def _rows_table(seed: int, slots: int, vocab: int, rows: int) -> np.ndarray:
+    """:func:`_table` with ``rows`` batch rows."""
+    rng = np.random.default_rng(seed)
+    return rng.normal(0, 2.0, (slots, vocab, rows, vocab)).astype(np.float32)
+
+
+def _search_limited(table, k, alpha, max_len, limits):
+    batch = table.shape[2]
+    tokens = jnp.zeros((batch, max_len + 1), jnp.int32)
+    state = {"row": jnp.repeat(jnp.arange(batch), k)}
+    return beam_search(
+        _step(table),
+        state,
+        tokens,
+        start=0,
+        beam_size=k,
+        alpha=alpha,
+        max_len=max_len,
+        eos_id=EOS,
+        limits=jnp.asarray(limits, jnp.int32),
+    )
+
+
+def _assert_row(seqs, scores, row, expected, max_len):
+    """Row ``row``'s hypotheses are ``expected`` ``[(tokens, score)]`` in order, each padded with
+    EOS to ``max_len``; the slots past them stay empty (the search's -1e7)."""
+    np.testing.assert_allclose(scores[row, : len(expected)], [s for _, s in expected], rtol=1e-5)
+    assert (np.asarray(scores[row, len(expected) :]) <= -1e6).all()
+    for i, (seq, _) in enumerate(expected):
+        assert [int(t) for t in seqs[row, i]] == list(seq) + [EOS] * (max_len - len(seq)), (row, i)
+
+
+@pytest.mark.parametrize("alpha", [0.6])
+def test_per_row_limits_give_the_exhaustive_ranking_under_each_rows_own_limit(alpha):
+    # A beam wide enough to be exhaustive: each row's k best are those of every output of at most
+    # its own limit tokens (cut at the limit without EOS, or ended by EOS), enumerated one row at
+    # a time; a limit above max_len is max_len.
+    vocab, max_len, limits = 3, 4, [1, 2, 4, 9]
+    table = _rows_table(6, max_len, vocab, len(limits))
+    k = vocab ** (max_len - 1)
+    seqs, scores = _search_limited(table, k, alpha, max_len, limits)
+    for row, limit in enumerate(limits):
+        ranked = sorted(
+            ((_score(table, row, h, alpha), h) for h in _hypotheses(vocab, min(limit, max_len))),
+            reverse=True,
+        )[:k]
+        _assert_row(seqs, scores, row, [(h, s) for s, h in ranked], max_len)
+
+
+@pytest.mark.parametrize("seed,k,alpha", [(8, 2, 0.6), (10, 3, 1.0)])
+def test_per_row_limits_equal_a_naive_search_of_each_row_to_its_limit(seed, k, alpha):
+    # The textbook search of one row with max_len = that row's limit, row by row, against one
+    # batched search whose rows stop at different limits.
+    vocab, max_len, limits = 7, 6, [2, 6, 4, 1, 50]
+    table = _rows_table(seed, max_len, vocab, len(limits))
+    seqs, scores = _search_limited(table, k, alpha, max_len, limits)
+    for row, limit in enumerate(limits):
+        expected = _naive_beam(table, row, k, alpha, min(limit, max_len))
+        _assert_row(seqs, scores, row, expected, max_len)

@@ -25,7 +25,7 @@ def _bound(**hparams):
 
 
 def _sigmoid(x):
-    return 1.0 / (1.0 + np.exp(-x))
+    return np.exp(-np.logaddexp(0.0, -x))  # 1 / (1 + e^-x) without overflowing at x << 0
 
 
 def _paper_mlp(params, depth=2, log_distance=False, norm=False):
