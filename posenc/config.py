@@ -286,6 +286,11 @@ def evaluation_changes(
       trained: the run's config (``config.json``).
       requested: the config to evaluate with.
 
+    The training length is known, so a RoPE scaling that needs it (YaRN, dynamic NTK, Llama 3,
+    LongRoPE) and is not given ``encoding.hparams.original_max_len`` gets the run's
+    ``train.seq_len`` (an imported model's training length) in ``requested``, and it is among
+    the changes.
+
     Returns:
       ``{dotted field: requested value}`` for every changed field that can change the reported
       numbers (empty: the run's own settings).
@@ -294,6 +299,7 @@ def evaluation_changes(
       ValueError: a changed field that would change what was trained (another encoder, model
         shape, data set, training length, ...), naming it and what may change instead.
     """
+    _default_original_max_len(trained, requested)
     safe = getattr(encodings.get_class(trained.encoding.name), "eval_safe_hparams", ())
     allowed = EVAL_MAY_CHANGE + tuple(f"encoding.hparams.{h}" for h in safe)
     before, after = trained.to_dict(), requested.to_dict()
@@ -315,6 +321,24 @@ def evaluation_changes(
         )
     flat_after = flatten(after)
     return {f: flat_after.get(f) for f in changed if not matches(f, _EVAL_NEUTRAL)}
+
+
+def _default_original_max_len(
+    trained: ml_collections.ConfigDict, requested: ml_collections.ConfigDict
+) -> None:
+    """Sets ``encoding.hparams.original_max_len`` of ``requested`` to the training length where
+    its scaling needs one and none is given (:func:`evaluation_changes`)."""
+    from posenc.encodings.rope import NEEDS_ORIGINAL
+
+    hparams = requested.encoding.hparams
+    if (
+        requested.encoding.name == trained.encoding.name
+        and "original_max_len" in encodings.hparam_names(requested.encoding.name)
+        and hparams.get("scaling") in NEEDS_ORIGINAL
+        and hparams.get("original_max_len") is None
+    ):
+        with hparams.unlocked():  # an open section: the field may not be there yet
+            hparams.original_max_len = int(trained.train.seq_len)
 
 
 def _require_int(field: str, value: Any, minimum: int = 1) -> None:

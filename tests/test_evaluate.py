@@ -185,7 +185,7 @@ def test_learned_beyond_its_table_is_an_error_entry(data_dir, val):
     results = evaluate(model, val[:200], [16, 64, 32], batch_tokens=64)
     assert [r["length"] for r in results] == [16, 64, 32]
     assert set(results[1]) == {"length", "error"}
-    assert "encoding.max_len=32" in results[1]["error"]
+    assert "encoding.hparams.max_len=32" in results[1]["error"]
     assert "64" in results[1]["error"]
     for r in (results[0], results[2]):
         assert "error" not in r and math.isfinite(r["loss"])

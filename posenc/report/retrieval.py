@@ -1,5 +1,9 @@
 """The retrieval section of a report: every ``posenc retrieval`` record under a folder.
 
+Every record is read: ``retrieval.json`` and each ``retrieval-<settings>.json`` (other
+lengths, tasks, haystack or evaluation settings; :func:`posenc.workdir.retrieval_names`), the
+plain name of a run written before records were named by their settings included.
+
 - a table: one row per record (encoder, its evaluation changes, training length), the mean score
   over tasks at each length, and RULER's effective length at the record's threshold; the tasks,
   trials and seed each row was measured with;
@@ -37,9 +41,14 @@ def find_records(folder: str) -> list[tuple[str, dict[str, Any]]]:
 
 
 def _label(path: str, record: dict[str, Any], folder: str) -> str:
+    """The record's evaluation named as the perplexity table names it (``rope (yarn x4)``, by
+    :func:`posenc.report.runs.describe_changes`), then its training length and file."""
+    from posenc.report.runs import describe_changes
+
     changes = record.get("changes") or {}
-    what = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(changes.items()))
-    label = record.get("encoding", "?") + (f" ({what})" if what else "")
+    encoding = record.get("encoding", "?")
+    what = describe_changes(encoding, changes, record.get("train_seq_len")) if changes else ""
+    label = encoding + (f" ({what})" if what else "")
     return f"{label} [train {record.get('train_seq_len')}; {os.path.relpath(path, folder)}]"
 
 
