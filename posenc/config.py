@@ -12,6 +12,7 @@ literals when they parse as one and as strings otherwise.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 import traceback
@@ -673,8 +674,9 @@ def _validate_translation(
     _require_choice("eval.split", e.split, EVAL_SPLITS)
     _require_int("eval.beam_size", e.get("beam_size"))
     alpha = e.get("alpha")
-    if not isinstance(alpha, int | float) or isinstance(alpha, bool) or alpha < 0:
-        raise ValueError(f"eval.alpha must be a number >= 0, got {alpha!r}")
+    # Finite: an infinite length penalty gives NaN scores, and eval.json records it.
+    if not isinstance(alpha, int | float) or isinstance(alpha, bool) or not 0 <= alpha < math.inf:
+        raise ValueError(f"eval.alpha must be a finite number >= 0, got {alpha!r}")
     _require_int("eval.max_len_offset", e.get("max_len_offset"))
     _require_int("eval.tokens_per_batch", e.get("tokens_per_batch"))
     _require_int("eval.max_sentences", e.get("max_sentences", 0), 0)

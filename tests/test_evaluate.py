@@ -228,3 +228,14 @@ def test_evaluate_workdir_writes_eval_json(trained, val):
     other = evaluate_workdir(workdir, overrides=test_split, output="t.json", progress=False)
     assert other["data"]["split"] == "test"
     assert other["results"][0]["loss"] != report["results"][0]["loss"]
+
+
+@pytest.mark.parametrize("alpha", [math.inf, math.nan, -math.inf])
+def test_non_finite_beam_alpha_is_refused(alpha):
+    """eval.alpha=inf was accepted and written into eval.json as ``Infinity`` (not JSON)."""
+    from posenc.config import apply_overrides, load_config, validate
+
+    config = apply_overrides(load_config(str(helpers.REPO / "configs" / "translation.py:tiny")), [])
+    config.eval.alpha = alpha
+    with pytest.raises(ValueError, match=r"eval\.alpha must be a finite number >= 0"):
+        validate(config)
