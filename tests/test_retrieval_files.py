@@ -182,8 +182,11 @@ def test_retrieval_refuses_lengths_whose_prompt_does_not_fit_in_the_library(tmp_
         ([], ["--lengths", "16"], ["too short for passkey"]),
         ([], ["--lengths", "420", "--config.encoding.hparams.scaling=pi"],
          ["encoding.hparams.scaling"]),
+        ([], ["--lengths", "420", "--config.encoding.hparams.scaling=dynamic",
+              "--config.encoding.hparams.factor=2"],
+         ["encoding.hparams.scaling='dynamic'", "key/value cache"]),
     ],
-    ids=["learned", "too_short", "bad_override"],
+    ids=["learned", "too_short", "bad_override", "not_cacheable"],
 )  # fmt: skip
 def test_eval_tasks_is_refused_before_perplexity(tmp_path, overrides, flags, words):
     workdir = _recorded(tmp_path, *overrides)

@@ -40,16 +40,21 @@ def find_records(folder: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def _label(path: str, record: dict[str, Any], folder: str) -> str:
-    """The record's evaluation named as the perplexity table names it (``rope (yarn x4)``, by
-    :func:`posenc.report.runs.describe_changes`), then its training length and file."""
+def evaluation_label(record: dict[str, Any]) -> str:
+    """A record's evaluation named as the perplexity table names it: the encoder, then what the
+    evaluation changed (``rope (yarn x4)``, by :func:`posenc.report.runs.describe_changes`)."""
     from posenc.report.runs import describe_changes
 
     changes = record.get("changes") or {}
     encoding = record.get("encoding", "?")
     what = describe_changes(encoding, changes, record.get("train_seq_len")) if changes else ""
-    label = encoding + (f" ({what})" if what else "")
-    return f"{label} [train {record.get('train_seq_len')}; {os.path.relpath(path, folder)}]"
+    return encoding + (f" ({what})" if what else "")
+
+
+def _label(path: str, record: dict[str, Any], folder: str) -> str:
+    """:func:`evaluation_label`, then the record's training length and file."""
+    where = os.path.relpath(path, folder)
+    return f"{evaluation_label(record)} [train {record.get('train_seq_len')}; {where}]"
 
 
 def retrieval_section(folder: str) -> tuple[list[str], list[str]]:

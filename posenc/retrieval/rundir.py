@@ -97,7 +97,8 @@ def check_retrieval(
 
     Raises:
       ValueError: an unknown task, a threshold outside [0, 100], a bad length, depth or trial
-        count, a run that is not a decoder-only LM, a synthetic haystack, a length whose
+        count, a run that is not a decoder-only LM, an encoder (or scaling) that cannot be
+        decoded with a key/value cache, a synthetic haystack, a length whose
         prompt and answer do not fit the model's positions (a learned table) or that is too
         short for a task's prompt, naming it.
     """
@@ -128,9 +129,16 @@ def check_retrieval(
             f"retrieval haystack {haystack!r} is not text; use pystdlib, textdir:<folder> "
             "or a prepared tfds: corpus"
         )
+    encoding = make_encoding(config)
+    try:  # retrieval decodes greedily through a key/value cache
+        encoding.check_cacheable()
+    except ValueError as e:
+        from posenc.encodings.registry import hparam_names, user_fields
+
+        message = user_fields(str(e), hparam_names(config.encoding.name))
+        raise ValueError(f"retrieval: {message}") from None
     # The fewest positions a trial takes: its prompt and the task's answer tokens. A length
     # that cannot hold them is refused now, not reported as "not scored" after the rest ran.
-    encoding = make_encoding(config)
     answer = max(get_task(name).tokens_to_generate for name in tasks)
     too_long = []
     for length in lengths:
@@ -282,7 +290,9 @@ def retrieval_workdir(
         folder = RunDir(workdir)
         write_json(folder.file(names["json"]), record)
         atomic_write_bytes(folder.file(names["trials"]), "".join(x + "\n" for x in lines).encode())
-        title = f"{config.encoding.name} (train {config.train.seq_len})"
+        from posenc.report.retrieval import evaluation_label
+
+        title = f"{evaluation_label(record)} (train {config.train.seq_len})"
         text = "\n".join(_output.markdown(record, title)) + "\n"
         atomic_write_bytes(folder.file(names["table"]), text.encode())
         atomic_write_bytes(folder.file(names["heatmap"]), _output.plot_heatmap(record, title))
