@@ -269,3 +269,21 @@ def test_later_retrievals_and_analyses_keep_the_earlier_ones(tmp_path):
         n for n in os.listdir(workdir) if n.startswith("attention") and n.endswith(".json")
     )
     assert len(analyses) == 2, analyses
+
+
+def test_eval_output_may_not_take_a_retrieval_or_analysis_name(tmp_path):
+    """``eval --output`` names a report; a retrieval record's or an analysis's name would
+    replace hours of results (those are named by their settings, as below)."""
+    from posenc.workdir import WorkdirError
+
+    run = RunDir(tmp_path)
+    for name in (
+        retrieval_names({}, {"lengths": (4096,)})["json"],
+        retrieval_names(YARN, {})["json"],
+        analysis_names({}, {"tokens": 64})["json"],
+        "retrieval.json",
+        "attention.json",
+    ):
+        with pytest.raises(WorkdirError, match="--output"):
+            run.eval_output(name, {})
+    assert run.eval_output("eval-mine.json", {}) == "eval-mine.json"

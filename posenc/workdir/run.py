@@ -42,6 +42,7 @@ import ml_collections
 from posenc.workdir import lock
 from posenc.workdir.checkpoints import Checkpoints
 from posenc.workdir.files import (
+    ANALYSIS_STEM,
     CHECKPOINT_DIR,
     CONFIG_FILE,
     DATA_FILE,
@@ -310,7 +311,8 @@ class RunDir:
 
         Raises:
           WorkdirError: ``name`` is not a plain ``.json`` file name (a path, a hidden name),
-            is one of the files the run owns (config, data, metrics, checkpoints, lock, ...), is
+            is one of the files the run owns (config, data, metrics, checkpoints, lock, ...) or
+            a retrieval or analysis result's name (``retrieval-*``, ``attention-*``), is
             a folder, or is ``eval.json`` for changed settings (the run's own evaluation).
         """
         default = eval_file_name(changes)
@@ -321,6 +323,11 @@ class RunDir:
             problem = "give a file name inside the work directory, not a path"
         elif name in OWNED_NAMES:
             problem = f"{name} is the run's own; posenc keeps the run's records under that name"
+        elif name.startswith((RETRIEVAL_STEM + "-", ANALYSIS_STEM + "-")):
+            problem = (
+                f"posenc keeps retrieval and attention analysis results under names starting "
+                f"with {RETRIEVAL_STEM}- and {ANALYSIS_STEM}-"
+            )
         elif name.startswith("."):
             problem = "a report's name may not start with '.' (temporary files do)"
         elif not name.endswith(".json"):
