@@ -50,6 +50,12 @@ def _text_source(spec: str, data_dir: str | None, split: str):
     return text
 
 
+def _default_haystack(config: Any) -> str:
+    """The run's data source when it is text, else ``pystdlib``."""
+    own = config.data.source
+    return DEFAULT_HAYSTACK if own.startswith("synthetic:") else own
+
+
 def _settings(
     tasks: Sequence[str],
     lengths: tuple[int, ...],
@@ -74,6 +80,58 @@ def _settings(
         "threshold": (float(threshold), float(_score.RULER_THRESHOLD)),
     }
     return {name: value for name, (value, default) in given.items() if value != default}
+
+
+def _check_model(config: Any, tasks: Sequence[str], lengths: Sequence[int]) -> None:
+    """Refuses an encoder (or scaling) that greedy decoding through a key/value cache cannot
+    reproduce, and lengths whose prompt and answer exceed the model's positions (a learned
+    table), naming the field as the user sets it."""
+    from posenc.encodings.registry import hparam_names, user_fields
+    from posenc.models.build import make_encoding
+
+    encoding = make_encoding(config)
+    try:
+        encoding.check_cacheable()
+    except ValueError as e:
+        message = user_fields(str(e), hparam_names(config.encoding.name))
+        raise ValueError(f"retrieval: {message}") from None
+    # The fewest positions a trial takes: its prompt and the task's answer tokens. A length
+    # that cannot hold them is refused now, not reported as "not scored" after the rest ran.
+    answer = max(get_task(name).tokens_to_generate for name in tasks)
+    too_long = []
+    for length in lengths:
+        try:
+            encoding.check_length(length + answer)
+        except ValueError as e:
+            too_long.append((length, str(e)))
+    if too_long:
+        bad = ", ".join(str(n) for n, _ in too_long)
+        raise ValueError(
+            f"retrieval cannot score length(s) {bad}: a trial takes the prompt and at least "
+            f"{answer} generated tokens, and {too_long[0][1]}"
+        )
+
+
+def _check_prompt_lengths(
+    config: Any, tasks: Sequence[str], lengths: Sequence[int], seed: int, trials: int
+) -> None:
+    """Refuses a length too short for a task's prompt in the run's tokenizer (as
+    :class:`posenc.trained.TrainedRun` makes it), before the checkpoint is read."""
+    from posenc.data.hf_tokenizer import make_tokenizer
+    from posenc.data.tokenizer import SEP_ID
+    from posenc.tasks import task_of
+
+    tokenizer = make_tokenizer(config.data.get("tokenizer", "bytes"))
+    bos = getattr(tokenizer, "bos_id", None)
+    _run.check_prompts(
+        tasks,
+        tokenizer,
+        lengths,
+        seed=seed,
+        trials=trials,
+        prefix=() if bos is None else (int(bos),),
+        suffix=(SEP_ID,) if task_of(config) else (),
+    )
 
 
 def check_retrieval(
@@ -103,7 +161,6 @@ def check_retrieval(
         short for a task's prompt, naming it.
     """
     from posenc.config import apply_overrides, eval_lengths, evaluation_changes, validate
-    from posenc.models.build import make_encoding
     from posenc.workdir import RunDir
 
     for name in tasks:
@@ -121,52 +178,14 @@ def check_retrieval(
         )
     lengths = tuple(int(n) for n in (lengths or eval_lengths(config)))
     _run.check_request(tasks, lengths, depths, trials, threshold)
-    if haystack is None:
-        own = config.data.source
-        haystack = DEFAULT_HAYSTACK if own.startswith("synthetic:") else own
+    haystack = _default_haystack(config) if haystack is None else haystack
     if haystack.startswith("synthetic:"):
         raise ValueError(
             f"retrieval haystack {haystack!r} is not text; use pystdlib, textdir:<folder> "
             "or a prepared tfds: corpus"
         )
-    encoding = make_encoding(config)
-    try:  # retrieval decodes greedily through a key/value cache
-        encoding.check_cacheable()
-    except ValueError as e:
-        from posenc.encodings.registry import hparam_names, user_fields
-
-        message = user_fields(str(e), hparam_names(config.encoding.name))
-        raise ValueError(f"retrieval: {message}") from None
-    # The fewest positions a trial takes: its prompt and the task's answer tokens. A length
-    # that cannot hold them is refused now, not reported as "not scored" after the rest ran.
-    answer = max(get_task(name).tokens_to_generate for name in tasks)
-    too_long = []
-    for length in lengths:
-        try:
-            encoding.check_length(length + answer)
-        except ValueError as e:
-            too_long.append((length, str(e)))
-    if too_long:
-        bad = ", ".join(str(n) for n, _ in too_long)
-        raise ValueError(
-            f"retrieval cannot score length(s) {bad}: a trial takes the prompt and at least "
-            f"{answer} generated tokens, and {too_long[0][1]}"
-        )
-    from posenc.data.hf_tokenizer import make_tokenizer
-    from posenc.data.tokenizer import SEP_ID
-    from posenc.tasks import task_of
-
-    tokenizer = make_tokenizer(config.data.get("tokenizer", "bytes"))
-    bos = getattr(tokenizer, "bos_id", None)
-    _run.check_prompts(
-        tasks,
-        tokenizer,
-        lengths,
-        seed=seed,
-        trials=trials,
-        prefix=() if bos is None else (int(bos),),
-        suffix=(SEP_ID,) if task_of(config) else (),
-    )
+    _check_model(config, tasks, lengths)
+    _check_prompt_lengths(config, tasks, lengths, seed, trials)
     return config, lengths, haystack
 
 
@@ -231,8 +250,6 @@ def retrieval_workdir(
     run = load_run(workdir, list(overrides))
     config = run.config
     task_run = task_of(config)
-    own = config.data.source
-    own_haystack = DEFAULT_HAYSTACK if own.startswith("synthetic:") else own
     tokenizer = run.tokenizer
     bos = getattr(tokenizer, "bos_id", None)
     settings = _settings(
@@ -243,7 +260,7 @@ def retrieval_workdir(
         trials,
         seed,
         haystack,
-        own_haystack,
+        _default_haystack(config),
         threshold,
     )
     names = retrieval_names(run.changes, settings)
