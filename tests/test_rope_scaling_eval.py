@@ -156,3 +156,19 @@ def test_documented_yarn_eval_runs_without_original_max_len(trained_rope):
         "encoding.hparams.factor": 4,
         "encoding.hparams.original_max_len": 16,
     }
+
+
+def test_checks_at_binding_name_the_field_a_user_types():
+    """Checks that need the model's shape (NTK's four rotated channels) run when the encoder is
+    bound, outside the registry; validate names the field as it is set too."""
+    from posenc.config import validate
+
+    config = helpers.tiny_config(
+        "/nonexistent",
+        "encoding.hparams.fraction=0.125",
+        "encoding.hparams.scaling=ntk",
+        "encoding.hparams.factor=2",
+    )
+    with pytest.raises(ValueError, match=r"encoding\.hparams\.scaling='ntk'.*at least 4") as info:
+        validate(config)
+    assert "encoding." not in str(info.value).replace("encoding.hparams.", "")
