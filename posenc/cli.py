@@ -144,11 +144,10 @@ def _cmd_eval(args, overrides) -> int:
         if value is not None:
             extra.append(f"eval.{field}={value!r}")
     config = apply_overrides(config, extra)
-    if args.tasks:  # an unknown retrieval task is refused before anything runs
-        from posenc.retrieval.tasks import get as get_task
+    if args.tasks:  # the retrieval request is refused (if it is) before perplexity runs
+        from posenc.retrieval.rundir import check_retrieval
 
-        for name in args.tasks:
-            get_task(name)
+        check_retrieval(args.workdir, tasks=args.tasks, lengths=args.lengths, overrides=overrides)
     what = "input lengths" if config.data.source.startswith("synthetic:") else config.eval.mode
     if config.model.get("assembly") in ("encoder_decoder", "classifier"):
         print(f"evaluating {args.workdir} on {_lengths_text(config)}")
@@ -525,7 +524,8 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="also score retrieval tasks at the same lengths (passkey, niah_single_1, ...; see "
         "posenc retrieval): their scores go into the report, cells and trials into "
-        "retrieval.json / retrieval.jsonl",
+        "retrieval.json / retrieval.jsonl (retrieval-<settings>.* for other tasks, lengths or "
+        "evaluation settings)",
     )
     p.add_argument(
         "--output",
@@ -546,8 +546,9 @@ def build_parser() -> argparse.ArgumentParser:
         "distance i - j per layer and head, and the entropy of the attention rows and its "
         "ratio to log(visible keys), the 'attention dilution' of extrapolation failures. "
         "Writes attention.json, attention.md, attention.csv, attention_entropy.csv, "
-        "attention.png and attention_entropy.png in the work directory (attention-<changes>.* "
-        "under changed evaluation settings, e.g. --config.encoding.hparams.scaling=yarn). "
+        "attention.png and attention_entropy.png in the work directory (attention-<settings>.* "
+        "under changed evaluation settings, e.g. --config.encoding.hparams.scaling=yarn, or "
+        "other --lengths or --tokens than the defaults). "
         "Runs with linear attention, encoder-decoders, algorithmic tasks and Transformer-XL "
         "memory (--config.eval.mem_len=0 analyses windows without it) are refused.",
     )
@@ -582,8 +583,10 @@ def build_parser() -> argparse.ArgumentParser:
         "Evaluation-time overrides apply "
         "(e.g. --config.encoding.hparams.scaling=yarn). Writes retrieval.json, retrieval.jsonl "
         "(every trial: prompt, answer, output), retrieval.md, retrieval.png (heat map) and "
-        "retrieval_length.png in the work directory (retrieval-<changes>.* under changed "
-        "settings), with RULER's effective length.",
+        "retrieval_length.png in the work directory (retrieval-<settings>.* under changed "
+        "evaluation settings or other tasks, lengths, depths, trials, seed, haystack or "
+        "threshold than the defaults, so no retrieval replaces another), with RULER's "
+        "effective length.",
     )
     p.add_argument("--workdir", required=True, help="a run directory")
     p.add_argument(
@@ -614,7 +617,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--threshold",
         type=float,
         default=85.6,
-        help="effective length threshold in percent (default RULER's 85.6)",
+        help="effective length threshold in percent, in [0, 100] (default RULER's 85.6)",
     )
     p.set_defaults(func=_cmd_retrieval)
 

@@ -12,6 +12,7 @@ literals when they parse as one and as strings otherwise.
 from __future__ import annotations
 
 import importlib.util
+import math
 import os
 import re
 import traceback
@@ -288,6 +289,11 @@ def evaluation_changes(
       trained: the run's config (``config.json``).
       requested: the config to evaluate with.
 
+    The training length is known, so a RoPE scaling that needs it (YaRN, dynamic NTK, Llama 3,
+    LongRoPE) and is not given ``encoding.hparams.original_max_len`` gets the run's
+    ``train.seq_len`` (an imported model's training length) in ``requested``, and it is among
+    the changes.
+
     Returns:
       ``{dotted field: requested value}`` for every changed field that can change the reported
       numbers (empty: the run's own settings).
@@ -296,6 +302,7 @@ def evaluation_changes(
       ValueError: a changed field that would change what was trained (another encoder, model
         shape, data set, training length, ...), naming it and what may change instead.
     """
+    _default_original_max_len(trained, requested)
     safe = getattr(encodings.get_class(trained.encoding.name), "eval_safe_hparams", ())
     allowed = EVAL_MAY_CHANGE + tuple(f"encoding.hparams.{h}" for h in safe)
     before, after = trained.to_dict(), requested.to_dict()
@@ -317,6 +324,24 @@ def evaluation_changes(
         )
     flat_after = flatten(after)
     return {f: flat_after.get(f) for f in changed if not matches(f, _EVAL_NEUTRAL)}
+
+
+def _default_original_max_len(
+    trained: ml_collections.ConfigDict, requested: ml_collections.ConfigDict
+) -> None:
+    """Sets ``encoding.hparams.original_max_len`` of ``requested`` to the training length where
+    its scaling needs one and none is given (:func:`evaluation_changes`)."""
+    from posenc.encodings.rope import NEEDS_ORIGINAL
+
+    hparams = requested.encoding.hparams
+    if (
+        requested.encoding.name == trained.encoding.name
+        and "original_max_len" in encodings.hparam_names(requested.encoding.name)
+        and hparams.get("scaling") in NEEDS_ORIGINAL
+        and hparams.get("original_max_len") is None
+    ):
+        with hparams.unlocked():  # an open section: the field may not be there yet
+            hparams.original_max_len = int(trained.train.seq_len)
 
 
 def _require_int(field: str, value: Any, minimum: int = 1) -> None:
@@ -477,8 +502,12 @@ def validate(
     _require_choice("model.attention_impl", m.attention_impl, IMPLEMENTATIONS)
     encoding = make_encoding(config)  # unknown names and hyperparameters raise here
     model_cfg = model_config(config)  # shapes and rates are checked by ModelConfig
-    encoding.bind(model_cfg.dims)  # encoder/shape combinations (e.g. RoPE, odd head dim)
-    encoding.check_causal(model_cfg.causal)  # causal-only encoders, T5's bidirectional buckets
+    try:  # encoders phrase these as encoding.<name>; the field is encoding.hparams.<name>
+        encoding.bind(model_cfg.dims)  # encoder/shape combinations (e.g. RoPE, odd head dim)
+        encoding.check_causal(model_cfg.causal)  # causal-only encoders, T5's bidirectional buckets
+    except ValueError as e:
+        names = encodings.hparam_names(config.encoding.name)
+        raise ValueError(encodings.registry.user_fields(str(e), names)) from None
 
     t = config.train
     _require_int("train.seq_len", t.seq_len, 2)
@@ -651,8 +680,9 @@ def _validate_translation(
     _require_choice("eval.split", e.split, EVAL_SPLITS)
     _require_int("eval.beam_size", e.get("beam_size"))
     alpha = e.get("alpha")
-    if not isinstance(alpha, int | float) or isinstance(alpha, bool) or alpha < 0:
-        raise ValueError(f"eval.alpha must be a number >= 0, got {alpha!r}")
+    # Finite: an infinite length penalty gives NaN scores, and eval.json records it.
+    if not isinstance(alpha, int | float) or isinstance(alpha, bool) or not 0 <= alpha < math.inf:
+        raise ValueError(f"eval.alpha must be a finite number >= 0, got {alpha!r}")
     _require_int("eval.max_len_offset", e.get("max_len_offset"))
     _require_int("eval.tokens_per_batch", e.get("tokens_per_batch"))
     _require_int("eval.max_sentences", e.get("max_sentences", 0), 0)

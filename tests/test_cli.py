@@ -103,7 +103,7 @@ def test_analyze_writes_attention_tables_and_plots(trained):
         "analyze", "--workdir", str(workdir), "--lengths", "16,48", "--tokens", "96"
     )
     assert code == 0, err
-    names = analysis_names({})
+    names = analysis_names({}, {"lengths": (16, 48), "tokens": 96})  # not the defaults
     for name in names.values():
         assert f"wrote {workdir / name}" in out
     record = json.loads((workdir / names["json"]).read_text())
@@ -134,8 +134,8 @@ def test_analyze_writes_attention_tables_and_plots(trained):
         "--split", "test",
     )  # fmt: skip
     assert code == 0, err
-    other = analysis_names({"eval.split": "test"})
-    assert other["json"] == "attention-split-test.json"
+    other = analysis_names({"eval.split": "test"}, {"lengths": (16,), "tokens": 32})
+    assert other["json"].startswith("attention-split-test__")
     assert json.loads((workdir / other["json"]).read_text())["split"] == "test"
     assert json.loads((workdir / names["json"]).read_text()) == record
 

@@ -174,7 +174,7 @@ BAD_CONFIGS = [
     (["encoding.hparams.nonsense=1"], r"nonsense.*accepts"),
     (["model.head_dim=15"], r"RoPE.*head dimension of 15"),
     (["model.model_dim=31"], r"model.model_dim=31.*model.num_heads=2"),
-    (["encoding.name=learned", "encoding.hparams.max_len=8"], r"encoding.max_len=8"),
+    (["encoding.name=learned", "encoding.hparams.max_len=8"], r"encoding.hparams.max_len=8"),
     (["model.norm=batchnorm"], r"model.norm"),
     (["model.dtype=float64"], r"model.dtype"),
     (["model.attention_impl=flash"], r"model.attention_impl"),

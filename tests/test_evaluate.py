@@ -185,7 +185,7 @@ def test_learned_beyond_its_table_is_an_error_entry(data_dir, val):
     results = evaluate(model, val[:200], [16, 64, 32], batch_tokens=64)
     assert [r["length"] for r in results] == [16, 64, 32]
     assert set(results[1]) == {"length", "error"}
-    assert "encoding.max_len=32" in results[1]["error"]
+    assert "encoding.hparams.max_len=32" in results[1]["error"]
     assert "64" in results[1]["error"]
     for r in (results[0], results[2]):
         assert "error" not in r and math.isfinite(r["loss"])
@@ -228,3 +228,14 @@ def test_evaluate_workdir_writes_eval_json(trained, val):
     other = evaluate_workdir(workdir, overrides=test_split, output="t.json", progress=False)
     assert other["data"]["split"] == "test"
     assert other["results"][0]["loss"] != report["results"][0]["loss"]
+
+
+@pytest.mark.parametrize("alpha", [math.inf, math.nan, -math.inf])
+def test_non_finite_beam_alpha_is_refused(alpha):
+    """eval.alpha=inf was accepted and written into eval.json as ``Infinity`` (not JSON)."""
+    from posenc.config import apply_overrides, load_config, validate
+
+    config = apply_overrides(load_config(str(helpers.REPO / "configs" / "translation.py:tiny")), [])
+    config.eval.alpha = alpha
+    with pytest.raises(ValueError, match=r"eval\.alpha must be a finite number >= 0"):
+        validate(config)

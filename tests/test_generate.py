@@ -248,7 +248,7 @@ def test_bad_arguments_are_refused():
 
 def test_learned_table_too_short_is_refused():
     model = _model("learned", {"max_len": P + 2})
-    with pytest.raises(ValueError, match="encoding.max_len=8"):
+    with pytest.raises(ValueError, match="encoding.hparams.max_len=8"):
         generate.greedy_generate(model, _prompts(0), 3)
 
 

@@ -118,7 +118,7 @@ def test_randomized_evaluation_is_exact_and_recorded(data_dir, tmp_path):
         ([*RANDOMIZED, "eval.lengths=16,128"], r"eval.lengths \[128\] exceed train.max_position"),
         (
             [*RANDOMIZED, "encoding.name=learned", "encoding.hparams.max_len=32"],
-            r"encoding.max_len=32",
+            r"encoding.hparams.max_len=32",
         ),
     ],
 )

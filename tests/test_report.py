@@ -427,7 +427,8 @@ def test_every_evaluation_is_a_column_and_seeds_aggregate_per_variant(tmp_path):
     with open(paths[2]) as f:
         sources = {(r["dir"], r["length"]): r["file"] for r in csv.DictReader(f) if r["changes"]}
     seed1 = point_name({"encoding.name": "rope", "seed": 1})
-    assert sources[(seed1, "8")].startswith("eval-factor-8__") and "old" not in str(sources)
+    assert sources[(seed1, "8")].startswith("eval-scaling-yarn__factor-8__")
+    assert "old" not in str(sources)
 
 
 def test_columns_name_what_an_evaluation_changed():

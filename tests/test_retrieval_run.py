@@ -60,7 +60,9 @@ def test_retrieval_writes_beside_the_run_and_reports(tmp_path):
         "--lengths", "420,500", "--depths", "0,1", "--trials", "2", "--batch-size", "3",
     )  # fmt: skip
     assert code == 0, err
-    names = retrieval_names({})
+    # Named by the settings that differ from the defaults: a later retrieval keeps this one.
+    settings = {"tasks": ("passkey", "niah_single_2"), "lengths": (420, 500)}
+    names = retrieval_names({}, {**settings, "depths": (0.0, 1.0), "trials": 2})
     for name in names.values():
         assert os.path.getsize(workdir / name) > 0, name
     trials = read_jsonl(workdir / names["trials"])
@@ -96,12 +98,14 @@ def test_retrieval_writes_beside_the_run_and_reports(tmp_path):
     assert [r["length"] for r in report["results"]] == [420]
     retrieval = report["retrieval"]
     assert [r["length"] for r in retrieval["by_length"]] == [420]
-    assert retrieval["files"] == {"record": names["json"], "trials": names["trials"]}
-    assert len(read_jsonl(workdir / names["trials"])) == 5 * 10  # default depths and trials
+    named = retrieval_names({}, {"lengths": (420,)})
+    assert retrieval["files"] == {"record": named["json"], "trials": named["trials"]}
+    assert len(read_jsonl(workdir / named["trials"])) == 5 * 10  # default depths and trials
+    assert len(read_jsonl(workdir / names["trials"])) == 2 * 2 * 2 * 2  # the first is kept
     code, out, err = helpers.run_cli("report", str(workdir))
     assert code == 0, err
     report = (workdir / "report.md").read_text()
-    assert "## Retrieval" in report and report.count("[train 16;") == 2
+    assert "## Retrieval" in report and report.count("[train 16;") == 3
     assert (workdir / "retrieval_vs_length.png").exists()
     assert (workdir / "retrieval_heatmap_2.png").exists()
 

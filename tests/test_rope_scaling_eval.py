@@ -91,4 +91,84 @@ def test_posenc_eval_scores_a_trained_rope_run_under_each_scaling(trained_rope):
         "eval", "--workdir", trained_rope, "--config.encoding.hparams.scaling=pi"
     )
     lines = [line for line in err.splitlines() if line.strip()]
-    assert code == 2 and len(lines) == 1 and "encoding.scaling must be one of" in lines[0], err
+    assert (
+        code == 2 and len(lines) == 1 and "encoding.hparams.scaling must be one of" in lines[0]
+    ), err
+
+
+def test_scaling_errors_name_the_field_a_user_types():
+    """The flag is --config.encoding.hparams.<name>; a message naming encoding.<name> sends the
+    user to a field that does not exist."""
+    from posenc import encodings
+
+    for hparams, field in (
+        ({"scaling": "pi"}, "encoding.hparams.scaling"),
+        ({"scaling": "yarn", "factor": 0.5}, "encoding.hparams.factor"),
+        ({"factor": 2.0}, "encoding.hparams.factor"),
+        (
+            {"scaling": "yarn", "beta_fast": 1.0, "original_max_len": 8},
+            "encoding.hparams.beta_fast",
+        ),
+    ):
+        with pytest.raises(ValueError) as info:
+            encodings.get("rope", **hparams)
+        message = str(info.value)
+        assert field in message, message
+        assert "encoding." not in message.replace("encoding.hparams.", ""), message
+    with pytest.raises(ValueError, match="encoding.hparams.max_len"):
+        encodings.get("learned", max_len=0)
+    with pytest.raises(ValueError, match="encoding.hparams.max_len=8"):
+        encodings.get("learned", max_len=8).check_length(9)
+
+
+def test_original_max_len_defaults_to_the_training_length():
+    """YaRN, dynamic NTK and Llama 3 need the training length; a run knows it (train.seq_len,
+    an imported model's too), so an evaluation that leaves it out uses it."""
+    trained = helpers.tiny_config("/nonexistent")
+    for scaling in ("yarn", "dynamic", "llama3"):
+        requested = helpers.tiny_config(
+            "/nonexistent", f"encoding.hparams.scaling={scaling}", "encoding.hparams.factor=4"
+        )
+        changes = evaluation_changes(trained, requested)
+        assert changes["encoding.hparams.original_max_len"] == trained.train.seq_len == 16
+        assert requested.encoding.hparams.original_max_len == 16
+    # Given, it is kept; linear scaling does not use it and gets none.
+    requested = helpers.tiny_config(
+        "/nonexistent", "encoding.hparams.scaling=yarn", "encoding.hparams.original_max_len=64"
+    )
+    assert evaluation_changes(trained, requested)["encoding.hparams.original_max_len"] == 64
+    requested = helpers.tiny_config("/nonexistent", "encoding.hparams.scaling=linear")
+    assert "encoding.hparams.original_max_len" not in evaluation_changes(trained, requested)
+
+
+def test_documented_yarn_eval_runs_without_original_max_len(trained_rope):
+    """docs/retrieval.md's and docs/evaluation.md's YaRN example as written: no
+    original_max_len."""
+    code, out, err = helpers.run_cli(
+        "eval", "--workdir", trained_rope, "--config.encoding.hparams.scaling=yarn",
+        "--config.encoding.hparams.factor=4",
+    )  # fmt: skip
+    assert code == 0, err
+    (path,) = [line.removeprefix("wrote ") for line in out.splitlines() if "wrote" in line]
+    report = RunDir(trained_rope).read_eval(os.path.basename(path))
+    assert report["changes"] == {
+        "encoding.hparams.scaling": "yarn",
+        "encoding.hparams.factor": 4,
+        "encoding.hparams.original_max_len": 16,
+    }
+
+
+def test_checks_at_binding_name_the_field_a_user_types():
+    """Checks that need the model's shape (NTK's four rotated channels) run when the encoder is
+    bound, outside the registry; validate names the field as it is set too."""
+    from posenc.config import validate
+
+    config = helpers.tiny_config(
+        "/nonexistent",
+        "encoding.hparams.fraction=0.125",
+        "encoding.hparams.scaling=ntk",
+        "encoding.hparams.factor=2",
+    )
+    with pytest.raises(ValueError, match=r"encoding\.hparams\.scaling='ntk'.*at least 4") as info:
+        validate(config)
+    assert "encoding." not in str(info.value).replace("encoding.hparams.", "")

@@ -79,7 +79,11 @@ BAD_RUNS = [
     (["eval.mode=strided"], ValueError, r"eval.mode"),
     (["eval.mode=sliding", "eval.stride=64"], ValueError, r"eval.stride=64"),
     (["model.head_dim=15"], ValueError, r"RoPE.*head dimension of 15"),
-    (["encoding.name=learned", "encoding.hparams.max_len=8"], ValueError, r"encoding.max_len=8"),
+    (
+        ["encoding.name=learned", "encoding.hparams.max_len=8"],
+        ValueError,
+        r"encoding.hparams.max_len=8",
+    ),
     (["train.batch_size=0"], ValueError, r"train.batch_size"),
     (["data.source=nowhere"], ValueError, r"data.source='nowhere'"),
     (
@@ -203,7 +207,7 @@ def test_every_encoder_learns_and_evaluates_at_4x(data_dir, tmp_path, name):
         assert len(r["loss_by_position"]) == r["length"]
     if name == "learned":
         assert results[2] == {"length": 8 * seq_len, "error": results[2]["error"]}
-        assert "encoding.max_len=128" in results[2]["error"]
+        assert "encoding.hparams.max_len=128" in results[2]["error"]
 
 
 def test_learning_rate_schedule_and_weight_decay_mask(data_dir):

@@ -257,8 +257,9 @@ def analyze_workdir(
       progress: print one line per length.
 
     Returns:
-      The record written (``attention.json`` or ``attention-<changes>.json``), with the names of
-      every file written under ``"files"``.
+      The record written (``attention.json``, or ``attention-<changes and settings>.json`` under
+      changed evaluation settings or other ``lengths`` or ``tokens`` than the defaults), with the
+      names of every file written under ``"files"``.
 
     Raises:
       ValueError: a run analyze cannot read, a setting evaluation may not change, a length the
@@ -273,7 +274,18 @@ def analyze_workdir(
     changes = evaluation_changes(trained, config)
     validate(config)
     check_analyzable(config, workdir)
-    lengths = tuple(int(n) for n in (lengths or eval_lengths(config)))
+    own_lengths = tuple(int(n) for n in eval_lengths(config))
+    lengths = tuple(int(n) for n in lengths) if lengths else own_lengths
+    # Other lengths or tokens than the defaults name the files apart (posenc.workdir's
+    # analysis_names): a later analysis never replaces an earlier one's.
+    settings = {
+        name: value
+        for name, value, default in (
+            ("lengths", lengths, own_lengths),
+            ("tokens", tokens, DEFAULT_TOKENS),
+        )
+        if value != default
+    }
     split = config.eval.split
     stream = open_source(config).split_stream(split)
     check_eval_lengths(len(stream), lengths, split)
@@ -308,7 +320,8 @@ def analyze_workdir(
             "tokens_per_length": tokens,
             "device": device_description(),
             "lengths": records,
-            "files": analysis_names(naming),
+            "settings": settings,
+            "files": analysis_names(naming, settings),
             "time": time.time(),
         }
         write_analysis(run, record)

@@ -48,9 +48,10 @@ class Learned(Encoding):
     def check_length(self, length: int) -> None:
         if length > self.max_len:
             raise ValueError(
-                f"the learned absolute encoding has a table of encoding.max_len={self.max_len} "
-                f"positions and cannot embed a sequence of {length} tokens; raise "
-                "encoding.max_len (and retrain) or evaluate at lengths <= max_len"
+                "the learned absolute encoding has a table of "
+                f"encoding.hparams.max_len={self.max_len} positions and cannot embed a sequence "
+                f"of {length} tokens; raise encoding.hparams.max_len (and retrain) or evaluate "
+                "at lengths <= max_len"
             )
 
     def embed(self, params: Params, positions: jax.Array) -> jax.Array:

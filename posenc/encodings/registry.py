@@ -37,7 +37,9 @@ import importlib
 import importlib.metadata
 import inspect
 import pkgutil
+import re
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 from posenc.encodings.base import Encoding
@@ -139,6 +141,16 @@ def hparam_names(name: str) -> tuple[str, ...]:
     return tuple(f.name for f in dataclasses.fields(get_class(name)) if f.name != "dims")
 
 
+def user_fields(message: str, hparams: Sequence[str]) -> str:
+    """``message`` with each hyperparameter named as the user sets it: encoders phrase their
+    checks as ``encoding.factor``, but the config field (and the command-line flag) is
+    ``encoding.hparams.factor``."""
+    if not hparams:
+        return message
+    names = "|".join(sorted(map(re.escape, hparams), key=len, reverse=True))
+    return re.sub(rf"(?<![\w.])encoding\.({names})\b", r"encoding.hparams.\1", message)
+
+
 def get(name: str, **hparams: Any) -> Encoding:
     """Creates the (unbound) encoder registered as ``name`` with the given hyperparameters.
 
@@ -154,4 +166,10 @@ def get(name: str, **hparams: Any) -> Encoding:
             f"encoding {name!r} has no hyperparameter(s) {unknown}; "
             f"it accepts: {', '.join(allowed) or '(none)'}"
         )
-    return cls(**hparams)
+    try:
+        return cls(**hparams)
+    except ValueError as e:  # one line, naming the field as the user sets it
+        message = user_fields(str(e), allowed)
+        if message == str(e):
+            raise
+        raise ValueError(message) from None

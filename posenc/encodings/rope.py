@@ -118,6 +118,7 @@ _UNSCALED = dict(
 )
 # Modes that need the training length, and modes whose base exponent d / (d - 2) needs d > 2.
 _NEED_ORIGINAL = ("dynamic", "yarn", "llama3", "longrope")
+NEEDS_ORIGINAL = _NEED_ORIGINAL  # read by evaluation, which defaults it to the training length
 _NTK = ("ntk", "dynamic")
 # Modes whose frequencies depend on the window's length (the keys' span).
 _WINDOWED = ("dynamic", "longrope")

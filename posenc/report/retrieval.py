@@ -1,5 +1,9 @@
 """The retrieval section of a report: every ``posenc retrieval`` record under a folder.
 
+Every record is read: ``retrieval.json`` and each ``retrieval-<settings>.json`` (other
+lengths, tasks, haystack or evaluation settings; :func:`posenc.workdir.retrieval_names`), the
+plain name of a run written before records were named by their settings included.
+
 - a table: one row per record (encoder, its evaluation changes, training length), the mean score
   over tasks at each length, and RULER's effective length at the record's threshold; the tasks,
   trials and seed each row was measured with;
@@ -36,11 +40,21 @@ def find_records(folder: str) -> list[tuple[str, dict[str, Any]]]:
     return out
 
 
-def _label(path: str, record: dict[str, Any], folder: str) -> str:
+def evaluation_label(record: dict[str, Any]) -> str:
+    """A record's evaluation named as the perplexity table names it: the encoder, then what the
+    evaluation changed (``rope (yarn x4)``, by :func:`posenc.report.runs.describe_changes`)."""
+    from posenc.report.runs import describe_changes
+
     changes = record.get("changes") or {}
-    what = ", ".join(f"{k.split('.')[-1]}={v}" for k, v in sorted(changes.items()))
-    label = record.get("encoding", "?") + (f" ({what})" if what else "")
-    return f"{label} [train {record.get('train_seq_len')}; {os.path.relpath(path, folder)}]"
+    encoding = record.get("encoding", "?")
+    what = describe_changes(encoding, changes, record.get("train_seq_len")) if changes else ""
+    return encoding + (f" ({what})" if what else "")
+
+
+def _label(path: str, record: dict[str, Any], folder: str) -> str:
+    """:func:`evaluation_label`, then the record's training length and file."""
+    where = os.path.relpath(path, folder)
+    return f"{evaluation_label(record)} [train {record.get('train_seq_len')}; {where}]"
 
 
 def retrieval_section(folder: str) -> tuple[list[str], list[str]]:

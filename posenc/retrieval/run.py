@@ -54,11 +54,30 @@ def trial_rng(task: str, length: int, seed: int, trial: int) -> np.random.Genera
     return np.random.default_rng([zlib.crc32(task.encode()), int(length), int(seed), int(trial)])
 
 
+def check_threshold(threshold: float) -> float:
+    """The effective length's threshold as a float; one-line ``ValueError`` unless it is a
+    number in [0, 100] (a percentage: a score never leaves that range, so any other threshold
+    makes every or no length effective)."""
+    if isinstance(threshold, bool) or not isinstance(threshold, int | float | np.number):
+        raise ValueError(f"retrieval --threshold must be a number, got {threshold!r}")
+    if not 0 <= threshold <= 100:  # NaN fails too
+        raise ValueError(
+            f"retrieval --threshold must be a percentage in [0, 100] (RULER's is "
+            f"{_score.RULER_THRESHOLD}), got {threshold!r}"
+        )
+    return float(threshold)
+
+
 def check_request(
-    names: Sequence[str], lengths: Sequence[int], depths: Sequence[float], trials: int
+    names: Sequence[str],
+    lengths: Sequence[int],
+    depths: Sequence[float],
+    trials: int,
+    threshold: float = _score.RULER_THRESHOLD,
 ) -> tuple[list[_tasks.Task], list[int], list[float]]:
     """Validates a request; one-line ``ValueError`` for an unknown task, a length below 1, a
-    depth outside [0, 1] or a trial count below 1."""
+    depth outside [0, 1], a trial count below 1 or a threshold outside [0, 100]."""
+    check_threshold(threshold)
     if not names:
         raise ValueError(f"retrieval tasks: name at least one of {', '.join(_tasks.NAMES)}")
     tasks = [_tasks.get(n) for n in names]
@@ -108,7 +127,7 @@ def evaluate_retrieval(
       prefix, suffix: token ids before and after every prompt, counted in its length.
       stop_id: the end-of-text id; the output ends before it.
       check_length: raises ``ValueError`` for a total length (prompt + generated) the model
-        cannot represent; that length is recorded as an error, not scored.
+        cannot represent (a learned table's); such a length is refused before any decoding.
       threshold: the effective length's threshold, in percent.
       on_trial: called with each trial's record (``task``, ``length``, ``depth``, ``trial``,
         ``prompt``, ``answer``, ``output``, ``score``, ``correct``, ...).
@@ -119,7 +138,7 @@ def evaluate_retrieval(
       "by_length": [{"length", "score"}], "effective_length", "threshold", ...}``; scores are
       percentages, means over trials (cells), depths (a task's length) and tasks (a length).
     """
-    tasks, lengths, depths = check_request(task_names, lengths, depths, trials)
+    tasks, lengths, depths = check_request(task_names, lengths, depths, trials, threshold)
     haystack = haystack or _prompt.Haystack(tokenizer)
     record: dict[str, Any] = {"tasks": {}}
     # Every trial's draws first, so a length too short for any of them is refused before work.
@@ -128,16 +147,12 @@ def evaluate_retrieval(
         for task in tasks
         for length in lengths
     }
+    if check_length is not None:  # every trial fits the model's positions, or nothing runs
+        _check_lengths(plan, check_length)
     for task in tasks:
         cells, by_length = [], []
         for length in lengths:
             num_new, drawn = plan[task.name, length]
-            try:
-                if check_length is not None:
-                    check_length(length + num_new)
-            except ValueError as e:
-                by_length.append({"length": length, "error": str(e)})
-                continue
             start = time.perf_counter()
             rows = outputs = None
             for depth in depths:
@@ -194,6 +209,24 @@ def evaluate_retrieval(
     return record
 
 
+def _check_lengths(plan: dict[tuple[str, int], tuple[int, list]], check_length) -> None:
+    """Refuses (one-line ``ValueError``) the lengths at which some task's prompt and answer do
+    not fit the model's positions, naming them: a researcher asking for a length gets its
+    score or a refusal, never a silent gap in the table."""
+    refused: dict[int, str] = {}
+    for (name, length), (num_new, _) in plan.items():
+        try:
+            check_length(length + num_new)
+        except ValueError as e:
+            refused.setdefault(length, f"{name} generates {num_new} tokens after the prompt: {e}")
+    if refused:
+        first = min(refused)
+        raise ValueError(
+            f"retrieval cannot score length(s) {', '.join(map(str, sorted(refused)))}: at "
+            f"{first}, {refused[first]}"
+        )
+
+
 def _cell(length: int, depth: float, scores: list[float]) -> dict[str, Any]:
     """One (length, depth) cell: its trials, the correct ones and the mean score in percent."""
     return {
@@ -213,15 +246,7 @@ def _plan(task, tokenizer, haystack, length, seed, trials, prefix, suffix) -> tu
       ValueError: ``length`` is shorter than some trial's prompt without filler, or longer than
         the text haystack can fill.
     """
-    drawn = [
-        _tasks.draw(task, trial_rng(task.name, length, seed, t), length) for t in range(trials)
-    ]
-    fixed = [_prompt.fixed_tokens(tokenizer, d, prefix, suffix) for d in drawn]
-    if length < max(fixed):
-        raise ValueError(
-            f"retrieval length {length} is too short for {task.name}: its prompts without filler "
-            f"take up to {max(fixed)} tokens in this tokenizer; use lengths >= {max(fixed)}"
-        )
+    drawn, fixed = _drawn(task, tokenizer, length, seed, trials, prefix, suffix)
     if task.haystack == "words":  # a pool of words too small for the length: refused now
         _trial_prompt(task, drawn[0], length, 0.0, haystack, seed, 0, prefix, suffix)
     if task.needs_text:  # tokenised now, once per length at most, and checked before any trial
@@ -231,6 +256,38 @@ def _plan(task, tokenizer, haystack, length, seed, trials, prefix, suffix) -> tu
             raise ValueError(f"retrieval length {length} ({task.name}): {e}") from None
     longest = max(len(tokenizer.encode(" " + ", ".join(d.answers))) for d in drawn)
     return max(task.tokens_to_generate, longest + 2), drawn
+
+
+def _drawn(task, tokenizer, length, seed, trials, prefix, suffix) -> tuple[list, list[int]]:
+    """The trials' draws at one length and their prompts' tokens without filler; one-line
+    ``ValueError`` when ``length`` cannot hold one of them."""
+    drawn = [
+        _tasks.draw(task, trial_rng(task.name, length, seed, t), length) for t in range(trials)
+    ]
+    fixed = [_prompt.fixed_tokens(tokenizer, d, prefix, suffix) for d in drawn]
+    if length < max(fixed):
+        raise ValueError(
+            f"retrieval length {length} is too short for {task.name}: its prompts without filler "
+            f"take up to {max(fixed)} tokens in this tokenizer; use lengths >= {max(fixed)}"
+        )
+    return drawn, fixed
+
+
+def check_prompts(
+    task_names: Sequence[str],
+    tokenizer: Any,
+    lengths: Sequence[int],
+    *,
+    seed: int = 0,
+    trials: int = DEFAULT_TRIALS,
+    prefix: Sequence[int] = (),
+    suffix: Sequence[int] = (),
+) -> None:
+    """Refuses (one-line ``ValueError``) a length too short for some trial's prompt without
+    filler, before a model is loaded (the tokenizer alone decides it)."""
+    for name in task_names:
+        for length in lengths:
+            _drawn(_tasks.get(name), tokenizer, int(length), seed, trials, prefix, suffix)
 
 
 def _trial_prompt(task, draw, length, depth, haystack, seed, t, prefix, suffix):

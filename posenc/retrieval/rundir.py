@@ -50,6 +50,145 @@ def _text_source(spec: str, data_dir: str | None, split: str):
     return text
 
 
+def _default_haystack(config: Any) -> str:
+    """The run's data source when it is text, else ``pystdlib``."""
+    own = config.data.source
+    return DEFAULT_HAYSTACK if own.startswith("synthetic:") else own
+
+
+def _settings(
+    tasks: Sequence[str],
+    lengths: tuple[int, ...],
+    own_lengths: tuple[int, ...],
+    depths: Sequence[float],
+    trials: int,
+    seed: int,
+    haystack: str,
+    own_haystack: str,
+    threshold: float,
+) -> dict[str, Any]:
+    """The settings of a retrieval that differ from the command's defaults (its files' names,
+    :func:`posenc.workdir.retrieval_names`): a retrieval at other lengths, tasks, depths,
+    trials, seed, haystack or threshold is written beside the default one, not over it."""
+    given = {
+        "tasks": (tuple(tasks), ("passkey",)),
+        "lengths": (lengths, own_lengths),
+        "depths": (tuple(float(d) for d in depths), tuple(map(float, _run.DEFAULT_DEPTHS))),
+        "trials": (int(trials), _run.DEFAULT_TRIALS),
+        "seed": (int(seed), 0),
+        "haystack": (haystack, own_haystack),
+        "threshold": (float(threshold), float(_score.RULER_THRESHOLD)),
+    }
+    return {name: value for name, (value, default) in given.items() if value != default}
+
+
+def _check_model(config: Any, tasks: Sequence[str], lengths: Sequence[int]) -> None:
+    """Refuses an encoder (or scaling) that greedy decoding through a key/value cache cannot
+    reproduce, and lengths whose prompt and answer exceed the model's positions (a learned
+    table), naming the field as the user sets it."""
+    from posenc.encodings.registry import hparam_names, user_fields
+    from posenc.models.build import make_encoding
+
+    encoding = make_encoding(config)
+    try:
+        encoding.check_cacheable()
+    except ValueError as e:
+        message = user_fields(str(e), hparam_names(config.encoding.name))
+        raise ValueError(f"retrieval: {message}") from None
+    # The fewest positions a trial takes: its prompt and the task's answer tokens. A length
+    # that cannot hold them is refused now, not reported as "not scored" after the rest ran.
+    answer = max(get_task(name).tokens_to_generate for name in tasks)
+    too_long = []
+    for length in lengths:
+        try:
+            encoding.check_length(length + answer)
+        except ValueError as e:
+            too_long.append((length, str(e)))
+    if too_long:
+        bad = ", ".join(str(n) for n, _ in too_long)
+        raise ValueError(
+            f"retrieval cannot score length(s) {bad}: a trial takes the prompt and at least "
+            f"{answer} generated tokens, and {too_long[0][1]}"
+        )
+
+
+def _check_prompt_lengths(
+    config: Any, tasks: Sequence[str], lengths: Sequence[int], seed: int, trials: int
+) -> None:
+    """Refuses a length too short for a task's prompt in the run's tokenizer (as
+    :class:`posenc.trained.TrainedRun` makes it), before the checkpoint is read."""
+    from posenc.data.hf_tokenizer import make_tokenizer
+    from posenc.data.tokenizer import SEP_ID
+    from posenc.tasks import task_of
+
+    tokenizer = make_tokenizer(config.data.get("tokenizer", "bytes"))
+    bos = getattr(tokenizer, "bos_id", None)
+    _run.check_prompts(
+        tasks,
+        tokenizer,
+        lengths,
+        seed=seed,
+        trials=trials,
+        prefix=() if bos is None else (int(bos),),
+        suffix=(SEP_ID,) if task_of(config) else (),
+    )
+
+
+def check_retrieval(
+    workdir: str,
+    *,
+    tasks: Sequence[str] = ("passkey",),
+    lengths: Sequence[int] | None = None,
+    depths: Sequence[float] = _run.DEFAULT_DEPTHS,
+    trials: int = _run.DEFAULT_TRIALS,
+    seed: int = 0,
+    haystack: str | None = None,
+    threshold: float = _score.RULER_THRESHOLD,
+    overrides: Sequence[str] = (),
+) -> tuple[Any, tuple[int, ...], str]:
+    """Validates a retrieval request against the run's config before any checkpoint is read or
+    any other work is done (``posenc eval --tasks`` calls it before perplexity).
+
+    Returns:
+      The config to evaluate with, the lengths (default the run's evaluation lengths) and the
+      haystack (default the run's data source when it is text, else ``pystdlib``).
+
+    Raises:
+      ValueError: an unknown task, a threshold outside [0, 100], a bad length, depth or trial
+        count, a run that is not a decoder-only LM, an encoder (or scaling) that cannot be
+        decoded with a key/value cache, a synthetic haystack, a length whose
+        prompt and answer do not fit the model's positions (a learned table) or that is too
+        short for a task's prompt, naming it.
+    """
+    from posenc.config import apply_overrides, eval_lengths, evaluation_changes, validate
+    from posenc.workdir import RunDir
+
+    for name in tasks:
+        get_task(name)  # an unknown name is refused before the checkpoint is read
+    _run.check_threshold(threshold)
+    trained = RunDir(workdir).read_config()
+    config = apply_overrides(trained, list(overrides))
+    evaluation_changes(trained, config)  # refuses a change to what was trained
+    validate(config)
+    kind = config.model.get("assembly", "lm")
+    if kind != "lm":
+        raise ValueError(
+            f"{workdir} is a model.assembly={kind!r} run; retrieval needs a decoder-only LM "
+            "(model.assembly='lm')"
+        )
+    lengths = tuple(int(n) for n in (lengths or eval_lengths(config)))
+    _run.check_request(tasks, lengths, depths, trials, threshold)
+    haystack = _default_haystack(config) if haystack is None else haystack
+    if haystack.startswith("synthetic:"):
+        raise ValueError(
+            f"retrieval haystack {haystack!r} is not text; use pystdlib, textdir:<folder> "
+            "or a prepared tfds: corpus"
+        )
+    _check_model(config, tasks, lengths)
+    _check_prompt_lengths(config, tasks, lengths, seed, trials)
+    return config, lengths, haystack
+
+
 def retrieval_workdir(
     workdir: str,
     *,
@@ -65,8 +204,10 @@ def retrieval_workdir(
     progress: bool = False,
 ) -> dict[str, Any]:
     """Scores a run's retrieval and writes ``retrieval.json`` (the record), ``retrieval.jsonl``
-    (every trial), ``retrieval.md`` and the plots beside it (``retrieval-<changes>.*`` under
-    changed evaluation settings).
+    (every trial), ``retrieval.md`` and the plots beside it; under changed evaluation settings,
+    or at other lengths, tasks, depths, trials, seed, haystack or threshold than the defaults,
+    ``retrieval-<changes and settings>.*`` (:func:`posenc.workdir.retrieval_names`), so no
+    retrieval replaces another's.
 
     Args:
       workdir: a run directory.
@@ -78,12 +219,15 @@ def retrieval_workdir(
       haystack: the text source of ``essay`` haystacks (default: the run's data source when it
         is text, else ``pystdlib``); its validation split is read.
       batch_size: trials decoded together.
-      threshold: the effective length's threshold in percent (RULER's 85.6).
+      threshold: the effective length's threshold in percent (RULER's 85.6), in [0, 100].
       overrides: evaluation-time ``field=value`` changes.
       progress: print one line per task and length.
 
     Returns:
       The record written, with the file names under ``"files"``.
+
+    Raises:
+      ValueError: as :func:`check_retrieval`, before the checkpoint is read.
     """
     from posenc.config import eval_lengths
     from posenc.data.tokenizer import SEP_ID
@@ -92,24 +236,34 @@ def retrieval_workdir(
     from posenc.trained import load_run
     from posenc.workdir import RunDir, atomic_write_bytes, retrieval_names, to_json, write_json
 
-    for name in tasks:
-        get_task(name)  # an unknown name is refused before the checkpoint is read
+    _, lengths, haystack = check_retrieval(
+        workdir,
+        tasks=tasks,
+        lengths=lengths,
+        depths=depths,
+        trials=trials,
+        seed=seed,
+        haystack=haystack,
+        threshold=threshold,
+        overrides=overrides,
+    )
     run = load_run(workdir, list(overrides))
     config = run.config
-    kind = config.model.get("assembly", "lm")
-    if kind != "lm":
-        raise ValueError(
-            f"{workdir} is a model.assembly={kind!r} run; retrieval needs a decoder-only LM "
-            "(model.assembly='lm')"
-        )
     task_run = task_of(config)
-    if haystack is None:
-        own = config.data.source
-        haystack = DEFAULT_HAYSTACK if own.startswith("synthetic:") else own
-    lengths = tuple(int(n) for n in (lengths or eval_lengths(config)))
     tokenizer = run.tokenizer
     bos = getattr(tokenizer, "bos_id", None)
-    names = retrieval_names(run.changes)
+    settings = _settings(
+        tasks,
+        lengths,
+        tuple(int(n) for n in eval_lengths(config)),
+        depths,
+        trials,
+        seed,
+        haystack,
+        _default_haystack(config),
+        threshold,
+    )
+    names = retrieval_names(run.changes, settings)
     lines: list[str] = []
     with RunDir(workdir).lock():
         start = time.time()
@@ -153,7 +307,9 @@ def retrieval_workdir(
         folder = RunDir(workdir)
         write_json(folder.file(names["json"]), record)
         atomic_write_bytes(folder.file(names["trials"]), "".join(x + "\n" for x in lines).encode())
-        title = f"{config.encoding.name} (train {config.train.seq_len})"
+        from posenc.report.retrieval import evaluation_label
+
+        title = f"{evaluation_label(record)} (train {config.train.seq_len})"
         text = "\n".join(_output.markdown(record, title)) + "\n"
         atomic_write_bytes(folder.file(names["table"]), text.encode())
         atomic_write_bytes(folder.file(names["heatmap"]), _output.plot_heatmap(record, title))

@@ -328,7 +328,10 @@ def parse_value(text: str) -> Any:
 
 
 def settings_name(
-    settings: Mapping[str, Any], max_len: int = _MAX_NAME, hash_of: Mapping[str, Any] | None = None
+    settings: Mapping[str, Any],
+    max_len: int = _MAX_NAME,
+    hash_of: Mapping[str, Any] | None = None,
+    key: Callable[[str, Any], Any] | None = None,
 ) -> str:
     """A readable, file-system-safe name for a set of dotted settings, stable and unique.
 
@@ -345,15 +348,18 @@ def settings_name(
       max_len: longest readable part (the hash comes on top).
       hash_of: settings that ``settings`` abbreviates (their keys shortened): the hash is then
         always appended, and is of these.
+      key: ``(field, value) -> sort key`` of the parts (default the field's name); the order
+        is still independent of the order the settings were written in.
     """
     if not settings:
         return "base"
     parts, lossy = [], False
-    for key in sorted(settings):
-        value = settings[key]
+    order = sorted(settings, key=None if key is None else (lambda k: key(k, settings[k])))
+    for field in order:
+        value = settings[field]
         text = _render(value)
-        safe_key, safe_text = _SAFE.sub("_", key), _SAFE.sub("_", text)
-        lossy |= safe_key != key or safe_text != text
+        safe_key, safe_text = _SAFE.sub("_", field), _SAFE.sub("_", text)
+        lossy |= safe_key != field or safe_text != text
         lossy |= isinstance(value, str) and parse_value(text) != value
         lossy |= isinstance(value, list | tuple) or "__" in safe_text + safe_key
         parts.append(f"{safe_key}-{safe_text}")
@@ -365,3 +371,91 @@ def settings_name(
     if lossy or hash_of is not None:
         name += "__h" + settings_hash(settings if hash_of is None else hash_of)[:10]
     return name
+
+
+# -- the names of evaluation results --------------------------------------------------------
+
+# Longest readable part of an evaluation result's name (a hash of the settings follows).
+_EVAL_NAME_LEN = 60
+
+
+def _method_first(key: str, value: Any) -> tuple[int, str]:
+    """Sort key of a result name's parts: string values first (they name the method: ``scaling``
+    yarn, ``mode`` sliding, ``split`` test), so that cutting a long name keeps them."""
+    return (0 if isinstance(value, str) else 1, key)
+
+
+def results_name(changes: Mapping[str, Any], settings: Mapping[str, Any] | None = None) -> str:
+    """The short, deterministic name of an evaluation's changed settings and, for a command that
+    has its own (``posenc retrieval``'s lengths, tasks, haystack, ...; ``posenc analyze``'s
+    lengths and tokens), those of them that differ from the command's defaults.
+
+    ``eval.`` and ``encoding.hparams.`` are left out of the field names, the method (a string
+    value) comes first, the readable part is cut at 60 characters, and a hash of the exact
+    settings follows wherever the short form could be ambiguous.
+
+    Args:
+      changes: dotted config fields the evaluation changes (``{"encoding.hparams.scaling":
+        "yarn", ...}``).
+      settings: the command's own settings, bare names (``{"lengths": (4096,)}``).
+    """
+    hparams = "encoding.hparams."
+    exact = {**changes, **(settings or {})}
+    short = {k.removeprefix("eval.").removeprefix(hparams): v for k, v in exact.items()}
+    if len(short) < len(exact):  # "eval.x" and a setting or hparam "x" would share a name
+        return settings_name(exact, _EVAL_NAME_LEN, key=_method_first)
+    # An encoder's hyperparameter may share its name with an eval field: hash the exact fields.
+    hashed = exact if any(k.startswith(hparams) for k in changes) else None
+    return settings_name(short, _EVAL_NAME_LEN, hash_of=hashed, key=_method_first)
+
+
+def eval_file_name(changes: Mapping[str, Any]) -> str:
+    """``eval.json`` for the run's own settings, else ``eval-<short settings>.json``.
+
+    The name is short and deterministic (the same changes always name the same file, so an
+    evaluation repeated under them replaces its report; :func:`results_name`)::
+
+        {"eval.mode": "sliding", "eval.stride": 32}  -> eval-mode-sliding__stride-32.json
+        {"encoding.hparams.scaling": "yarn", "encoding.hparams.factor": 8,
+         "encoding.hparams.original_max_len": 128}
+            -> eval-scaling-yarn__factor-8__original_max_len-128__h<10 hex>.json
+
+    Readers never parse the name: every report records its ``changes`` (a report written
+    under an older naming, ``eval-factor-8__...__scaling-yarn__h<hex>.json``, is read alike).
+    """
+    if not changes:
+        return EVAL_FILE
+    return f"{EVAL_PREFIX}{results_name(changes)}.json"
+
+
+def _names(
+    stem: str,
+    suffixes: Mapping[str, str],
+    changes: Mapping[str, Any],
+    settings: Mapping[str, Any] | None,
+) -> dict[str, str]:
+    if changes or settings:
+        stem += f"-{results_name(changes, settings)}"
+    return {kind: stem + suffix for kind, suffix in suffixes.items()}
+
+
+def analysis_names(
+    changes: Mapping[str, Any], settings: Mapping[str, Any] | None = None
+) -> dict[str, str]:
+    """The file names ``posenc analyze`` writes, by kind (:data:`ANALYSIS_SUFFIXES`):
+    ``attention.json``, ``attention.md``, ... for the run's own settings at the command's
+    defaults, else ``attention-<changes and settings>.*`` (:func:`results_name`; settings:
+    ``lengths``, ``tokens`` where not the defaults), so an analysis never replaces another's."""
+    return _names(ANALYSIS_STEM, ANALYSIS_SUFFIXES, changes, settings)
+
+
+def retrieval_names(
+    changes: Mapping[str, Any], settings: Mapping[str, Any] | None = None
+) -> dict[str, str]:
+    """The file names ``posenc retrieval`` (and ``posenc eval --tasks``) writes, by kind
+    (:data:`RETRIEVAL_SUFFIXES`): ``retrieval.json``, ``retrieval.jsonl``, ... for the run's own
+    settings at the command's defaults, else ``retrieval-<changes and settings>.*``
+    (:func:`results_name`; settings: ``tasks``, ``lengths``, ``depths``, ``trials``, ``seed``,
+    ``haystack``, ``threshold`` where not the defaults), so a retrieval at other lengths, tasks
+    or haystack, or under YaRN, never replaces another's."""
+    return _names(RETRIEVAL_STEM, RETRIEVAL_SUFFIXES, changes, settings)

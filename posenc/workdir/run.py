@@ -43,7 +43,6 @@ from posenc.workdir import lock
 from posenc.workdir.checkpoints import Checkpoints
 from posenc.workdir.files import (
     ANALYSIS_STEM,
-    ANALYSIS_SUFFIXES,
     CHECKPOINT_DIR,
     CONFIG_FILE,
     DATA_FILE,
@@ -60,9 +59,9 @@ from posenc.workdir.files import (
     atomic_write_bytes,
     config_from_dict,
     diff_fields,
+    eval_file_name,
     read_json,
     resolve_tokenizer_folders,
-    settings_name,
     upgrade,
     write_json,
 )
@@ -108,63 +107,10 @@ def data_changes(before: Mapping[str, Any], now: Mapping[str, Any]) -> list[str]
     return changes
 
 
-# Longest readable part of an evaluation file's name (a hash of the settings follows).
-_EVAL_NAME_LEN = 60
-
-
 def hypotheses_name(report: str) -> str:
     """The outputs file of a translation evaluation report: ``eval.json`` ->
     ``eval.hypotheses.txt``."""
     return report.removesuffix(".json") + HYPOTHESES_SUFFIX
-
-
-def eval_file_name(changes: Mapping[str, Any]) -> str:
-    """``eval.json`` for the run's own settings, else ``eval-<short settings>.json``.
-
-    The name is short and deterministic (the same changes always name the same file, so an
-    evaluation repeated under them replaces its report): ``eval.`` and ``encoding.hparams.`` are
-    left out of the field names, the readable part is cut at 60 characters, and a hash of the
-    exact changes follows wherever the short form could be ambiguous::
-
-        {"eval.mode": "sliding", "eval.stride": 32}  -> eval-mode-sliding__stride-32.json
-        {"encoding.hparams.scaling": "yarn", "encoding.hparams.factor": 8,
-         "encoding.hparams.original_max_len": 128}
-            -> eval-factor-8__original_max_len-128__scaling-yarn__h<10 hex>.json
-
-    Readers never parse the name: every report records its ``changes``.
-    """
-    if not changes:
-        return EVAL_FILE
-    return f"{EVAL_PREFIX}{_changes_name(changes)}.json"
-
-
-def _changes_name(changes: Mapping[str, Any]) -> str:
-    """The short, deterministic name of evaluation-time changes (:func:`eval_file_name`)."""
-    hparams = "encoding.hparams."
-    short = {k.removeprefix("eval.").removeprefix(hparams): v for k, v in changes.items()}
-    if len(short) < len(changes):  # "eval.x" and a top-level or hparam "x" would share a name
-        return settings_name(dict(changes), _EVAL_NAME_LEN)
-    # An encoder's hyperparameter may share its name with an eval field: hash the exact fields.
-    exact = dict(changes) if any(k.startswith(hparams) for k in changes) else None
-    return settings_name(short, _EVAL_NAME_LEN, hash_of=exact)
-
-
-def analysis_names(changes: Mapping[str, Any]) -> dict[str, str]:
-    """The file names ``posenc analyze`` writes, by kind (:data:`ANALYSIS_SUFFIXES`):
-    ``attention.json``, ``attention.md``, ... for the run's own settings, and
-    ``attention-<changes>.json``, ... (named as :func:`eval_file_name` names them) under
-    changed settings, so an analysis never replaces another's."""
-    stem = ANALYSIS_STEM + (f"-{_changes_name(changes)}" if changes else "")
-    return {kind: stem + suffix for kind, suffix in ANALYSIS_SUFFIXES.items()}
-
-
-def retrieval_names(changes: Mapping[str, Any]) -> dict[str, str]:
-    """The file names ``posenc retrieval`` writes, by kind (:data:`RETRIEVAL_SUFFIXES`):
-    ``retrieval.json``, ``retrieval.jsonl``, ... for the run's own settings and
-    ``retrieval-<changes>.*`` under changed settings (named as :func:`eval_file_name` names
-    them), so a YaRN-scaled evaluation never replaces the unscaled one."""
-    stem = RETRIEVAL_STEM + (f"-{_changes_name(changes)}" if changes else "")
-    return {kind: stem + suffix for kind, suffix in RETRIEVAL_SUFFIXES.items()}
 
 
 class RunDir:
@@ -367,7 +313,8 @@ class RunDir:
 
         Raises:
           WorkdirError: ``name`` is not a plain ``.json`` file name (a path, a hidden name),
-            is one of the files the run owns (config, data, metrics, checkpoints, lock, ...), is
+            is one of the files the run owns (config, data, metrics, checkpoints, lock, ...) or
+            a retrieval or analysis result's name (``retrieval-*``, ``attention-*``), is
             a folder, or is ``eval.json`` for changed settings (the run's own evaluation).
         """
         default = eval_file_name(changes)
@@ -378,6 +325,11 @@ class RunDir:
             problem = "give a file name inside the work directory, not a path"
         elif name in OWNED_NAMES:
             problem = f"{name} is the run's own; posenc keeps the run's records under that name"
+        elif name.startswith((RETRIEVAL_STEM + "-", ANALYSIS_STEM + "-")):
+            problem = (
+                f"posenc keeps retrieval and attention analysis results under names starting "
+                f"with {RETRIEVAL_STEM}- and {ANALYSIS_STEM}-"
+            )
         elif name.startswith("."):
             problem = "a report's name may not start with '.' (temporary files do)"
         elif not name.endswith(".json"):

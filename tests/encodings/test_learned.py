@@ -35,7 +35,7 @@ def test_check_length_refuses_lengths_past_max_len():
 
 @pytest.mark.parametrize("bad", [0, -3, 2.0])
 def test_bad_max_len_is_rejected(bad):
-    with pytest.raises(ValueError, match="encoding.max_len"):
+    with pytest.raises(ValueError, match="encoding.hparams.max_len"):
         encodings.get("learned", max_len=bad)
 
 

@@ -218,21 +218,33 @@ def test_attention_paths_match_the_naive_formula(mode, times):
 @pytest.mark.parametrize(
     "hparams,match",
     [
-        ({"scaling": "pi"}, r"encoding.scaling must be one of \[None, 'linear', 'ntk'"),
-        ({"scaling": "linear", "factor": 0.5}, "encoding.factor must be a number >= 1"),
-        ({"scaling": "linear", "factor": "4"}, "encoding.factor"),
-        ({"scaling": "yarn", "factor": 4}, "encoding.scaling='yarn' needs encoding.original_max"),
-        ({"scaling": "dynamic", "factor": 4}, "needs encoding.original_max_len"),
-        ({"original_max_len": 0}, "encoding.original_max_len must be a positive integer"),
-        ({"original_max_len": 64.5}, "encoding.original_max_len"),
-        ({"beta_fast": 1, "beta_slow": 32}, "encoding.beta_fast must be greater than"),
-        ({"beta_slow": 0}, "encoding.beta_slow must be a number > 0"),
-        ({"attention_factor": -1.0}, "encoding.attention_factor"),
+        ({"scaling": "pi"}, r"encoding.(hparams.)?scaling must be one of \[None, 'linear', 'ntk'"),
+        ({"scaling": "linear", "factor": 0.5}, "encoding.(hparams.)?factor must be a number >= 1"),
+        ({"scaling": "linear", "factor": "4"}, "encoding.(hparams.)?factor"),
+        (
+            {"scaling": "yarn", "factor": 4},
+            "encoding.(hparams.)?scaling='yarn' needs encoding.(hparams.)?original_max",
+        ),
+        ({"scaling": "dynamic", "factor": 4}, "needs encoding.(hparams.)?original_max_len"),
+        (
+            {"original_max_len": 0},
+            "encoding.(hparams.)?original_max_len must be a positive integer",
+        ),
+        ({"original_max_len": 64.5}, "encoding.(hparams.)?original_max_len"),
+        ({"beta_fast": 1, "beta_slow": 32}, "encoding.(hparams.)?beta_fast must be greater than"),
+        ({"beta_slow": 0}, "encoding.(hparams.)?beta_slow must be a number > 0"),
+        ({"attention_factor": -1.0}, "encoding.(hparams.)?attention_factor"),
         # A scaling parameter without a scaling method would be ignored, yet recorded.
-        ({"factor": 4}, r"encoding.factor=4 has no effect without encoding.scaling"),
-        ({"scaling": None, "original_max_len": 64}, "encoding.original_max_len=64 has no"),
-        ({"beta_fast": 16}, "encoding.beta_fast=16 has no effect"),
-        ({"attention_factor": 1.2}, "encoding.attention_factor=1.2 has no effect"),
+        (
+            {"factor": 4},
+            r"encoding.(hparams.)?factor=4 has no effect without encoding.(hparams.)?scaling",
+        ),
+        (
+            {"scaling": None, "original_max_len": 64},
+            "encoding.(hparams.)?original_max_len=64 has no",
+        ),
+        ({"beta_fast": 16}, "encoding.(hparams.)?beta_fast=16 has no effect"),
+        ({"attention_factor": 1.2}, "encoding.(hparams.)?attention_factor=1.2 has no effect"),
     ],
 )
 def test_bad_scaling_is_one_line_naming_the_field(hparams, match):
@@ -250,5 +262,5 @@ def test_ntk_needs_four_rotated_channels():
     encodings.get("rope", fraction=0.25).bind(dims)  # plain RoPE on one pair is fine
     for mode in ("ntk", "dynamic"):
         enc = encodings.get("rope", fraction=0.25, scaling=mode, factor=2, original_max_len=4)
-        with pytest.raises(ValueError, match=f"encoding.scaling='{mode}'.*at least 4"):
+        with pytest.raises(ValueError, match=f"encoding.(hparams.)?scaling='{mode}'.*at least 4"):
             enc.bind(dims)

@@ -65,5 +65,5 @@ def test_odd_dims_are_rejected():
         sinusoidal_table(jnp.arange(3), 7)
     with pytest.raises(ValueError, match="model_dim"):
         encodings.get("sinusoidal").bind(Dims(num_heads=1, head_dim=15, model_dim=15))
-    with pytest.raises(ValueError, match="encoding.base"):
+    with pytest.raises(ValueError, match="encoding.(hparams.)?base"):
         encodings.get("sinusoidal", base=0.0)

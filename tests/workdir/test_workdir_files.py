@@ -112,7 +112,7 @@ def test_eval_file_names_are_short_and_distinct():
         "eval.lengths": (128, 256, 512, 1024),
     }
     name = workdir.eval_file_name(yarn)
-    assert name.startswith("eval-factor-8__") and len(name) <= 90
+    assert name.startswith("eval-scaling-yarn__factor-8__") and len(name) <= 90
     assert name == workdir.eval_file_name(dict(reversed(yarn.items())))  # deterministic
     assert name != workdir.eval_file_name({**yarn, "encoding.hparams.factor": 4})
     # An encoder hyperparameter named like an eval field never shares its file.
