@@ -446,7 +446,7 @@ def evaluate_workdir(
     validate(config)
     name = run.eval_output(output, changes)
     if translation.is_translation(config):
-        return _evaluate_translation_run(run, config, changes, name, model, step)
+        return _evaluate_translation_run(run, config, changes, name, model, step, progress)
     if classify.is_classifier(config):
         return _evaluate_classifier_run(run, config, changes, name, model, step)
     e = config.eval
@@ -511,6 +511,7 @@ def _evaluate_translation_run(
     name: str,
     model: EncoderDecoder | None,
     step: int | None,
+    progress: bool = False,
 ) -> dict[str, Any]:
     """:func:`evaluate_workdir` for a translation run: the split's teacher-forced loss, its
     beam-search outputs (written beside the report, one line per source line) and their BLEU
@@ -522,7 +523,11 @@ def _evaluate_translation_run(
     with run.lock(enabled=is_main):
         if model is None:
             model, step = restore_model(run, config)
-        train_pairs = encode_pairs(source.pairs("train"), vocab)
+        pairs = source.pairs("train")
+        if progress and is_main:
+            # A subword tokenizer takes a minute over a large training split: say what it does.
+            print(f"tokenizing the {len(pairs):,} training pairs (their longest source) ...")
+        train_pairs = encode_pairs(pairs, vocab)
         fields, hypotheses = translation.evaluate_translation(
             model,
             config,

@@ -655,6 +655,9 @@ def _train_steps(
             state, metrics = trainer.step(state, batch, memory_tokens)
             pending.append(metrics)
             step += 1
+            # The bar moves at every step, not only at logged ones: a run whose first steps
+            # compile new shapes (translation's length buckets) shows that it is advancing.
+            bar.update(1)
             save = step % t.checkpoint_every == 0 or step == last
             if step % t.log_every == 0 or save:
                 line = _summarise(pending, step, tick, step - tick_step)
@@ -662,7 +665,6 @@ def _train_steps(
                 _check_finite(line, checkpoints, run)
                 history.append(line)
                 writer.write(line)
-                bar.update(step - bar.n)
                 bar.set_postfix(loss=f"{line['loss']:.3f}", tok_s=f"{line['tokens_per_s']:.3g}")
             if save:
                 trainer.save(checkpoints, state, step)

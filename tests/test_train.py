@@ -414,3 +414,33 @@ def test_data_parallel_equals_single_device(data_dir, tmp_path):
         assert a["tokens"] == b["tokens"] == 48 * 7
         assert a["windows"] == b["windows"]
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-6)
+
+
+def test_the_progress_bar_moves_at_every_step_not_only_at_logged_ones(
+    data_dir, tmp_path, monkeypatch
+):
+    """With ``log_every`` past the run's end, the bar still counts each step as it is taken
+    (it sat at 0 while a translation run compiled its length buckets)."""
+    import posenc.train as train_module
+
+    counts: list[int] = []
+
+    class Recorder:
+        n = 0
+
+        def update(self, k: int) -> None:
+            self.n += k
+            counts.append(self.n)
+
+        def set_postfix(self, **kwargs) -> None:
+            pass
+
+        def close(self) -> None:
+            pass
+
+    monkeypatch.setattr(train_module, "progress_bar", lambda **kwargs: Recorder())
+    config = helpers.tiny_config(
+        data_dir, "train.steps=4", "train.log_every=100", "train.checkpoint_every=100"
+    )
+    train(config, str(tmp_path / "run"))
+    assert counts == [1, 2, 3, 4]
