@@ -537,6 +537,8 @@ def translate_workdir(
     ``progress``: a bar on stderr counting the sentences decoded."""
     from posenc.evaluate import restore_model
 
+    if alpha is not None and not 0 <= alpha < math.inf:
+        raise ValueError(f"--alpha must be a finite number >= 0, got {alpha!r}")
     run = RunDir(workdir)
     config = run.read_config()
     if not is_translation(config):
@@ -545,8 +547,6 @@ def translate_workdir(
             "posenc translate needs model.assembly='encoder_decoder'"
         )
     e = config.eval
-    if alpha is not None and not alpha >= 0:
-        raise ValueError(f"--alpha must be >= 0, got {alpha!r}")
     vocab = run_vocab(run, config)
     with run.lock():
         model, _ = restore_model(run, config)

@@ -203,7 +203,9 @@ def test_not_cacheable_is_refused_and_would_differ(name, hparams):
     grows (dynamic NTK past original_max_len; CAPE's mean position), while the reference runs."""
     model = _model(name, hparams)
     prompts = _prompts(2)
-    with pytest.raises(ValueError, match=rf"^encoding\.\w+=[^:]+: '{name}' cannot .*cache"):
+    with pytest.raises(
+        ValueError, match=rf"^encoding\.hparams\.\w+=[^:]+: '{name}' cannot .*cache"
+    ):
         generate.greedy_generate(model, prompts, NEW)
     _, ref_logits = generate.greedy_generate_reference(model, prompts, NEW, return_logits=True)
     graphdef, state = nnx.split(model)

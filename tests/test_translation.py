@@ -135,7 +135,7 @@ def test_bad_decoding_settings_are_refused():
         ("data.bucket_step=1.0", r"^data\.bucket_step must be a number in \(1, 4\], got 1\.0$"),
         ("eval.bucket_step=5.0", r"^eval\.bucket_step must be a number in \(1, 4\], got 5\.0$"),
         ("train.label_smoothing=1.0", r"^train\.label_smoothing must be in \[0, 1\)"),
-        ("eval.alpha=-1.0", r"^eval\.alpha must be a number >= 0"),
+        ("eval.alpha=-1.0", r"^eval\.alpha must be a finite number >= 0"),
         ("model.mem_len=4", r"^model\.mem_len must be 0 for model\.assembly='encoder_decoder'$"),
     ],
 )

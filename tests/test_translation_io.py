@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import io
 import json
+import math
 import os
 
 import _train_helpers as helpers
@@ -168,3 +169,10 @@ def test_decoding_shows_its_progress_in_sentences(monkeypatch, capsys):
     assert "decoding" in err and "4/4" in err and "sentence" in err
     translation.translate_ids(model, pairs, vocab, bucket_step=1.1)
     assert capsys.readouterr().err == ""  # off unless asked
+
+
+@pytest.mark.parametrize("alpha", [math.inf, math.nan, -0.5])
+def test_a_length_penalty_that_is_not_a_finite_number_is_refused_first(run, alpha):
+    """``--alpha inf`` was accepted (``eval.alpha=inf`` is refused in the config)."""
+    with pytest.raises(ValueError, match=r"^--alpha must be a finite number >= 0"):
+        translation.translate_workdir(str(run), ["a house"], alpha=alpha)
