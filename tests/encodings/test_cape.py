@@ -156,5 +156,5 @@ def test_the_training_key_is_a_function_of_seed_and_step_even_without_dropout():
     ],
 )
 def test_bad_hyperparameters_name_the_field(hparams, field):
-    with pytest.raises(ValueError, match=rf"encoding\.{field}"):
+    with pytest.raises(ValueError, match=rf"encoding\.hparams\.{field}"):
         encodings.get("cape", **hparams)

@@ -96,7 +96,7 @@ def test_centred_convolution_is_refused_by_a_causal_model_in_one_line():
     [({"kernel_size": 0}, "kernel_size"), ({"groups": 1.5}, "groups"), ({"causal": 1}, "causal")],
 )
 def test_bad_hyperparameters_name_the_field(hparams, field):
-    with pytest.raises(ValueError, match=rf"encoding\.{field}"):
+    with pytest.raises(ValueError, match=rf"encoding\.hparams\.{field}"):
         encodings.get("conv", **hparams)
     with pytest.raises(ValueError, match=r"encoding\.groups=3 must divide model\.model_dim=8"):
         encodings.get("conv", groups=3).bind(Dims(2, 4, D))

@@ -171,5 +171,5 @@ def test_p2c_reads_the_query_position_from_the_key_and_both_terms_matter():
     ],
 )
 def test_bad_hyperparameters_name_the_field(hparams):
-    with pytest.raises(ValueError, match=r"encoding\.(max_distance|buckets)"):
+    with pytest.raises(ValueError, match=r"encoding\.hparams\.(max_distance|buckets)"):
         encodings.get("deberta", **hparams)
