@@ -21,14 +21,16 @@ PATHS = [("einsum", 512), ("blocked", 5), ("xla", 512), ("auto", 64)]
 TRAIN_LENGTH = 16
 LONG = 128 * TRAIN_LENGTH  # 2048 queries, the last of LONG + EXTRA_KEYS keys
 LENGTHS = [TRAIN_LENGTH, 16 * TRAIN_LENGTH, LONG]
-# (length, causal): the training length both ways, 16x causal, and 2048 tokens both ways in the
+# (length, causal): the training length both ways, 16x causal; 2048 tokens both ways in the
 # slow step (3-10 s a case on a CPU, mostly the float64 reference and compiling).
-WINDOWS = [
-    (TRAIN_LENGTH, True),
-    (16 * TRAIN_LENGTH, True),
-    (TRAIN_LENGTH, False),
-    pytest.param(LONG, True, marks=pytest.mark.slow),
-    pytest.param(LONG, False, marks=pytest.mark.slow),
+WINDOWS = [(TRAIN_LENGTH, True), (16 * TRAIN_LENGTH, True), (TRAIN_LENGTH, False)]
+# (length, causal, path, block): every window on every path; the long windows, which are about
+# many tiles, on the tiling paths (`blocked`, and `auto`, which picks it there).
+CASES = [(length, causal, *path) for length, causal in WINDOWS for path in PATHS] + [
+    pytest.param(LONG, causal, path, block, marks=pytest.mark.slow)
+    for causal in (True, False)
+    for path, block in PATHS
+    if path in ("blocked", "auto")
 ]
 EXTRA_KEYS = 3  # S = T + 3 keys; the queries are the last T
 OFFSETS = (0, 37)  # first position of each batch row

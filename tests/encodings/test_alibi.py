@@ -79,8 +79,7 @@ def _paper_bias(q_pos, k_pos):
     return -THREE_HEAD_SLOPES[None, :, None, None] * distance
 
 
-@pytest.mark.parametrize("length,causal", ba.WINDOWS)
-@pytest.mark.parametrize("path,block", ba.PATHS)
+@pytest.mark.parametrize("length,causal,path,block", ba.CASES)
 def test_every_path_equals_naive_attention_with_the_paper_bias(length, causal, path, block):
     enc = encodings.get("alibi").bind(Dims(num_heads=ba.H, head_dim=ba.DH, model_dim=ba.H * ba.DH))
     q, k, v, q_pos, k_pos = ba.inputs(length, seed=length)

@@ -170,8 +170,7 @@ def test_bias_bakes_no_length_sized_constant(hparams):
 
 
 @pytest.mark.parametrize("hparams", CONFIGS)
-@pytest.mark.parametrize("length,causal", ba.WINDOWS)
-@pytest.mark.parametrize("path,block", ba.PATHS)
+@pytest.mark.parametrize("length,causal,path,block", ba.CASES)
 def test_every_path_equals_naive_attention_with_the_mlp_bias(hparams, length, causal, path, block):
     enc, params = _params(hparams)
     q, k, v, q_pos, k_pos = ba.inputs(length, seed=length + 2)

@@ -159,8 +159,7 @@ def _trained_like():
     return enc, params
 
 
-@pytest.mark.parametrize("length,causal", ba.WINDOWS)
-@pytest.mark.parametrize("path,block", ba.PATHS)
+@pytest.mark.parametrize("length,causal,path,block", ba.CASES)
 def test_every_path_equals_naive_attention_with_the_paper_bias(length, causal, path, block):
     enc, params = _trained_like()
     q, k, v, q_pos, k_pos = ba.inputs(length, seed=length + 1)

@@ -145,8 +145,7 @@ def test_bias_bakes_no_length_sized_constant(name):
 
 
 @pytest.mark.parametrize("name", ["kerple_log", "kerple_power"])
-@pytest.mark.parametrize("length,causal", ba.WINDOWS)
-@pytest.mark.parametrize("path,block", ba.PATHS)
+@pytest.mark.parametrize("length,causal,path,block", ba.CASES)
 def test_every_path_equals_naive_attention_with_the_paper_bias(name, length, causal, path, block):
     q, k, v, q_pos, k_pos = ba.inputs(length, seed=length)
     block = ba.block_for(path, block, length)

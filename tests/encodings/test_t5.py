@@ -148,8 +148,7 @@ def test_bad_hyperparameters_are_rejected(hparams, field):
         encodings.get("t5", **hparams)
 
 
-@pytest.mark.parametrize("length,causal", ba.WINDOWS)
-@pytest.mark.parametrize("path,block", ba.PATHS)
+@pytest.mark.parametrize("length,causal,path,block", ba.CASES)
 def test_every_path_equals_naive_attention_with_the_bucket_bias(length, causal, path, block):
     """The default 32 buckets up to distance 128: the long window (2048) reaches the log buckets
     and, far past it, the cap; bidirectional attention takes the bidirectional buckets."""
