@@ -225,9 +225,9 @@ def test_the_page_commands_run_as_written(page, tmp_path, data_dir):
         "POSENC_DATA_DIR": str(data_dir),
         "PYTHONPATH": str(REPO),
         "POSENC_DOC_TRAIN": "" if page in TRAIN_EVALUATES else "--no-eval",
-        # docs/devices.md's meshes name 8 devices.
-        "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
     }
+    if page == "docs/devices.md":  # its meshes name 8 devices
+        env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=8"
     prerequisites = "\n".join(
         f"posenc {args} --workdir {run}" for run, args in PREREQUISITES.get(page, [])
     )
