@@ -31,7 +31,7 @@ from posenc.config import apply_overrides, eval_lengths, evaluation_changes
 from posenc.evaluate import evaluate_workdir
 from posenc.report import Column, Run, markdown_table, plot_metric
 from posenc.report.plots import line_colors
-from posenc.report.tables import METRIC_TEXT, describe, footnote_lines, write_csv
+from posenc.report.tables import describe, footnote_lines, metric_heading, write_csv
 from posenc.train import train
 from posenc.workdir import RunDir, eval_file_name
 
@@ -171,7 +171,8 @@ def write_report(
         "columns score the base run under each scaling; fine-tuned columns continue from it for "
         f"{plan.finetune_steps} steps at {plan.factor * train_len} tokens."
     )
-    md += ["", f"## Trained at L = {train_len}: {METRIC_TEXT[metric]}", ""]
+    heading = metric_heading(metric, [run for column in columns for run in column.runs])
+    md += ["", f"## Trained at L = {train_len}: {heading}", ""]
     md += markdown_table(columns, metric, footnotes) + [""]
     md += footnote_lines(footnotes)
     plot = os.path.join(workdir, f"{metric}_vs_length.png")

@@ -76,3 +76,30 @@ def test_the_base_run_must_be_plain_rope(data_dir, tmp_path):
         extension.run(config, str(tmp_path / "x"), progress=False)
     with pytest.raises(ValueError, match="factor must be an integer >= 2"):
         extension.Plan(factor=1)
+
+
+def test_the_report_of_an_imported_bpe_model_names_its_tokens(tmp_path):
+    """The extension report's heading said "tokens are bytes" whatever the runs' tokenizer (the
+    LM report names them since issue 36); an imported BPE model's perplexity is per BPE token."""
+    import json
+    import random
+    from pathlib import Path
+
+    from test_report import _config_json, _eval_json
+
+    from posenc.report.runs import Column, Run
+
+    golden = Path(__file__).resolve().parent / "hf" / "golden" / "llama"
+    run_dir = tmp_path / "llama"
+    (run_dir / "tokenizer").mkdir(parents=True)
+    (run_dir / "tokenizer" / "tokenizer.json").write_text((golden / "tokenizer.json").read_text())
+    report = _eval_json("rope", {"base": 10000.0}, 32, 0, [32, 64], random.Random(0))
+    report["data"] = {**report.get("data", {}), "tokenizer": "hf:tokenizer"}
+    (run_dir / "eval.json").write_text(json.dumps(report))
+    (run_dir / "config.json").write_text(json.dumps(_config_json("rope", {"base": 10000.0}, 32, 0)))
+    run = Run(str(run_dir), report, {})
+    assert run.tokens == "BPE"
+    plan = extension.Plan(factor=2, finetune_steps=2, finetune_warmup=1)
+    extension.write_report(str(tmp_path), [Column("RoPE", [run])], 32, plan)
+    md = (tmp_path / "report.md").read_text()
+    assert "tokens are bytes" not in md and "BPE tokens" in md, md
