@@ -172,19 +172,25 @@ class HFTokenizer:
         return self.tokenizer.decode([int(i) for i in np.asarray(ids)], skip_special_tokens=False)
 
 
-def _read_json(path: str) -> dict[str, Any]:
-    """A tokenizer's JSON settings file, {} when absent; one line naming it when it is not a
-    JSON object."""
-    if not os.path.isfile(path):
-        return {}
+def read_json_object(path: str, what: str = "an object", field: str = "") -> dict[str, Any]:
+    """A Hugging Face folder's JSON settings file (``config.json``, ``tokenizer_config.json``)
+    as a dict; a one-line ``ValueError`` naming the file (after ``field``, the config field it
+    came through) when it is not JSON or holds something other than ``what``, a JSON object."""
     try:
         with open(path) as f:
             fields = json.load(f)
     except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"data.tokenizer: {path} is not valid JSON ({e})") from None
+        raise ValueError(f"{field}{path} is not valid JSON ({e})") from None
     if not isinstance(fields, dict):
-        raise ValueError(f"data.tokenizer: {path} holds a {type(fields).__name__}, not an object")
+        raise ValueError(f"{field}{path} holds a {type(fields).__name__}, not {what}")
     return fields
+
+
+def _read_json(path: str) -> dict[str, Any]:
+    """A tokenizer's JSON settings file, {} when absent."""
+    if not os.path.isfile(path):
+        return {}
+    return read_json_object(path, field="data.tokenizer: ")
 
 
 def _token_text(token: Any) -> str | None:

@@ -6,12 +6,12 @@ the user's own tools.
 
 from __future__ import annotations
 
-import json
 import os
 from typing import Any
 
 import jax
 
+from posenc.data.hf_tokenizer import read_json_object
 from posenc.hf import convert
 from posenc.hf.family import Family, Spec, for_model_type
 from posenc.hf.fields import HFConfig
@@ -38,15 +38,7 @@ def check_folder(path: str) -> None:
 def read_config(path: str) -> dict[str, Any]:
     """The folder's ``config.json`` as a dict."""
     check_folder(path)
-    source = os.path.join(path, CONFIG_FILE)
-    try:
-        with open(source) as f:
-            fields = json.load(f)
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
-        raise ValueError(f"{source} is not valid JSON ({e})") from None
-    if not isinstance(fields, dict):
-        raise ValueError(f"{source} holds a {type(fields).__name__}, not a config object")
-    return fields
+    return read_json_object(os.path.join(path, CONFIG_FILE), what="a config object")
 
 
 # The dtypes a model is computed and stored in (the CLI's --dtype and --param-dtype choices).
