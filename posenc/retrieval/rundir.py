@@ -118,20 +118,22 @@ def _check_prompt_lengths(
     """Refuses a length too short for a task's prompt in the run's tokenizer (as
     :class:`posenc.trained.TrainedRun` makes it), before the checkpoint is read."""
     from posenc.data.hf_tokenizer import make_tokenizer
+
+    tokenizer = make_tokenizer(config.data.get("tokenizer", "bytes"))
+    prefix, suffix = _framing(config, tokenizer)
+    _run.check_prompts(
+        tasks, tokenizer, lengths, seed=seed, trials=trials, prefix=prefix, suffix=suffix
+    )
+
+
+def _framing(config: Any, tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """The tokens around every prompt: the tokenizer's BOS before it (if it has one), and a
+    task run's separator after it (its model answers after SEP)."""
     from posenc.data.tokenizer import SEP_ID
     from posenc.tasks import task_of
 
-    tokenizer = make_tokenizer(config.data.get("tokenizer", "bytes"))
     bos = getattr(tokenizer, "bos_id", None)
-    _run.check_prompts(
-        tasks,
-        tokenizer,
-        lengths,
-        seed=seed,
-        trials=trials,
-        prefix=() if bos is None else (int(bos),),
-        suffix=(SEP_ID,) if task_of(config) else (),
-    )
+    return () if bos is None else (int(bos),), (SEP_ID,) if task_of(config) else ()
 
 
 def check_retrieval(
@@ -230,7 +232,6 @@ def retrieval_workdir(
       ValueError: as :func:`check_retrieval`, before the checkpoint is read.
     """
     from posenc.config import eval_lengths
-    from posenc.data.tokenizer import SEP_ID
     from posenc.evaluate import device_description
     from posenc.tasks import task_of
     from posenc.trained import load_run
@@ -251,7 +252,7 @@ def retrieval_workdir(
     config = run.config
     task_run = task_of(config)
     tokenizer = run.tokenizer
-    bos = getattr(tokenizer, "bos_id", None)
+    prefix, suffix = _framing(config, tokenizer)
     settings = _settings(
         tasks,
         lengths,
@@ -279,8 +280,8 @@ def retrieval_workdir(
                 tokenizer, _text_source(haystack, config.data.data_dir, "validation")
             ),
             batch_size=batch_size,
-            prefix=() if bos is None else (int(bos),),
-            suffix=(SEP_ID,) if task_run else (),
+            prefix=prefix,
+            suffix=suffix,
             stop_id=getattr(tokenizer, "sep_id", None),
             check_length=run.model.encoding.check_length,
             threshold=threshold,
