@@ -52,8 +52,8 @@ from posenc.decoding.greedy import greedy_search
 from posenc.losses import token_loss
 from posenc.models.build import assembly
 from posenc.models.encdec import EncoderDecoder
-from posenc.workdir import EVAL_FILE, EVAL_PREFIX, OWNED_NAMES, PRETRAINED_FILE, RunDir
-from posenc.workdir.files import HYPOTHESES_SUFFIX
+from posenc.workdir import PRETRAINED_FILE, RunDir
+from posenc.workdir.files import is_run_record
 
 
 def is_translation(config: ml_collections.ConfigDict) -> bool:
@@ -475,19 +475,6 @@ def read_source_file(path: str | None) -> list[str]:
         return split_lines(f.read(), path)
 
 
-def _owned_by_run(name: str) -> bool:
-    """Whether ``name`` (a path relative to a run directory) is a file or folder the run keeps:
-    its config, data record, checkpoints, lock, ... (:data:`posenc.workdir.OWNED_NAMES`) or an
-    evaluation report and its outputs (``eval.json``, ``eval-*.json``, ``*.hypotheses.txt``)."""
-    top = name.split(os.sep)[0]
-    return (
-        top in OWNED_NAMES
-        or top == EVAL_FILE
-        or (top.startswith(EVAL_PREFIX) and top.endswith(".json"))
-        or top.endswith(HYPOTHESES_SUFFIX)
-    )
-
-
 def check_output_file(path: str, workdir: str) -> None:
     """Refuses, before any decoding, an ``--output`` that could not be written or would write
     over one of the run's own files (``posenc eval --output`` refuses those too).
@@ -500,7 +487,7 @@ def check_output_file(path: str, workdir: str) -> None:
     folder = os.path.dirname(full)
     run = os.path.realpath(workdir)
     relative = os.path.relpath(full, run)
-    if not relative.startswith(os.pardir) and relative != os.curdir and _owned_by_run(relative):
+    if not relative.startswith(os.pardir) and relative != os.curdir and is_run_record(relative):
         raise ValueError(
             f"--output {path} is the run's own {relative.split(os.sep)[0]}: posenc keeps the "
             "run's records there; write the translations to another file"

@@ -91,6 +91,19 @@ OWNED_NAMES = (
 )
 
 
+def is_run_record(name: str) -> bool:
+    """Whether ``name`` (a path relative to a run directory) is a file or folder the run keeps:
+    one of :data:`OWNED_NAMES` (or inside it) or an evaluation report and its outputs
+    (``eval.json``, ``eval-*.json``, ``*.hypotheses.txt``)."""
+    top = name.split(os.sep)[0]
+    return (
+        top in OWNED_NAMES
+        or top == EVAL_FILE
+        or (top.startswith(EVAL_PREFIX) and top.endswith(".json"))
+        or top.endswith(HYPOTHESES_SUFFIX)
+    )
+
+
 class WorkdirError(ValueError):
     """A work directory cannot be used as asked; the message says why and what to do."""
 
