@@ -502,12 +502,10 @@ def validate(
     _require_choice("model.attention_impl", m.attention_impl, IMPLEMENTATIONS)
     encoding = make_encoding(config)  # unknown names and hyperparameters raise here
     model_cfg = model_config(config)  # shapes and rates are checked by ModelConfig
-    try:  # encoders phrase these as encoding.<name>; the field is encoding.hparams.<name>
+    # Encoders phrase these as encoding.<name>; the field is encoding.hparams.<name>.
+    with encodings.registry.fields_as_set(config.encoding.name):
         encoding.bind(model_cfg.dims)  # encoder/shape combinations (e.g. RoPE, odd head dim)
         encoding.check_causal(model_cfg.causal)  # causal-only encoders, T5's bidirectional buckets
-    except ValueError as e:
-        names = encodings.hparam_names(config.encoding.name)
-        raise ValueError(encodings.registry.user_fields(str(e), names)) from None
 
     t = config.train
     _require_int("train.seq_len", t.seq_len, 2)

@@ -65,7 +65,7 @@ from flax import nnx
 
 from posenc import linear_attention
 from posenc.decoding.greedy import greedy_search
-from posenc.encodings.registry import hparam_names, user_fields
+from posenc.encodings.registry import fields_as_set
 from posenc.layers.cache import LayerCache
 from posenc.models.lm import Transformer
 
@@ -140,10 +140,8 @@ def _check(
             "cache for the linear attention paths; use a softmax path ('auto', 'einsum', ...)"
         )
     if cached:
-        try:
+        with fields_as_set(model.encoding.name):  # named as the user sets it
             model.encoding.check_cacheable()
-        except ValueError as e:  # named as the user sets it: encoding.hparams.<field>
-            raise ValueError(user_fields(str(e), hparam_names(model.encoding.name))) from None
     if not isinstance(num_new, int | np.integer) or isinstance(num_new, bool) or num_new < 1:
         raise ValueError(f"num_new must be a positive integer, got {num_new!r}")
     prompts = jnp.asarray(prompts)

@@ -32,6 +32,7 @@ This module imports nothing from the encoder modules, so they can import :func:`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib
 import importlib.metadata
@@ -39,7 +40,7 @@ import inspect
 import pkgutil
 import re
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from posenc.encodings.base import Encoding
@@ -151,6 +152,20 @@ def user_fields(message: str, hparams: Sequence[str]) -> str:
     return re.sub(rf"(?<![\w.])encoding\.({names})\b", r"encoding.hparams.\1", message)
 
 
+@contextlib.contextmanager
+def fields_as_set(name: str) -> Iterator[None]:
+    """Re-raises a ``ValueError`` of encoder ``name``'s checks (its construction, binding,
+    ``check_cacheable``) with its hyperparameters named as the user sets them
+    (:func:`user_fields`); an error that names none passes through as it is."""
+    try:
+        yield
+    except ValueError as e:
+        message = user_fields(str(e), hparam_names(name))
+        if message == str(e):
+            raise
+        raise ValueError(message) from None
+
+
 def get(name: str, **hparams: Any) -> Encoding:
     """Creates the (unbound) encoder registered as ``name`` with the given hyperparameters.
 
@@ -166,10 +181,5 @@ def get(name: str, **hparams: Any) -> Encoding:
             f"encoding {name!r} has no hyperparameter(s) {unknown}; "
             f"it accepts: {', '.join(allowed) or '(none)'}"
         )
-    try:
+    with fields_as_set(name):  # one line, naming the field as the user sets it
         return cls(**hparams)
-    except ValueError as e:  # one line, naming the field as the user sets it
-        message = user_fields(str(e), allowed)
-        if message == str(e):
-            raise
-        raise ValueError(message) from None

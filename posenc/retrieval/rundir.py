@@ -86,15 +86,15 @@ def _check_model(config: Any, tasks: Sequence[str], lengths: Sequence[int]) -> N
     """Refuses an encoder (or scaling) that greedy decoding through a key/value cache cannot
     reproduce, and lengths whose prompt and answer exceed the model's positions (a learned
     table), naming the field as the user sets it."""
-    from posenc.encodings.registry import hparam_names, user_fields
+    from posenc.encodings.registry import fields_as_set
     from posenc.models.build import make_encoding
 
     encoding = make_encoding(config)
     try:
-        encoding.check_cacheable()
+        with fields_as_set(config.encoding.name):
+            encoding.check_cacheable()
     except ValueError as e:
-        message = user_fields(str(e), hparam_names(config.encoding.name))
-        raise ValueError(f"retrieval: {message}") from None
+        raise ValueError(f"retrieval: {e}") from None
     # The fewest positions a trial takes: its prompt and the task's answer tokens. A length
     # that cannot hold them is refused now, not reported as "not scored" after the rest ran.
     answer = max(get_task(name).tokens_to_generate for name in tasks)
