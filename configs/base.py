@@ -11,7 +11,7 @@ Example::
     posenc train --config configs/base.py:tiny --config.encoding.name=alibi --workdir runs/alibi
     posenc eval --workdir runs/alibi --lengths 64,256,1024
 
-Every field is commented; ``posenc.config.validate`` checks them before anything compiles.
+Every field is commented; ``posenc.runs.config.validate`` checks them before anything compiles.
 """
 
 import ml_collections
@@ -43,7 +43,7 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.model.dtype = "bfloat16"
     # Reuse the token embedding as the output projection.
     config.model.tie_embeddings = True
-    # Attention path: "auto", "einsum", "blocked", "xla" or "cudnn" (see posenc/attention.py);
+    # Attention path: "auto", "einsum", "blocked", "xla" or "cudnn" (see posenc/attention/core.py);
     # "linear" (elu + 1) or "linear_performer" (FAVOR+) is linear attention, another model.
     config.model.attention_impl = "auto"
     # Queries per block of the "blocked" path; longer windows are evaluated block by block. Also
@@ -179,7 +179,7 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # Positions of evaluation windows: "as_trained" (randomized if train.positions is, as in
     # Ruoss et al.'s evaluation), "contiguous" or "randomized".
     config.eval.positions = "as_trained"
-    # Algorithmic tasks (data.source="synthetic:<task>", posenc/tasks.py): examples generated
+    # Algorithmic tasks (data.source="synthetic:<task>", posenc/kinds/tasks.py): examples generated
     # per evaluation length (eval.lengths are input lengths there) ...
     config.eval.examples = 256
     # ... and whether to score greedy generation (exact match) besides per-token accuracy.
@@ -199,8 +199,8 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.distributed.process_id = ml_collections.config_dict.placeholder(int)
 
     config.mesh = ml_collections.ConfigDict()
-    # Device mesh axes (posenc/sharding.py); their product is the device count, and one of them
-    # may be -1 (the devices the others leave). data: batch rows, parameters replicated.
+    # Device mesh axes (posenc/devices/sharding.py); their product is the device count, and one of
+    # them may be -1 (the devices the others leave). data: batch rows, parameters replicated.
     config.mesh.data = -1
     # fsdp: batch rows too, and every parameter, gradient and Adam moment sharded (ZeRO-3).
     config.mesh.fsdp = 1

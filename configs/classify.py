@@ -41,7 +41,7 @@ import os
 
 import ml_collections
 
-from posenc.config import load_config
+from posenc.runs.config import load_config
 
 _BASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "base.py")
 

@@ -15,7 +15,7 @@ Run (about 4 minutes of compiling on a 2-core CPU; nothing allocates)::
 
 import os
 
-from posenc.config import load_config, load_module
+from posenc.runs.config import load_config, load_module
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _LLAMA = load_module(os.path.join(_HERE, "plan_llama8b_32k.py"))

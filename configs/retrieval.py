@@ -25,7 +25,7 @@ Example::
 
 import os
 
-from posenc.config import load_config
+from posenc.runs.config import load_config
 
 _BASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "base.py")
 VARIANTS = ("tiny",)

@@ -1,5 +1,5 @@
 """Extending RoPE's context (YaRN, Peng et al. 2023; position interpolation, Chen et al. 2023):
-the base RoPE run and the fine-tunes of ``posenc.extension``.
+the base RoPE run and the fine-tunes of ``posenc.studies.rope_extension``.
 
 Variants (``--variant``): ``tiny`` (2-core CPU, a few minutes: ALiBi Table 2's tiny model at
 L = 64, 1500 steps; fine-tunes of 200 steps at 4 x 64 = 256) and ``gpu`` (Table 2's gpu model
@@ -12,7 +12,7 @@ Run::
 
 import os
 
-from posenc.config import load_module
+from posenc.runs.config import load_module
 
 _TABLE2 = load_module(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "sweeps", "alibi_table2.py")
@@ -30,7 +30,7 @@ def get_config(variant: str = "tiny"):
 
 
 def get_plan(variant: str = "tiny") -> dict:
-    """``posenc.extension.Plan`` fields: the extension factor and the fine-tunes."""
+    """``posenc.studies.rope_extension.Plan`` fields: the extension factor and the fine-tunes."""
     if variant == "tiny":
         return {"factor": 4, "finetune_steps": 200, "finetune_warmup": 20}
     return {"factor": 4, "finetune_steps": 400, "finetune_warmup": 20}

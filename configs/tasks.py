@@ -1,4 +1,4 @@
-"""Algorithmic tasks (``data.source = "synthetic:<task>"``, posenc/tasks.py): a decoder reads
+"""Algorithmic tasks (``data.source = "synthetic:<task>"``, posenc/kinds/tasks.py): a decoder reads
 ``input SEP target``, is trained on the target tokens for inputs of length 1..``train.seq_len``,
 and is scored at longer inputs by per-token accuracy and greedy exact match.
 
@@ -26,7 +26,7 @@ Example::
 
 import os
 
-from posenc.config import load_config
+from posenc.runs.config import load_config
 
 _BASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "base.py")
 VARIANTS = ("tiny", "ruoss", "nope")

@@ -19,7 +19,7 @@ import os
 import sys
 import time
 
-from posenc import pretrained_extrapolation as pe
+from posenc.studies import pretrained_extrapolation as pe
 
 REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 # The tiny variant: one randomly initialised folder per family (tests/hf/make_golden.py), read at

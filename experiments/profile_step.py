@@ -30,7 +30,7 @@ from posenc import encodings
 from posenc.benchmark import SIZES, Settings
 from posenc.benchmark import profile as prof
 from posenc.benchmark.rounds import _Eval, _Train
-from posenc.fits import compiler_options
+from posenc.devices.fits import compiler_options
 
 
 def profile_encoder(settings: Settings, encoder: str, steps: int):

@@ -17,8 +17,8 @@ All four read the training data in the same order (consecutive segments per batc
 Each run is evaluated as usual (``eval.json`` at 1-16x the training length, with memory where the
 run has it; ``report.md`` puts them side by side). Then every run scores the same validation
 targets with exactly ``c`` tokens of context, ``c = start, start + delta, ...``
-(:func:`posenc.recl.context_losses`; runs with memory read the context as training-length
-segments with the memory carried), and :func:`posenc.recl.recl` gives the group's RECL at
+(:func:`posenc.analysis.recl.context_losses`; runs with memory read the context as training-length
+segments with the memory carried), and :func:`posenc.analysis.recl.recl` gives the group's RECL at
 ``r`` = 0.1, 0.5 and 1.0. Writes ``recl.md`` (the table beside the paper's), ``recl.json`` and
 ``recl_losses.npz`` into ``--workdir``.
 
@@ -37,11 +37,11 @@ import time
 
 import numpy as np
 
-from posenc.config import apply_overrides, load_config, open_source
-from posenc.evaluate import evaluate_workdir, load_model
-from posenc.recl import context_losses, recl, relative_gains
+from posenc.analysis.recl import context_losses, recl, relative_gains
 from posenc.report import write_report
-from posenc.train import train
+from posenc.runs.config import apply_overrides, load_config, open_source
+from posenc.runs.evaluate import evaluate_workdir, load_model
+from posenc.runs.train import train
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "configs", "base.py")
 R_VALUES = (0.1, 0.5, 1.0)

@@ -41,10 +41,10 @@ import argparse
 import os
 
 from posenc import encodings
-from posenc.config import apply_overrides, load_config
 from posenc.report import write_report
 from posenc.retrieval.rundir import retrieval_workdir
-from posenc.train import train
+from posenc.runs.config import apply_overrides, load_config
+from posenc.runs.train import train
 from posenc.workdir import RunDir, retrieval_names
 
 CONFIG = os.path.join(

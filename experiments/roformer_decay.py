@@ -1,8 +1,9 @@
 """RoFormer Figure 2: long-term decay of RoPE (Su et al., arXiv 2104.09864, Section 3.4.3).
 
 Plots the paper's "relative upper bound" (1/(d/2)) * sum_{j=1}^{d/2} |S_j| against the
-relative distance, computed exactly by :func:`posenc.theory.rope_relative_upper_bound`, and the
-same bound for larger RoPE bases over a long range. No training; runs in about a second on a CPU:
+relative distance, computed exactly by :func:`posenc.analysis.theory.rope_relative_upper_bound`, and
+the same bound for larger RoPE bases over a long range. No training; runs in about a second on a
+CPU:
 
     python experiments/roformer_decay.py --out runs/roformer_decay
 
@@ -24,7 +25,7 @@ import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from posenc.theory import rope_relative_upper_bound, rope_thetas
+from posenc.analysis.theory import rope_relative_upper_bound, rope_thetas
 
 PAPER_BASE = 10000.0
 SUMMARY_DISTANCES = (0, 50, 100, 250)

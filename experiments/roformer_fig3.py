@@ -19,7 +19,7 @@ import time
 
 from posenc.cli import _split_overrides
 from posenc.report.curves import convergence_report
-from posenc.sweep import run_sweep
+from posenc.runs.sweep import run_sweep
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir)
 CONFIG = os.path.normpath(os.path.join(ROOT, "configs", "sweeps", "roformer_fig3.py"))

@@ -30,12 +30,12 @@ import os
 import sys
 import time
 
-from posenc.classify import is_classifier
 from posenc.cli import _split_overrides
-from posenc.config import apply_overrides, load_config
-from posenc.evaluate import evaluate_workdir
+from posenc.kinds.classification import is_classifier
 from posenc.report import write_report
-from posenc.train import train
+from posenc.runs.config import apply_overrides, load_config
+from posenc.runs.evaluate import evaluate_workdir
+from posenc.runs.train import train
 from posenc.workdir import RunDir
 
 CONFIG = os.path.normpath(

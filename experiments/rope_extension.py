@@ -15,9 +15,9 @@ import os
 import sys
 import time
 
-from posenc import extension
 from posenc.cli import _split_overrides
-from posenc.config import apply_overrides, load_module
+from posenc.runs.config import apply_overrides, load_module
+from posenc.studies import rope_extension as extension
 
 CONFIG = os.path.normpath(
     os.path.join(

@@ -1,9 +1,9 @@
 """Training throughput, model FLOP utilisation and memory, and long-window evaluation cost.
 
-Per encoder, at one model size: training with ``posenc.train.Trainer`` (tokens/s, step time,
+Per encoder, at one model size: training with ``posenc.runs.train.Trainer`` (tokens/s, step time,
 MFU, peak memory) and scoring one window at each evaluation length with
-``posenc.evaluate.Scorer``. What is measured and how (the MFU formula and its citation, where the
-memory figures come from): :mod:`posenc.benchmark`.
+``posenc.runs.evaluate.Scorer``. What is measured and how (the MFU formula and its citation, where
+the memory figures come from): :mod:`posenc.benchmark`.
 
     python experiments/throughput.py --size small --out runs/throughput          # GPU
     python experiments/throughput.py --size cpu --out runs/throughput_cpu        # seconds on CPU
@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from posenc import encodings
-from posenc.attention import IMPLEMENTATIONS
+from posenc.attention.core import IMPLEMENTATIONS
 from posenc.benchmark import SIZES, Settings, rounds, run, write_report
 from posenc.benchmark.settings import ISOLATE
 

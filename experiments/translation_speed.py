@@ -3,7 +3,7 @@ against recomputation, the caches' memory, and the padding of token-bucketed bat
 
 Three measurements, each printed as a table and written to ``--out`` (JSON and Markdown):
 
-1. **Training throughput.** ``posenc.train.Trainer`` steps of the encoder-decoder (``N``
+1. **Training throughput.** ``posenc.runs.train.Trainer`` steps of the encoder-decoder (``N``
    encoder + ``N`` decoder blocks, width ``D``) on rows of ``S`` source and ``T`` target tokens,
    against the decoder-only LM with ``2N`` blocks of the same width on rows of ``S + T`` tokens:
    the same tokens through the same number of blocks. Reported: tokens per second of each and
@@ -45,10 +45,10 @@ from flax import nnx
 from posenc import data as data_lib
 from posenc import encodings
 from posenc.benchmark.rounds import summarise, time_rounds
-from posenc.config import apply_overrides, load_config
 from posenc.decoding.beam import beam_search
 from posenc.models import build
-from posenc.train import Trainer
+from posenc.runs.config import apply_overrides, load_config
+from posenc.runs.train import Trainer
 
 CONFIGS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "configs")
 

@@ -1,6 +1,6 @@
 """posenc: positional encodings for transformers, compared.
 
-``posenc.load_run(workdir)`` loads a trained run (:mod:`posenc.trained`); importing ``posenc``
+``posenc.load_run(workdir)`` loads a trained run (:mod:`posenc.runs.trained`); importing ``posenc``
 itself stays cheap (JAX is imported on first use).
 """
 
@@ -11,7 +11,7 @@ __all__ = ["TrainedRun", "load_run"]
 
 def __getattr__(name: str):
     if name in __all__:
-        from posenc import trained
+        from posenc.runs import trained
 
         return getattr(trained, name)
     raise AttributeError(f"module 'posenc' has no attribute {name!r}")

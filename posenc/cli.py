@@ -65,7 +65,7 @@ def _float_list(text: str) -> tuple[float, ...]:
 
 
 def _load(spec: str, overrides: Sequence[str]):
-    from posenc.config import apply_overrides, load_config
+    from posenc.runs.config import apply_overrides, load_config
 
     return apply_overrides(load_config(spec), overrides)
 
@@ -89,9 +89,9 @@ def _length(text: str) -> int:
 
 
 def _cmd_train(args, overrides) -> int:
-    from posenc.classify import inherit_model
-    from posenc.evaluate import evaluate_workdir
-    from posenc.train import train
+    from posenc.kinds.classification import inherit_model
+    from posenc.runs.evaluate import evaluate_workdir
+    from posenc.runs.train import train
 
     if args.init_from:
         overrides = [*overrides, f"train.init_from={os.path.abspath(args.init_from)!r}"]
@@ -113,8 +113,8 @@ def _cmd_train(args, overrides) -> int:
 
 def _lengths_text(config) -> str:
     """What an evaluation scores: the lengths, or a translation run's decoding."""
-    from posenc.config import eval_lengths
-    from posenc.translation import is_translation
+    from posenc.kinds.translation import is_translation
+    from posenc.runs.config import eval_lengths
 
     if is_translation(config):
         e = config.eval
@@ -126,8 +126,8 @@ def _lengths_text(config) -> str:
 
 
 def _cmd_eval(args, overrides) -> int:
-    from posenc.config import apply_overrides
-    from posenc.evaluate import evaluate_workdir
+    from posenc.runs.config import apply_overrides
+    from posenc.runs.evaluate import evaluate_workdir
     from posenc.workdir import RunDir
 
     config = RunDir(args.workdir).read_config()
@@ -250,7 +250,7 @@ def _names(text: str) -> tuple[str, ...]:
 
 
 def _cmd_translate(args, overrides) -> int:
-    from posenc import translation
+    from posenc.kinds import translation
 
     # Both files are checked before the model decodes anything (minutes for a large input).
     if args.output:
@@ -353,7 +353,7 @@ def _brief(info: dict) -> dict:
 
 
 def _cmd_plan(args, overrides) -> int:
-    from posenc.plan import PARTS, PlanFailed, parse_bytes, plan
+    from posenc.runs.plan import PARTS, PlanFailed, parse_bytes, plan
 
     config = _load(args.config, overrides)
     memory = parse_bytes(args.device_memory) if args.device_memory else None
@@ -368,7 +368,7 @@ def _cmd_plan(args, overrides) -> int:
 
 
 def _cmd_sweep(args, overrides) -> int:
-    from posenc.sweep import plan_sweep, run_sweep
+    from posenc.runs.sweep import plan_sweep, run_sweep
 
     only = args.only or ()
     if args.list:
@@ -745,10 +745,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="""\
 Run each point of a sweep config in its own work directory under --workdir. A sweep config is
 a Python file with get_config() (the base run config) and get_sweep() (a list of points, each
-a dict of dotted overrides; posenc.sweep.product builds a grid), e.g.:
+a dict of dotted overrides; posenc.runs.sweep.product builds a grid), e.g.:
 
-    from posenc.config import load_config
-    from posenc.sweep import product
+    from posenc.runs.config import load_config
+    from posenc.runs.sweep import product
 
     def get_config():
         return load_config("configs/base.py:tiny")
@@ -881,7 +881,7 @@ def _os_error_line(command: str, error: OSError) -> str | None:
 def _out_of_memory(error: BaseException) -> bool:
     if "jax" not in sys.modules:  # nothing ran on a device
         return False
-    from posenc.fits import is_out_of_memory
+    from posenc.devices.fits import is_out_of_memory
 
     return is_out_of_memory(error)
 
@@ -915,7 +915,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(f"posenc {args.command}: error: {e}", file=sys.stderr)
         return 2
-    except FloatingPointError as e:  # posenc.train.NonFiniteLossError
+    except FloatingPointError as e:  # posenc.runs.train.NonFiniteLossError
         if os.environ.get("POSENC_TRACEBACK"):
             raise
         print(f"posenc {args.command}: training diverged: {e}", file=sys.stderr)

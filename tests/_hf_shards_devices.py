@@ -20,11 +20,11 @@ import jax
 import numpy as np
 from flax import nnx
 
-from posenc import sharding
-from posenc.config import apply_overrides
+from posenc.devices import sharding
 from posenc.hf import load_pretrained
 from posenc.hf.rundir import import_hf
-from posenc.train import Trainer
+from posenc.runs.config import apply_overrides
+from posenc.runs.train import Trainer
 from posenc.workdir import Checkpoints, RunDir
 
 MESH = ("mesh.data=1", "mesh.fsdp=2", "mesh.tensor=4")

@@ -46,9 +46,9 @@ def main() -> None:
 
     import jax
 
-    from posenc.config import apply_overrides, load_config
-    from posenc.evaluate import evaluate_workdir
-    from posenc.train import train
+    from posenc.runs.config import apply_overrides, load_config
+    from posenc.runs.evaluate import evaluate_workdir
+    from posenc.runs.train import train
 
     config_path = os.path.join(os.path.dirname(__file__), "..", "configs", "base.py")
     config = apply_overrides(load_config(f"{config_path}:tiny"), spec["overrides"])

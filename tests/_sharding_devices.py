@@ -1,8 +1,8 @@
 """Trains tiny models on several meshes of one process's CPU devices; used by test_sharding.py.
 
 Started in a fresh interpreter whose ``XLA_FLAGS`` force ``--devices`` host devices. For each
-encoder it steps :class:`posenc.train.Trainer` by hand on the same random token batches, first on
-one device, then on each mesh, and writes ``<out>.json``: per encoder and mesh the losses, and
+encoder it steps :class:`posenc.runs.train.Trainer` by hand on the same random token batches, first
+on one device, then on each mesh, and writes ``<out>.json``: per encoder and mesh the losses, and
 the bytes of parameters and optimizer state one device holds (from the arrays' own shards) and
 in all. With ``--checkpoint DIR`` it also saves the first encoder's trained state on the first
 mesh there and restores it onto every mesh and onto one device, recording whether every array
@@ -17,9 +17,10 @@ import json
 import jax
 import numpy as np
 
-from posenc import encodings, fits, sharding, testing
-from posenc.config import apply_overrides, load_config
-from posenc.train import Trainer
+from posenc import encodings, testing
+from posenc.devices import fits, sharding
+from posenc.runs.config import apply_overrides, load_config
+from posenc.runs.train import Trainer
 from posenc.workdir import Checkpoints
 
 # 2 layers, width 32, 4 heads, vocabulary 264 (divisible by 8): every parameter matrix can
@@ -118,7 +119,7 @@ def context_parallel_split_off(names: list[str]) -> dict[str, dict[str, str]]:
     """The check's teeth: with the evaluation's window sharding ignoring ``mesh.context`` (every
     device scores whole windows), per encoder the check's verdict (``"check"``) and the verdict
     of the check without its split assertion (``"losses_only"``, what it used to be)."""
-    from posenc.evaluate import Scorer
+    from posenc.runs.evaluate import Scorer
     from posenc.testing import context
 
     Scorer._window_sharding = lambda self, shape: self.batch_sharding  # the split switched off

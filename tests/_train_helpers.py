@@ -20,7 +20,7 @@ import ml_collections
 import numpy as np
 
 from posenc import data as data_lib
-from posenc.config import apply_overrides, load_config
+from posenc.runs.config import apply_overrides, load_config
 
 REPO = Path(__file__).resolve().parents[1]
 BASE_CONFIG = REPO / "configs" / "base.py"
@@ -145,7 +145,7 @@ def run_device_script(devices: int, *args: str, timeout: float = 300) -> subproc
 def initial_model(config: ml_collections.ConfigDict):
     """The model a run starts from (initialised under jit, as training does: much faster than
     an eager ``build``)."""
-    from posenc.train import Trainer
+    from posenc.runs.train import Trainer
 
     trainer = Trainer(config)
     return trainer.model(trainer.init_state())

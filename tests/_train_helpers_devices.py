@@ -17,9 +17,9 @@ import _train_helpers as helpers
 import jax
 import numpy as np
 
-from posenc.distributed import make_mesh
-from posenc.evaluate import evaluate
-from posenc.train import train
+from posenc.devices.distributed import make_mesh
+from posenc.runs.evaluate import evaluate
+from posenc.runs.train import train
 
 # Global batch 16: two rows per device on 8 devices.
 RUN_OVERRIDES = (

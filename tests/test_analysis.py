@@ -24,12 +24,12 @@ from posenc.analysis import attention_sums, model_attention_sums
 from posenc.analysis.buckets import COARSE, FINE, distance_buckets
 from posenc.analysis.output import coarse
 from posenc.analysis.run import summarize
-from posenc.attention import attend, reference_logits
-from posenc.config import apply_overrides, load_config
+from posenc.attention.core import attend, reference_logits
 from posenc.encodings import Dims
 from posenc.layers.config import ModelConfig
 from posenc.layers.params import values
 from posenc.models.lm import Transformer
+from posenc.runs.config import apply_overrides, load_config
 from posenc.workdir import RunDir, analysis_names
 
 H, DH = 2, 8

@@ -1,4 +1,4 @@
-"""posenc.attention.attend: the paths (einsum, blocked, xla) against naive numpy attention;
+"""posenc.attention.core.attend: the paths (einsum, blocked, xla) against naive numpy attention;
 the contract's later hooks (a rotate that widens q and k, log_decay, contextual_logits) through
 toy encoders with known answers; bias precision in bf16; path choice; clear errors.
 
@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from posenc import encodings, testing
-from posenc.attention import IMPLEMENTATIONS, attend, choose_implementation
+from posenc.attention.core import IMPLEMENTATIONS, attend, choose_implementation
 from posenc.encodings import Dims, Encoding, alibi_slopes
 
 H, DH = 4, 8

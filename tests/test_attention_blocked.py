@@ -1,4 +1,4 @@
-"""The blocked path's cheaper tiles (posenc.attention_blocked) against the einsum reference,
+"""The blocked path's cheaper tiles (posenc.attention.blocked) against the einsum reference,
 forward and gradients: per-distance tables (``bias_by_distance``), probed tiles past the
 ``reach``, contextual tiles past the ``carry_limit``, causal and bidirectional, at offsets, with
 invalid keys, with randomized positions; and the per-distance table laid out per tile against
@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 from posenc import encodings
-from posenc.attention import attend
-from posenc.attention_terms import bias_from_table, distance_table
+from posenc.attention.core import attend
+from posenc.attention.terms import bias_from_table, distance_table
 from posenc.encodings import Dims
 
 DIMS = Dims(num_heads=2, head_dim=8, model_dim=16)

@@ -9,10 +9,11 @@ import pytest
 from flax import nnx
 from test_classify_run import CONFIG, SHRINK
 
-from posenc import classify, classify_metrics
-from posenc.config import apply_overrides, load_config, validate
 from posenc.data.classify_batching import encode_row
+from posenc.kinds import classification as classify
+from posenc.kinds import classification_metrics as classify_metrics
 from posenc.models import build
+from posenc.runs.config import apply_overrides, load_config, validate
 
 
 @pytest.mark.slow  # about 6 s of CPU: three compilations of the tiny model

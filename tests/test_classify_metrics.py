@@ -5,7 +5,7 @@ import math
 import numpy as np
 import pytest
 
-from posenc import classify_metrics as cm
+from posenc.kinds import classification_metrics as cm
 
 # tp = 2 (rows 0, 4), fn = 1 (row 1), tn = 1 (row 2), fp = 1 (row 3).
 LABELS = np.array([1, 1, 0, 0, 1])

@@ -148,7 +148,7 @@ def test_fine_tune_from_a_masked_lm_run_resumes_evaluates_and_reports(tmp_path):
     init = json.load(open(os.path.join(resumed, "init.json")))
     assert init["step"] == 2 and any(k.startswith("['head']") for k in init["fresh"])
     config = RunDir(straight).read_config()
-    from posenc.evaluate import load_model
+    from posenc.runs.evaluate import load_model
 
     tuned = helpers.param_leaves(load_model(straight, config))
     assert helpers.param_leaves(load_model(resumed, config)).keys() == tuned.keys()
@@ -171,7 +171,7 @@ def test_fine_tune_from_a_masked_lm_run_resumes_evaluates_and_reports(tmp_path):
 
 def test_analyze_refuses_a_classifier_in_one_line():
     from posenc.analysis.run import check_analyzable
-    from posenc.config import load_config
+    from posenc.runs.config import load_config
 
     with pytest.raises(ValueError, match=r"is a classifier \(model.assembly='classifier'\)"):
         check_analyzable(load_config(f"{CONFIG}:tiny"), "runs/cls")

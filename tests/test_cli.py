@@ -15,9 +15,9 @@ import _train_helpers as helpers
 import numpy as np
 import pytest
 
-from posenc.evaluate import load_eval
-from posenc.metrics import read_metrics
+from posenc.runs.evaluate import load_eval
 from posenc.workdir import RunDir, analysis_names
+from posenc.workdir.metrics import read_metrics
 
 WORDS = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu".split()
 

@@ -12,7 +12,8 @@ import ml_collections
 import pytest
 
 from posenc import encodings
-from posenc.config import (
+from posenc.models import make_encoding, model_config
+from posenc.runs.config import (
     EVAL_MODES,
     apply_overrides,
     eval_lengths,
@@ -20,7 +21,6 @@ from posenc.config import (
     parse_value,
     validate,
 )
-from posenc.models import make_encoding, model_config
 
 
 @pytest.fixture

@@ -13,8 +13,8 @@ import _train_helpers as helpers
 import numpy as np
 import pytest
 
-from posenc.evaluate import evaluate, evaluate_workdir, load_eval, load_model
-from posenc.train import train
+from posenc.runs.evaluate import evaluate, evaluate_workdir, load_eval, load_model
+from posenc.runs.train import train
 from posenc.workdir import EVAL_FILE
 
 SEQ_LEN = 16
@@ -201,7 +201,7 @@ def test_length_longer_than_the_stream_is_refused(trained, val):
 
 def test_evaluate_workdir_writes_eval_json(trained, val):
     config, workdir, model = trained
-    from posenc.config import apply_overrides
+    from posenc.runs.config import apply_overrides
 
     overrides = apply_overrides(config, ["eval.lengths=16,48", "eval.max_tokens=96"])
     report = evaluate_workdir(workdir, overrides=overrides, output="e.json", progress=False)
@@ -233,7 +233,7 @@ def test_evaluate_workdir_writes_eval_json(trained, val):
 @pytest.mark.parametrize("alpha", [math.inf, math.nan, -math.inf])
 def test_non_finite_beam_alpha_is_refused(alpha):
     """eval.alpha=inf was accepted and written into eval.json as ``Infinity`` (not JSON)."""
-    from posenc.config import apply_overrides, load_config, validate
+    from posenc.runs.config import apply_overrides, load_config, validate
 
     config = apply_overrides(load_config(str(helpers.REPO / "configs" / "translation.py:tiny")), [])
     config.eval.alpha = alpha

@@ -1,4 +1,5 @@
-"""posenc.extension: the RoPE context-extension experiment end to end on a tiny model."""
+"""posenc.studies.rope_extension: the RoPE context-extension experiment end to end on a tiny
+model."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 import _train_helpers as helpers
 import pytest
 
-from posenc import extension
+from posenc.studies import rope_extension as extension
 from posenc.workdir import RunDir, read_json
 
 

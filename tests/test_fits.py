@@ -4,7 +4,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posenc.fits import CheckedJit
+from posenc.devices.fits import CheckedJit
 
 
 def test_a_compilation_from_shape_structs_serves_the_arrays_and_dtypes_select_another():

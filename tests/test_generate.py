@@ -16,7 +16,7 @@ import pytest
 from flax import nnx
 
 from posenc import encodings
-from posenc.attention import attend
+from posenc.attention.core import attend
 from posenc.decoding import lm as generate
 from posenc.encodings.base import Dims
 from posenc.layers.config import ModelConfig

@@ -26,8 +26,8 @@ import pytest
 from safetensors.numpy import load_file
 
 from posenc import data as data_lib
-from posenc.evaluate import load_eval, load_model
 from posenc.hf import load_pretrained, read_spec
+from posenc.runs.evaluate import load_eval, load_model
 from posenc.workdir import RunDir
 
 GOLDEN = Path(__file__).resolve().parent / "hf" / "golden"
@@ -248,7 +248,7 @@ def _train(tmp_path: Path, corpus: Path, encoding: str) -> tuple[Path, Path]:
         "eval.lengths=16",
         *overrides,
     )
-    from posenc.train import train
+    from posenc.runs.train import train
 
     train(config, str(workdir))
     _ok("export-hf", "--workdir", str(workdir), "--out", str(out))
@@ -315,7 +315,7 @@ def test_a_moved_or_copied_import_reads_its_own_tokenizer(tmp_path):
     import shutil
 
     import posenc
-    from posenc.config import load_config
+    from posenc.runs.config import load_config
 
     first = tmp_path / "first"
     _import(GOLDEN / "llama", first)

@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from posenc import data as data_lib
-from posenc.evaluate import load_model
-from posenc.metrics import read_metrics
-from posenc.train import train
+from posenc.runs.evaluate import load_model
+from posenc.runs.train import train
 from posenc.workdir import RunDir, read_json
+from posenc.workdir.metrics import read_metrics
 
 
 @pytest.fixture(scope="module")

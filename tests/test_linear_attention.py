@@ -1,4 +1,4 @@
-"""Linear attention (posenc.linear_attention, the ``linear`` and ``linear_performer`` paths).
+"""Linear attention (posenc.attention.linear, the ``linear`` and ``linear_performer`` paths).
 
 Both paths against an explicit O(T^2) float64 numpy transcription of RoFormer eq. (19) with NoPE
 and RoPE (at a few tokens, and RoPE at 16 times a training length of 8), written here from the
@@ -23,12 +23,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posenc import encodings, linear_attention, testing
-from posenc.attention import attend, check_implementation, choose_implementation
-from posenc.config import evaluation_changes, load_config
+from posenc import encodings, testing
+from posenc.attention import linear as linear_attention
+from posenc.attention.core import attend, check_implementation, choose_implementation
 from posenc.encodings import Dims, Encoding
 from posenc.layers.config import ModelConfig
 from posenc.models.lm import Transformer
+from posenc.runs.config import evaluation_changes, load_config
 
 H, DH = 2, 8
 DIMS = Dims(num_heads=H, head_dim=DH, model_dim=H * DH)

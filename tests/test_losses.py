@@ -16,8 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posenc.losses import smoothed_token_loss, token_loss
-from posenc.train import Trainer
+from posenc.models.losses import smoothed_token_loss, token_loss
+from posenc.runs.train import Trainer
 
 
 def _log_softmax64(row: np.ndarray) -> np.ndarray:

@@ -21,8 +21,8 @@ from flax import nnx
 
 from posenc import data as data_lib
 from posenc import report
-from posenc.evaluate import evaluate, evaluate_workdir
-from posenc.train import Trainer, train
+from posenc.runs.evaluate import evaluate, evaluate_workdir
+from posenc.runs.train import Trainer, train
 
 MAX_POSITION = 64
 MASKED_LM = ("train.objective=masked_lm", "model.causal=False", "model.vocab_size=258")

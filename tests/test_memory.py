@@ -18,11 +18,12 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posenc import encodings, linear_attention
-from posenc.attention import choose_implementation
+from posenc import encodings
+from posenc.attention import linear as linear_attention
+from posenc.attention.core import choose_implementation
 from posenc.layers.config import ModelConfig
-from posenc.losses import token_loss
 from posenc.models.lm import Transformer
+from posenc.models.losses import token_loss
 
 NAMES = encodings.names()
 LENGTHS = (2048, 4096, 8192)

@@ -17,7 +17,7 @@ import pytest
 from flax import nnx
 
 from posenc import encodings
-from posenc.attention import attend
+from posenc.attention.core import attend
 from posenc.layers.config import ModelConfig
 from posenc.models.lm import Transformer
 

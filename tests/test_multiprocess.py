@@ -1,8 +1,8 @@
 """Two processes (``jax.distributed`` on localhost, 2 CPU devices each) train like one process
 with 4 devices: same loss curve, one writer, and a checkpoint a single process can load.
 
-The children run ``tests/_mp_train.py`` (``posenc.train.train`` then ``evaluate_workdir`` on the
-tiny config, float32). Cross-process collectives on CPU use gloo, JAX's default CPU collectives
+The children run ``tests/_mp_train.py`` (``posenc.runs.train.train`` then ``evaluate_workdir`` on
+the tiny config, float32). Cross-process collectives on CPU use gloo, JAX's default CPU collectives
 implementation since 0.4.x; it is set explicitly in the children's environment all the same.
 """
 
@@ -22,10 +22,10 @@ import pytest
 from flax import nnx
 
 from posenc.data import get_source
-from posenc.evaluate import load_model
-from posenc.metrics import read_metrics
 from posenc.models import build
+from posenc.runs.evaluate import load_model
 from posenc.workdir import RunDir
+from posenc.workdir.metrics import read_metrics
 
 HELPER = pathlib.Path(__file__).resolve().parent / "_mp_train.py"
 STEPS = 6

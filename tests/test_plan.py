@@ -17,7 +17,7 @@ from pathlib import Path
 import _train_helpers as helpers
 import pytest
 
-from posenc.plan import parse_bytes
+from posenc.runs.plan import parse_bytes
 
 SCRIPT = Path(__file__).resolve().parent / "_sharding_devices.py"
 
@@ -126,12 +126,13 @@ def test_translation_plan_matches_the_run_at_its_longest_bucket(tmp_path):
     training reads them): the plan's parameters and optimizer state equal the bytes of the
     real arrays, and its training-step peak is within 10 % of the program the run compiled and
     ran on a batch of that bucket."""
-    from posenc import sharding, translation
-    from posenc.config import apply_overrides, load_config
     from posenc.data.pair_batching import encode_pairs
-    from posenc.fits import required_bytes
-    from posenc.plan import plan
-    from posenc.train import Trainer
+    from posenc.devices import sharding
+    from posenc.devices.fits import required_bytes
+    from posenc.kinds import translation
+    from posenc.runs.config import apply_overrides, load_config
+    from posenc.runs.plan import plan
+    from posenc.runs.train import Trainer
 
     config = apply_overrides(
         load_config(TRANSLATION),
@@ -262,7 +263,7 @@ def test_plan_refuses_lengths_beyond_int32_positions_in_one_line(only):
 
 
 def _tiny(*overrides: str):
-    from posenc.config import apply_overrides, load_config
+    from posenc.runs.config import apply_overrides, load_config
 
     return apply_overrides(load_config(helpers.TINY_SPEC), list(overrides))
 
@@ -273,7 +274,7 @@ def test_a_plan_that_does_not_fit_names_the_remedies_of_what_does_not_fit():
     a real share, and a smaller batch; the evaluation gets a smaller ``eval.batch_tokens``,
     ``mesh.context`` and a smaller ``model.attention_block_size``; a part that fits gets none
     of its own. The figures are made up (no compilation): 8 devices on ``data``, 16 rows."""
-    from posenc.plan import Plan
+    from posenc.runs.plan import Plan
 
     gib = 2**30
     train = {"peak": 30 * gib, "rows": 16, "length": 2048, "temporaries": 20 * gib}

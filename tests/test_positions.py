@@ -14,10 +14,10 @@ import pytest
 from flax import nnx
 
 from posenc import data as data_lib
-from posenc.config import validate
-from posenc.evaluate import Positions, evaluate, evaluate_workdir
-from posenc.metrics import read_metrics
-from posenc.train import train
+from posenc.runs.config import validate
+from posenc.runs.evaluate import Positions, evaluate, evaluate_workdir
+from posenc.runs.train import train
+from posenc.workdir.metrics import read_metrics
 
 RANDOMIZED = ("train.positions=randomized", "train.max_position=64")
 

@@ -1,6 +1,6 @@
-"""experiments/pretrained_extrapolation.py (posenc.pretrained_extrapolation) on the test suite's
-tiny Hugging Face folders: a RoPE model under every zero-shot method, a learned-position model as
-it is (its table ends at 2 x L), and the invariants the numbers must keep."""
+"""experiments/pretrained_extrapolation.py (posenc.studies.pretrained_extrapolation) on the test
+suite's tiny Hugging Face folders: a RoPE model under every zero-shot method, a learned-position
+model as it is (its table ends at 2 x L), and the invariants the numbers must keep."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from posenc import pretrained_extrapolation as pe
+from posenc.studies import pretrained_extrapolation as pe
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = REPO / "tests" / "hf" / "golden"

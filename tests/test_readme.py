@@ -4,7 +4,7 @@ docs/api.md's Python API section runs against a tiny trained run."""
 import pytest
 from _train_helpers import REPO
 
-from posenc import sweep
+from posenc.runs import sweep
 
 
 def readme_block(heading: str, language: str = "python", page: str = "README.md") -> str:
@@ -48,8 +48,8 @@ def test_the_python_api_section_runs_on_a_trained_run(tmp_path, monkeypatch):
     from _train_helpers import build_pystdlib, tiny_config
 
     import posenc
-    from posenc.evaluate import load_model
-    from posenc.train import train
+    from posenc.runs.evaluate import load_model
+    from posenc.runs.train import train
     from posenc.workdir import eval_file_name
 
     config = tiny_config(build_pystdlib(tmp_path / "data"), "encoding.name=rope", "train.steps=2")

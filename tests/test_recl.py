@@ -11,9 +11,9 @@ import pytest
 from flax import nnx
 
 from posenc import encodings
+from posenc.analysis.recl import context_losses, recl, relative_gains
 from posenc.layers.config import ModelConfig
 from posenc.models.lm import Transformer
-from posenc.recl import context_losses, recl, relative_gains
 
 # Two models, four targets, contexts 10, 15, 20 (rows).
 A = np.array([[2.0, 1.0, 3.0, 0.5], [1.5, 1.0, 2.0, 0.5], [1.2, 0.9, 2.0, 0.5]])

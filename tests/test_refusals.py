@@ -18,8 +18,8 @@ import textwrap
 import _train_helpers as helpers
 import pytest
 
-from posenc.evaluate import evaluate_workdir
-from posenc.train import train
+from posenc.runs.evaluate import evaluate_workdir
+from posenc.runs.train import train
 from posenc.workdir import RunDir
 
 STEPS = ("train.steps=4", "train.checkpoint_every=2")
@@ -186,7 +186,8 @@ def test_evaluation_that_cannot_fit_is_one_line_and_writes_nothing(run_copy):
 
 
 def test_a_task_length_that_cannot_fit_names_the_length(data_dir):
-    from posenc import fits, tasks
+    from posenc.devices import fits
+    from posenc.kinds import tasks
 
     config = helpers.tiny_config(data_dir, "model.attention_impl=einsum")
     with pytest.raises(fits.DoesNotFitError, match=r"eval.lengths entry 100000: .* needs about"):
@@ -199,7 +200,7 @@ def test_an_allocation_failure_is_one_line(run_copy, monkeypatch):
     """What an estimate misses still ends in one line: XLA's RESOURCE_EXHAUSTED."""
     import jax
 
-    from posenc import evaluate
+    from posenc.runs import evaluate
 
     def exhausted(*args, **kwargs):
         raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 1 bytes.")
@@ -339,8 +340,8 @@ def test_a_typo_in_a_sweep_files_get_config_is_one_line(tmp_path, line, match):
     path.write_text(
         textwrap.dedent(
             f"""
-            from posenc.config import load_config
-            from posenc.sweep import product
+            from posenc.runs.config import load_config
+            from posenc.runs.sweep import product
 
             def get_config():
                 config = load_config({helpers.TINY_SPEC!r})
@@ -360,7 +361,7 @@ def test_a_typo_in_a_sweep_files_get_config_is_one_line(tmp_path, line, match):
 
 
 def test_an_empty_evaluation_split_is_called_empty(tmp_path, data_dir):
-    from posenc.config import check_eval_lengths
+    from posenc.runs.config import check_eval_lengths
 
     for tokens in (0, 1):  # nothing, or one document separator (an empty file)
         with pytest.raises(ValueError, match="the validation split is empty") as e:
@@ -381,7 +382,7 @@ def test_an_empty_evaluation_split_is_called_empty(tmp_path, data_dir):
 
 @pytest.mark.parametrize("extra", [(), ("eval.stride=4",)])
 def test_sliding_evaluation_of_a_task_run_says_it_does_not_apply(data_dir, extra):
-    from posenc.config import validate
+    from posenc.runs.config import validate
 
     config = helpers.tiny_config(
         data_dir,

@@ -15,12 +15,13 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posenc import encodings, plan
-from posenc.config import apply_overrides, load_config
+from posenc import encodings
 from posenc.layers.block import REMAT_POLICIES
 from posenc.layers.config import REMATS, ModelConfig
 from posenc.models.encdec import EncoderDecoder
 from posenc.models.lm import Transformer
+from posenc.runs import plan
+from posenc.runs.config import apply_overrides, load_config
 
 TINY = ModelConfig(num_layers=2, model_dim=32, num_heads=4, mlp_dim=64, dtype="float32")
 

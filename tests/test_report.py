@@ -10,7 +10,7 @@ import warnings
 import pytest
 
 from posenc import report
-from posenc.sweep import point_name
+from posenc.runs.sweep import point_name
 
 MODEL = {
     "num_layers": 1,

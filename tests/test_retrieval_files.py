@@ -215,7 +215,7 @@ def test_later_retrievals_and_analyses_keep_the_earlier_ones(tmp_path):
     data = tmp_path / "data"
     helpers.build_pystdlib(data)
     workdir = tmp_path / "run"
-    from posenc.train import train
+    from posenc.runs.train import train
 
     train(helpers.tiny_config(data, "train.steps=2", "eval.lengths=16,32"), str(workdir))
     small = ["--depths", "1", "--trials", "1"]

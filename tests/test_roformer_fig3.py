@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posenc import linear_attention
-from posenc.config import validate
+from posenc.attention import linear as linear_attention
 from posenc.models import build
-from posenc.sweep import load_sweep
+from posenc.runs.config import validate
+from posenc.runs.sweep import load_sweep
 
 SWEEP = pathlib.Path(__file__).parents[1] / "configs" / "sweeps" / "roformer_fig3.py"
 

@@ -10,8 +10,8 @@ import _train_helpers as helpers
 import numpy as np
 import pytest
 
-from posenc.config import evaluation_changes
-from posenc.train import train
+from posenc.runs.config import evaluation_changes
+from posenc.runs.train import train
 from posenc.workdir import RunDir
 
 MODES = ["linear", "ntk", "dynamic", "yarn"]
@@ -161,7 +161,7 @@ def test_documented_yarn_eval_runs_without_original_max_len(trained_rope):
 def test_checks_at_binding_name_the_field_a_user_types():
     """Checks that need the model's shape (NTK's four rotated channels) run when the encoder is
     bound, outside the registry; validate names the field as it is set too."""
-    from posenc.config import validate
+    from posenc.runs.config import validate
 
     config = helpers.tiny_config(
         "/nonexistent",

@@ -22,10 +22,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posenc import sweep
-from posenc.evaluate import evaluate_workdir, load_model
 from posenc.report import write_report
-from posenc.train import train
+from posenc.runs import sweep
+from posenc.runs.evaluate import evaluate_workdir, load_model
+from posenc.runs.train import train
 from posenc.workdir import CORRUPT_DIR, RunDir, WorkdirBusyError, WorkdirError
 from posenc.workdir import lock as lock_lib
 from posenc.workdir.checkpoints import CHECKSUM_FILE
@@ -200,8 +200,8 @@ def _sweep_config(folder: str, steps: int) -> str:
         f.write(
             textwrap.dedent(
                 f"""
-                from posenc.config import apply_overrides, load_config
-                from posenc.sweep import product
+                from posenc.runs.config import apply_overrides, load_config
+                from posenc.runs.sweep import product
 
                 def get_config():
                     config = load_config({helpers.TINY_SPEC!r})

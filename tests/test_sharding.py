@@ -1,5 +1,5 @@
-"""Sharding over a named mesh (posenc/sharding.py): the rules, the mesh config, and training on
-8 virtual CPU devices over data, FSDP and tensor-parallel meshes.
+"""Sharding over a named mesh (posenc/devices/sharding.py): the rules, the mesh config, and training
+on 8 virtual CPU devices over data, FSDP and tensor-parallel meshes.
 
 The fast tests work on abstract meshes (no devices needed); the 8-device runs start
 ``tests/_sharding_devices.py`` in a fresh interpreter (``XLA_FLAGS`` must be set before JAX
@@ -21,13 +21,14 @@ from flax import nnx
 from jax.sharding import AbstractMesh
 from jax.sharding import PartitionSpec as P
 
-from posenc import encodings, sharding
-from posenc.config import apply_overrides, load_config
+from posenc import encodings
+from posenc.devices import sharding
 from posenc.layers.config import ModelConfig
 from posenc.layers.params import EncoderParam
 from posenc.models.encdec import EncoderDecoder
 from posenc.models.lm import Transformer
-from posenc.train import Trainer
+from posenc.runs.config import apply_overrides, load_config
+from posenc.runs.train import Trainer
 
 SCRIPT = Path(__file__).resolve().parent / "_sharding_devices.py"
 TINY = str(Path(__file__).resolve().parents[1] / "configs" / "base.py") + ":tiny"

@@ -1,4 +1,4 @@
-"""posenc.sweep: point names, resuming an interrupted sweep, failures, child processes."""
+"""posenc.runs.sweep: point names, resuming an interrupted sweep, failures, child processes."""
 
 import csv
 import json
@@ -8,15 +8,15 @@ import stat
 import jax
 import pytest
 
-import posenc.train
-from posenc import sweep
-from posenc.evaluate import load_eval
+import posenc.runs.train
+from posenc.runs import sweep
+from posenc.runs.evaluate import load_eval
 
 BASE = os.path.join(os.path.dirname(__file__), os.pardir, "configs", "base.py")
 
 SWEEP_CONFIG = """
-from posenc.config import load_config
-from posenc.sweep import product
+from posenc.runs.config import load_config
+from posenc.runs.sweep import product
 
 
 def get_config(variant="ok"):
@@ -107,7 +107,7 @@ def test_interrupted_sweep_resumes_without_redoing_finished_points(
     tmp_path, sweep_file, monkeypatch
 ):
     workdir = str(tmp_path / "sweep")
-    real_train = posenc.train.train
+    real_train = posenc.runs.train.train
     calls = []
 
     def interrupting_train(config, point_dir, **kwargs):
@@ -117,7 +117,7 @@ def test_interrupted_sweep_resumes_without_redoing_finished_points(
             raise KeyboardInterrupt
         return real_train(config, point_dir, **kwargs)
 
-    monkeypatch.setattr(posenc.train, "train", interrupting_train)
+    monkeypatch.setattr(posenc.runs.train, "train", interrupting_train)
     with pytest.raises(KeyboardInterrupt):
         sweep.run_sweep(sweep_file, workdir, verbose=False)
     alibi = os.path.join(workdir, "encoding.name-alibi__seed-0")
@@ -141,7 +141,7 @@ def test_interrupted_sweep_resumes_without_redoing_finished_points(
         resumed.append(result.resumed_from)
         return result
 
-    monkeypatch.setattr(posenc.train, "train", counting_train)
+    monkeypatch.setattr(posenc.runs.train, "train", counting_train)
     summary = sweep.run_sweep(sweep_file, workdir, verbose=False)
     assert [(p["dir"], p["status"]) for p in summary] == [
         (os.path.basename(alibi), "skipped"),

@@ -1,5 +1,5 @@
-"""Algorithmic tasks end to end (posenc.tasks): data.source=synthetic:<task> trains on the target
-tokens, evaluates per input length, resumes exactly, and refuses bad settings in one line."""
+"""Algorithmic tasks end to end (posenc.kinds.tasks): data.source=synthetic:<task> trains on the
+target tokens, evaluates per input length, resumes exactly, and refuses bad settings in one line."""
 
 from __future__ import annotations
 
@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 from _train_helpers import REPO, assert_same_leaves, param_leaves
 
-from posenc import tasks
-from posenc.config import apply_overrides, load_config, validate
 from posenc.data import SEP_ID, get_source, synthetic
-from posenc.evaluate import evaluate_workdir
+from posenc.kinds import tasks
 from posenc.report import write_report
-from posenc.train import Trainer, train
+from posenc.runs.config import apply_overrides, load_config, validate
+from posenc.runs.evaluate import evaluate_workdir
+from posenc.runs.train import Trainer, train
 
 TASKS_SPEC = f"{REPO / 'configs' / 'tasks.py'}:tiny"
 
@@ -147,7 +147,7 @@ def test_an_interrupted_task_run_resumes_to_the_same_parameters(tmp_path):
 @pytest.mark.parametrize("sweep", ["ruoss_table1", "nope_ranking"])
 @pytest.mark.parametrize("variant", ["tiny", "paper"])
 def test_the_papers_sweeps_are_valid_runs(sweep, variant):
-    from posenc.sweep import load_sweep
+    from posenc.runs.sweep import load_sweep
 
     points, configs = load_sweep(f"{REPO / 'configs' / 'sweeps' / sweep}.py:{variant}")
     for config in configs:

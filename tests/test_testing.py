@@ -16,7 +16,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posenc import encodings, linear_attention, testing
+from posenc import encodings, testing
+from posenc.attention import linear as linear_attention
 from posenc.encodings import Encoding
 from posenc.testing import _harness, checks
 

@@ -1,4 +1,5 @@
-"""Tests for posenc.theory: RoFormer's long-term decay bound (arXiv 2104.09864, Sec. 3.4.3)."""
+"""Tests for posenc.analysis.theory: RoFormer's long-term decay bound (arXiv 2104.09864, Sec.
+3.4.3)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pathlib
 import numpy as np
 import pytest
 
-from posenc.theory import rope_partial_sums, rope_relative_upper_bound, rope_thetas
+from posenc.analysis.theory import rope_partial_sums, rope_relative_upper_bound, rope_thetas
 
 SCRIPT = pathlib.Path(__file__).resolve().parents[1] / "experiments" / "roformer_decay.py"
 

@@ -20,11 +20,11 @@ import pytest
 
 from posenc import data as data_lib
 from posenc import encodings
-from posenc.config import apply_overrides
-from posenc.evaluate import evaluate, load_model
-from posenc.metrics import read_metrics
-from posenc.train import NonFiniteLossError, Trainer, make_optimizer, train
+from posenc.runs.config import apply_overrides
+from posenc.runs.evaluate import evaluate, load_model
+from posenc.runs.train import NonFiniteLossError, Trainer, make_optimizer, train
 from posenc.workdir import RunDir
+from posenc.workdir.metrics import read_metrics
 
 
 @pytest.fixture(scope="session")
@@ -421,7 +421,7 @@ def test_the_progress_bar_moves_at_every_step_not_only_at_logged_ones(
 ):
     """With ``log_every`` past the run's end, the bar still counts each step as it is taken
     (it sat at 0 while a translation run compiled its length buckets)."""
-    import posenc.train as train_module
+    import posenc.runs.train as train_module
 
     counts: list[int] = []
 

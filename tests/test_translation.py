@@ -12,13 +12,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posenc import encodings, translation
-from posenc.config import apply_overrides, load_config, validate
+from posenc import encodings
 from posenc.data.pair_batching import encode_pairs, eval_pair_batches
 from posenc.data.vocab import ByteVocab
 from posenc.decoding.beam import beam_search
+from posenc.kinds import translation
 from posenc.layers.config import ModelConfig
 from posenc.models.encdec import EncoderDecoder
+from posenc.runs.config import apply_overrides, load_config, validate
 
 VOCAB = ByteVocab()
 TRANSLATION_CONFIG = os.path.join(os.path.dirname(__file__), os.pardir, "configs", "translation.py")

@@ -12,8 +12,8 @@ from pathlib import Path
 import _train_helpers as helpers
 import pytest
 
-from posenc.evaluate import load_model
-from posenc.metrics import read_metrics
+from posenc.runs.evaluate import load_model
+from posenc.workdir.metrics import read_metrics
 
 pytestmark = pytest.mark.slow
 

@@ -16,7 +16,7 @@ import _train_helpers as helpers
 import numpy as np
 import pytest
 
-from posenc import translation
+from posenc.kinds import translation
 
 
 @pytest.fixture

@@ -6,7 +6,7 @@ import pytest
 from sacrebleu.tokenizers.tokenizer_13a import Tokenizer13a
 from sacrebleu.tokenizers.tokenizer_intl import TokenizerV14International
 
-from posenc.translation_metrics import corpus_scores, length_bucket_table, length_buckets
+from posenc.kinds.translation_metrics import corpus_scores, length_bucket_table, length_buckets
 
 
 def test_perfect_and_empty_hypotheses():

@@ -18,14 +18,14 @@ from flax import nnx
 
 from posenc import data as data_lib
 from posenc import encodings
-from posenc.config import validate
-from posenc.evaluate import evaluate, evaluate_workdir
 from posenc.layers.config import ModelConfig
-from posenc.losses import token_loss
-from posenc.metrics import read_metrics
 from posenc.models import memory as memory_lib
 from posenc.models.lm import Transformer
-from posenc.train import Trainer, train
+from posenc.models.losses import token_loss
+from posenc.runs.config import validate
+from posenc.runs.evaluate import evaluate, evaluate_workdir
+from posenc.runs.train import Trainer, train
+from posenc.workdir.metrics import read_metrics
 
 T = 4  # segment length
 SEGMENTS = 3

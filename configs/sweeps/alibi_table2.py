@@ -47,8 +47,8 @@ import os
 import ml_collections
 
 from posenc import encodings
-from posenc.config import load_config
-from posenc.sweep import product
+from posenc.runs.config import load_config
+from posenc.runs.sweep import product
 
 _BASE = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "base.py")
 

@@ -24,7 +24,7 @@ Run::
 
 import os
 
-from posenc.config import load_module
+from posenc.runs.config import load_module
 
 _TASKS = load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tasks.py"))
 

@@ -23,8 +23,8 @@ Run::
 
 import os
 
-from posenc.config import load_module
-from posenc.sweep import product
+from posenc.runs.config import load_module
+from posenc.runs.sweep import product
 
 _TABLE2 = load_module(os.path.join(os.path.dirname(os.path.abspath(__file__)), "alibi_table2.py"))
 

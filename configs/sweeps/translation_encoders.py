@@ -25,7 +25,7 @@ import os
 
 import ml_collections
 
-from posenc.config import load_module
+from posenc.runs.config import load_module
 
 ENCODERS = {
     "sinusoidal": {},  # Vaswani et al.

@@ -23,7 +23,7 @@ import os
 
 import ml_collections
 
-from posenc.config import load_config
+from posenc.runs.config import load_config
 
 _TRANSLATION = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "translation.py")
 VARIANTS = ("tiny", "paper")

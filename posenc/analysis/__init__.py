@@ -3,7 +3,7 @@ entropy of attention rows, per layer and head, at the training length and beyond
 
 - :mod:`posenc.analysis.stats`: the statistics of one layer (:func:`attention_sums`) and of a
   model (:func:`model_attention_sums`), exact (the encoder's own hooks, as
-  :mod:`posenc.attention` applies them) and computed in query blocks.
+  :mod:`posenc.attention.core` applies them) and computed in query blocks.
 - :mod:`posenc.analysis.run`: ``posenc analyze``, over a run's evaluation windows
   (:func:`analyze_workdir`).
 - :mod:`posenc.analysis.output`: its tables and plots.

@@ -38,11 +38,15 @@ import numpy as np
 from flax import nnx
 
 from posenc import data as data_lib
-from posenc import fits, linear_attention, tasks
 from posenc.analysis.buckets import FINE, bucket_sums, distance_buckets
 from posenc.analysis.output import write_analysis
 from posenc.analysis.stats import AttentionSums, model_attention_sums
-from posenc.config import (
+from posenc.attention import linear as linear_attention
+from posenc.devices import fits
+from posenc.kinds import tasks
+from posenc.models.build import assembly
+from posenc.models.lm import Transformer
+from posenc.runs.config import (
     apply_overrides,
     check_eval_lengths,
     eval_lengths,
@@ -53,9 +57,7 @@ from posenc.config import (
     open_source,
     validate,
 )
-from posenc.evaluate import Positions, device_description, restore_model
-from posenc.models.build import assembly
-from posenc.models.lm import Transformer
+from posenc.runs.evaluate import Positions, device_description, restore_model
 from posenc.workdir import RunDir, analysis_names
 
 # Tokens analysed per length by default: max(1, DEFAULT_TOKENS // L) windows.

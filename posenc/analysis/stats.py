@@ -1,9 +1,9 @@
 """Attention statistics of one layer, and of every layer of a model, computed in query blocks.
 
 For queries ``q`` and keys ``k`` the probabilities are the reference path's
-(:func:`posenc.attention.reference_logits`, then a float32 softmax): the encoder's own hooks
+(:func:`posenc.attention.core.reference_logits`, then a float32 softmax): the encoder's own hooks
 (``rotate`` over the whole window, ``bias``, ``content_logits``, ``log_decay``,
-``contextual_logits``) exactly as :func:`posenc.attention.attend` applies them, so the weights
+``contextual_logits``) exactly as :func:`posenc.attention.core.attend` applies them, so the weights
 are those of every path the model runs (the fused and blocked paths compute the same
 softmax). They are formed ``block`` queries at a time against all ``S`` keys, so memory grows as
 ``S x block``, never ``T x S``, and reduced on the device to sums:
@@ -24,7 +24,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from posenc.attention import cumulative_decay, reference_logits
+from posenc.attention.core import cumulative_decay, reference_logits
 from posenc.encodings.base import Encoding, Params
 from posenc.layers.params import values
 from posenc.models.lm import Transformer, default_positions

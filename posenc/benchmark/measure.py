@@ -17,15 +17,15 @@ import numpy as np
 from flax import nnx
 
 from posenc import data as data_lib
-from posenc import sharding
-from posenc.attention import choose_implementation
+from posenc.attention.core import choose_implementation
 from posenc.benchmark.settings import Settings, make_config, train_windows
-from posenc.config import open_source
-from posenc.evaluate import Scorer
+from posenc.devices import sharding
 from posenc.layers.params import EncoderParam
 from posenc.models import build
 from posenc.models.lm import Transformer
-from posenc.train import Trainer
+from posenc.runs.config import open_source
+from posenc.runs.evaluate import Scorer
+from posenc.runs.train import Trainer
 
 # bf16 dense peak TFLOP/s per device (datasheet figures with sparsity, halved), matched in order
 # against jax.devices()[0].device_kind, e.g. "NVIDIA H100 80GB HBM3" or "NVIDIA H100 PCIe".

@@ -4,7 +4,7 @@ What does posenc's model code (NNX modules, the encoder contract's hooks, the at
 chooser, sharding annotations) cost against the same network written directly? This module is
 that network, with nothing but arrays: token embedding times ``sqrt(D)``, pre-norm blocks of
 causal softmax attention and a ``gelu_tanh`` MLP, a final norm and the tied output projection,
-the mean token cross-entropy, and posenc's own optimizer (:func:`posenc.train.make_optimizer`:
+the mean token cross-entropy, and posenc's own optimizer (:func:`posenc.runs.train.make_optimizer`:
 clipping, AdamW, the same schedule and decay mask), so the two steps do the same arithmetic.
 ``throughput.py --rounds N --peer`` times its training step in the same rounds as the encoders
 and reports its ratio to NoPE: below 1 is posenc's overhead.
@@ -28,7 +28,7 @@ from flax import nnx
 
 from posenc.benchmark.settings import Settings, make_config, train_windows
 from posenc.models import build
-from posenc.train import make_optimizer
+from posenc.runs.train import make_optimizer
 
 NAME = "jax (hand-written)"
 

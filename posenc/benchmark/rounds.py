@@ -34,15 +34,15 @@ import jax
 import numpy as np
 
 from posenc import data as data_lib
-from posenc import sharding
-from posenc.attention import choose_implementation
+from posenc.attention.core import choose_implementation
 from posenc.benchmark import peer as peer_lib
 from posenc.benchmark.measure import short_error
 from posenc.benchmark.settings import Settings, make_config, train_windows
-from posenc.config import open_source
-from posenc.evaluate import Scorer
+from posenc.devices import sharding
 from posenc.models import build
-from posenc.train import Trainer
+from posenc.runs.config import open_source
+from posenc.runs.evaluate import Scorer
+from posenc.runs.train import Trainer
 from posenc.workdir import write_json
 
 # Environment variables that set how many threads XLA and BLAS use.

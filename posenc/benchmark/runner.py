@@ -110,7 +110,7 @@ def _meta(
         "size": settings.size,
         "model": config.model.to_dict(),
         "train": {"seq_len": config.train.seq_len, "batch_size": config.train.batch_size},
-        "optimizer": "AdamW (posenc.train.make_optimizer)",
+        "optimizer": "AdamW (posenc.runs.train.make_optimizer)",
         "steps": settings.steps,
         "warmup": settings.warmup,
         "eval_lengths": list(settings.eval_lengths),

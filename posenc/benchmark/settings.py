@@ -10,7 +10,7 @@ import ml_collections
 
 from posenc import data as data_lib
 from posenc import encodings
-from posenc.config import load_config, open_source
+from posenc.runs.config import load_config, open_source
 
 # Model sizes. "small" is the reference setting (configs/base.py); "cpu" runs in seconds.
 SIZES: dict[str, dict[str, Any]] = {
@@ -53,7 +53,7 @@ class Settings:
     eval_lengths: tuple[int, ...] | None = None
     # Timed runs per evaluation length (the median is reported).
     eval_repeats: int = 3
-    # model.attention_impl of every encoder (posenc.attention.IMPLEMENTATIONS).
+    # model.attention_impl of every encoder (posenc.attention.core.IMPLEMENTATIONS).
     attention_impl: str = "auto"
     # model.dtype, overriding the size's.
     dtype: str | None = None

@@ -4,7 +4,7 @@ A task has no token stream: its examples are generated on demand, a pure functio
 ``(task, length, seed, index)``. This source gives a run what it records about its data
 (:meth:`TaskSource.info`: the task, its alphabet and a fingerprint of the generator's output, so
 that a changed generator is noticed like edited text), and a clear error where code asks it for a
-stream. Training batches and evaluation are in :mod:`posenc.tasks`.
+stream. Training batches and evaluation are in :mod:`posenc.kinds.tasks`.
 """
 
 from __future__ import annotations
@@ -54,7 +54,7 @@ class TaskSource(Source):
     def split_stream(self, split: str) -> np.ndarray:
         raise ValueError(
             f"{SOURCE_FIELD}={self.spec!r} is an algorithmic task: it has no {split!r} token "
-            "stream (examples are generated per length; see posenc.tasks)"
+            "stream (examples are generated per length; see posenc.kinds.tasks)"
         )
 
     def fingerprint(self) -> str:

@@ -43,7 +43,7 @@ Refused, with a one-line ``ValueError`` (:func:`greedy_generate_reference` runs 
   what a full pass computes (the test shows the difference); CAPE with ``normalize=True``,
   whose centring on the window's mean moves every position as the window grows;
 - the linear attention paths (``model.attention_impl`` in
-  :data:`posenc.linear_attention.PATHS`): a different model, whose decoding would carry its own
+  :data:`posenc.attention.linear.PATHS`): a different model, whose decoding would carry its own
   running sums; not implemented.
 
 Numerics: the cache is exact up to rounding. In float32 the tests find the logits of cached and
@@ -63,7 +63,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from posenc import linear_attention
+from posenc.attention import linear as linear_attention
 from posenc.decoding.greedy import greedy_search
 from posenc.encodings.registry import fields_as_set
 from posenc.layers.cache import LayerCache

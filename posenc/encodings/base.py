@@ -111,8 +111,8 @@ checks each one against what the encoder does):
   can know an encoder's parameters without initialising them.
 - ``param_axes()``: ``{name: logical axis names}`` of the parameters worth splitting over
   devices (Transformer-XL's ``W_kR``: ``("embed", "heads", "head_dim")``, as the attention
-  projections; :mod:`posenc.sharding` maps the names to mesh axes); the others are replicated
-  (default ``{}``).
+  projections; :mod:`posenc.devices.sharding` maps the names to mesh axes); the others are
+  replicated (default ``{}``).
 - ``eval_safe_hparams``: hyperparameters that may differ between training and evaluation without
   changing what was trained (Transformer-XL's ``clamp_len``: the original code clamps relative
   distances only at evaluation). ``posenc eval`` refuses to change any other;
@@ -238,7 +238,7 @@ class Encoding:
 
     def param_axes(self) -> dict[str, tuple[str | None, ...]]:
         """Logical axis names of the arrays :meth:`init` returns (``embed``, ``heads``,
-        ``head_dim``, ... or None; :mod:`posenc.sharding` maps them to mesh axes), for those
+        ``head_dim``, ... or None; :mod:`posenc.devices.sharding` maps them to mesh axes), for those
         worth splitting over devices; an array not named here is replicated. Default: none."""
         return {}
 

@@ -26,7 +26,7 @@ ones) times ``pos_scale``, rather than ``arange(T)``.
 
 The contract: ``continuous_positions = True`` makes the model pass float32 positions to
 ``embed``; ``augment_positions`` is called by the model on every pass, with a key in training
-(folded from the model's ``rng``: in :mod:`posenc.train` a pure function of the seed and the
+(folded from the model's ``rng``: in :mod:`posenc.runs.train` a pure function of the seed and the
 step, also with dropout 0) and None at evaluation. Each draw is float32. Absolute
 (``relative = False``): at evaluation the embeddings are Vaswani's sinusoids.
 

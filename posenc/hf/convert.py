@@ -5,8 +5,8 @@ parameter (``nnx.eval_shape``); :func:`fill` streams the checkpoint's tensors in
 family's rules: each tensor is read, its shape asserted against the config, converted, cast to the
 parameter dtype and placed on the device before the next is read, so the host never holds more
 than one tensor beside the model. Given a mesh, each parameter goes straight into its shards
-(:func:`posenc.sharding.named_sharding` of its axis names: the placement training uses), each
-device receiving only its slice, so no device ever holds a whole copy of a sharded parameter.
+(:func:`posenc.devices.sharding.named_sharding` of its axis names: the placement training uses),
+each device receiving only its slice, so no device ever holds a whole copy of a sharded parameter.
 Every parameter must be filled exactly once and every tensor used (or one the family knows
 transformers ignores), else a one-line error names it.
 :func:`hf_tensors` runs the rules backwards for export.
@@ -24,7 +24,7 @@ import numpy as np
 from flax import nnx
 
 from posenc import encodings
-from posenc import sharding as sharding_lib
+from posenc.devices import sharding as sharding_lib
 from posenc.hf.family import Family, Path, Rule, Spec
 from posenc.hf.tensors import TensorReader
 from posenc.models.encdec import EncoderDecoder

@@ -89,7 +89,7 @@ def load_pretrained(
         replicated over a mesh); None: the default device. Tensors are read, converted, cast
         and placed one at a time, so the host never holds the whole checkpoint.
       mesh: instead of ``sharding``, put each parameter straight into its shards on this mesh
-        (``posenc.sharding.make_mesh(config)``), as training places it: FSDP and tensor
+        (``posenc.devices.sharding.make_mesh(config)``), as training places it: FSDP and tensor
         parallelism split every parameter by its axis names, and no device ever holds a whole
         copy of a sharded one.
 

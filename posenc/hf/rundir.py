@@ -44,8 +44,9 @@ from typing import Any
 import ml_collections
 import numpy as np
 
-from posenc import encodings, sharding
+from posenc import encodings
 from posenc.data.hf_tokenizer import PREFIX as HF_PREFIX
+from posenc.devices import sharding
 from posenc.hf import convert
 from posenc.hf.family import Family, Spec, families, get
 from posenc.hf.load import check_dtypes, read_config, read_spec
@@ -95,7 +96,7 @@ def base_config(
     repository's ``configs/base.py`` (``configs/translation.py:base`` for an encoder-decoder,
     ``kind``), with ``overrides`` (``"eval.lengths=..."``) applied; the model, encoder and
     training length are then the pretrained model's."""
-    from posenc.config import apply_overrides, load_config
+    from posenc.runs.config import apply_overrides, load_config
 
     return apply_overrides(load_config(spec or _BASES[kind][0]), overrides)
 
@@ -326,7 +327,7 @@ def export_hf(workdir: str, out: str, *, dtype: str = "float32") -> dict[str, An
     """
     from flax import nnx
 
-    from posenc.evaluate import restore_model
+    from posenc.runs.evaluate import restore_model
 
     check_dtypes(dtype, None)
     run = RunDir(workdir)

@@ -1,4 +1,4 @@
-"""Self- and cross-attention layers: the projections around :func:`posenc.attention.attend`.
+"""Self- and cross-attention layers: the projections around :func:`posenc.attention.core.attend`.
 
 Parameters (logical axes in brackets): ``q [embed, heads, head_dim]``, ``k`` and
 ``v [embed, kv_heads, head_dim]``, ``o [heads, head_dim, embed]``, and with the config's biases
@@ -26,7 +26,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posenc.attention import attend
+from posenc.attention.core import attend
 from posenc.encodings.base import Encoding, Params
 from posenc.encodings.nope import NoPE
 from posenc.layers.cache import CrossCache
@@ -151,7 +151,7 @@ class SelfAttention(_Projections):
           q: ``[B, T, H, Dh]``; k, v: ``[B, S, KV, Dh]``.
           encoding, params: the bound encoder and this layer's parameters.
           q_pos, k_pos: integer positions ``[B|1, T]`` and ``[B|1, S]``.
-          **attend_kwargs: the rest of :func:`posenc.attention.attend`'s keywords (causal,
+          **attend_kwargs: the rest of :func:`posenc.attention.core.attend`'s keywords (causal,
             implementation, block size, layer inputs, ``k_valid``, ...).
 
         Returns:

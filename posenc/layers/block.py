@@ -11,7 +11,7 @@ from :class:`~posenc.layers.config.ModelConfig`:
   ``"parallel"``: ``x + attn(norm1(x)) + mlp(norm2(x))`` (GPT-J, GPT-NeoX).
 
 The block owns the positional encoder's parameters when they are per layer
-(``param_scope="layer"``) and hands the encoder to :func:`posenc.attention.attend` through its
+(``param_scope="layer"``) and hands the encoder to :func:`posenc.attention.core.attend` through its
 self-attention; cross-attention has no positional term (:mod:`posenc.layers.attention`).
 
 Precision: the residual stream is float32; norms in float32; projections and the MLP in the
@@ -34,7 +34,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posenc import sharding
+from posenc.devices import sharding
 from posenc.encodings.base import Encoding, Params
 from posenc.layers.attention import CrossAttention, SelfAttention
 from posenc.layers.cache import CrossCache, LayerCache
@@ -239,7 +239,7 @@ class Block(nnx.Module):
 
         The new token's ``h``, ``k`` and ``v`` are written into the cache, then its query
         attends over every slot on the ``einsum`` path with ``k_valid`` masking the slots not
-        yet filled (exactly, see :func:`posenc.attention.attend`): each encoder's hooks see the
+        yet filled (exactly, see :func:`posenc.attention.core.attend`): each encoder's hooks see the
         keys' positions and layer inputs as in a full pass over the filled slots.
 
         Args:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from posenc.attention import IMPLEMENTATIONS
+from posenc.attention.core import IMPLEMENTATIONS
 from posenc.encodings.base import Dims
 from posenc.layers.mlp import ACTIVATIONS as HEAD_ACTIVATIONS
 from posenc.layers.mlp import MLP_KINDS
@@ -37,11 +37,11 @@ class ModelConfig:
       norm: ``"layernorm"`` or ``"rmsnorm"``.
       dtype: compute dtype of the matmuls.
       tie_embeddings: reuse the token embedding as the output projection.
-      attention_impl: an attention path, see :mod:`posenc.attention`.
+      attention_impl: an attention path, see :mod:`posenc.attention.core`.
       attention_block_size: query block of the ``blocked`` path and the ``auto`` threshold;
         the chunk of the linear paths' causal prefix sums.
       performer_features: random features per head of the ``linear_performer`` path (FAVOR+'s
-        ``m``), fixed per layer (:mod:`posenc.linear_attention`).
+        ``m``), fixed per layer (:mod:`posenc.attention.linear`).
       causal: mask keys after the query (a decoder, for causal LM); False runs attention
         unmasked on every path (a bidirectional encoder, for masked LM).
       mem_len: Transformer-XL memory: the number of earlier tokens whose per-layer states a

@@ -1,8 +1,8 @@
 """Parameters with logical axis names, and the positional encoder's parameters as NNX state.
 
 Every parameter a layer makes carries the names of its axes (``embed``, ``heads``, ``kv_heads``,
-``head_dim``, ``mlp``, ``vocab``) as the metadata ``axes``; :mod:`posenc.sharding` alone maps
-them to mesh axes. Encoder parameters (:class:`EncoderParam`) carry the names their encoder
+``head_dim``, ``mlp``, ``vocab``) as the metadata ``axes``; :mod:`posenc.devices.sharding` alone
+maps them to mesh axes. Encoder parameters (:class:`EncoderParam`) carry the names their encoder
 declares (``Encoding.param_axes``: Transformer-XL's ``W_kR`` is ``[embed, heads, head_dim]``
 like a projection); those it does not name are replicated.
 """

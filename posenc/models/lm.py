@@ -5,7 +5,7 @@ The encoder is a constructor argument and the model never names one: it adds ``e
 ``embed_tokens`` terms at the input when the encoder has those hooks, keeps the encoder's
 parameters where its ``param_scope`` says (shared ones here, per-layer ones in each
 :class:`~posenc.layers.block.Block`), and the blocks hand everything else to
-:func:`posenc.attention.attend`.
+:func:`posenc.attention.core.attend`.
 
 Precision: parameters in float32; matmuls in ``ModelConfig.dtype`` (bfloat16 by default); norms,
 softmax and the output logits in float32.
@@ -28,7 +28,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from posenc.attention import check_implementation
+from posenc.attention.core import check_implementation
 from posenc.encodings.base import Encoding, Params
 from posenc.layers.block import Block, dropout
 from posenc.layers.cache import LayerCache

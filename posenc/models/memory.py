@@ -9,7 +9,7 @@ stream *before* the layer's norm, and the current norm is applied to memory and 
 together: the norm acts per token, so this equals caching the normed states, except that the
 norm's parameters are the current ones, as the paper applies the current ``W_k, W_v`` to the
 cached states. Positions span memory and segment (``[M + T]``, the memory's first); attention's
-queries are the last ``T`` of the ``M + T`` keys (:func:`posenc.attention.attend`), so every
+queries are the last ``T`` of the ``M + T`` keys (:func:`posenc.attention.core.attend`), so every
 encoder that takes positions runs with memory unchanged; input terms (``embed``) are computed
 for the segment's positions. An encoder with ``embed_tokens`` (a term read from neighbouring
 token embeddings, which the memory does not keep) is refused. The new memory is the last

@@ -306,8 +306,8 @@ def sweep_and_report(
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Runs a sweep (skipping finished points, resuming interrupted ones) and writes its report:
     what a reproduction script does. Returns the sweep's points and the report's paths.
-    ``compile_cache``: as :func:`posenc.sweep.run_sweep`'s."""
-    from posenc.sweep import run_sweep
+    ``compile_cache``: as :func:`posenc.runs.sweep.run_sweep`'s."""
+    from posenc.runs.sweep import run_sweep
 
     points = run_sweep(
         config_spec, workdir, overrides=overrides, jobs=jobs, compile_cache=compile_cache

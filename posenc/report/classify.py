@@ -22,7 +22,7 @@ import os
 import statistics
 from collections.abc import Sequence
 
-from posenc.classify_metrics import CLASSIFICATION_METRICS, REGRESSION_METRICS
+from posenc.kinds.classification_metrics import CLASSIFICATION_METRICS, REGRESSION_METRICS
 from posenc.report.runs import Column, Run, group_runs
 from posenc.report.tables import describe, format_table, write_runs_csv
 from posenc.report.translation import bucket_table, plot_buckets, write_overall_csv

@@ -116,7 +116,7 @@ def _check_prompt_lengths(
     config: Any, tasks: Sequence[str], lengths: Sequence[int], seed: int, trials: int
 ) -> None:
     """Refuses a length too short for a task's prompt in the run's tokenizer (as
-    :class:`posenc.trained.TrainedRun` makes it), before the checkpoint is read."""
+    :class:`posenc.runs.trained.TrainedRun` makes it), before the checkpoint is read."""
     from posenc.data.hf_tokenizer import make_tokenizer
 
     tokenizer = make_tokenizer(config.data.get("tokenizer", "bytes"))
@@ -130,7 +130,7 @@ def _framing(config: Any, tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, .
     """The tokens around every prompt: the tokenizer's BOS before it (if it has one), and a
     task run's separator after it (its model answers after SEP)."""
     from posenc.data.tokenizer import SEP_ID
-    from posenc.tasks import task_of
+    from posenc.kinds.tasks import task_of
 
     bos = getattr(tokenizer, "bos_id", None)
     return () if bos is None else (int(bos),), (SEP_ID,) if task_of(config) else ()
@@ -162,7 +162,7 @@ def check_retrieval(
         prompt and answer do not fit the model's positions (a learned table) or that is too
         short for a task's prompt, naming it.
     """
-    from posenc.config import apply_overrides, eval_lengths, evaluation_changes, validate
+    from posenc.runs.config import apply_overrides, eval_lengths, evaluation_changes, validate
     from posenc.workdir import RunDir
 
     for name in tasks:
@@ -231,10 +231,10 @@ def retrieval_workdir(
     Raises:
       ValueError: as :func:`check_retrieval`, before the checkpoint is read.
     """
-    from posenc.config import eval_lengths
-    from posenc.evaluate import device_description
-    from posenc.tasks import task_of
-    from posenc.trained import load_run
+    from posenc.kinds.tasks import task_of
+    from posenc.runs.config import eval_lengths
+    from posenc.runs.evaluate import device_description
+    from posenc.runs.trained import load_run
     from posenc.workdir import RunDir, atomic_write_bytes, retrieval_names, to_json, write_json
 
     _, lengths, haystack = check_retrieval(

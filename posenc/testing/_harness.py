@@ -19,7 +19,7 @@ import optax
 from flax import nnx
 
 from posenc import encodings
-from posenc.attention_terms import NEG
+from posenc.attention.terms import NEG
 from posenc.encodings.base import Dims, Encoding
 from posenc.layers.config import ModelConfig
 from posenc.layers.params import EncoderParam
@@ -272,7 +272,7 @@ def train_losses(
     of the encoder's own parameters (``'blocks/0/pos_params/table'``) the largest
     ``|gradient|`` at every step (NaN where any entry of the gradient is not finite).
 
-    A functional loop like :mod:`posenc.train`'s (split once, a jitted step returning the new
+    A functional loop like :mod:`posenc.runs.train`'s (split once, a jitted step returning the new
     state), but self-contained so the battery does not depend on the training stack.
     """
     graphdef, params, rest = nnx.split(build(encoder, settings), nnx.Param, ...)

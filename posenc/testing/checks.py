@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from posenc import attention, linear_attention
+from posenc.attention import core as attention
+from posenc.attention import linear as linear_attention
 from posenc.encodings.base import Encoding
 from posenc.layers.params import EncoderParam
 from posenc.testing import context, tiling

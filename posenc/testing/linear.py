@@ -17,7 +17,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posenc import attention, linear_attention
+from posenc.attention import core as attention
+from posenc.attention import linear as linear_attention
 from posenc.encodings.base import Encoding
 from posenc.testing._harness import Settings, build, jit, label, max_error, memo, resolve
 from posenc.testing.checks import _input_jacobian, _position_sets

@@ -1,5 +1,5 @@
 """Checks of the declarations that let the ``blocked`` path do less work per tile
-(:mod:`posenc.attention_blocked`): ``bias_by_distance``, ``reach`` and ``carry_limit``.
+(:mod:`posenc.attention.blocked`): ``bias_by_distance``, ``reach`` and ``carry_limit``.
 
 Attention trusts them without looking: a bias declared a function of the distance is read from
 a per-distance table; hooks declared alike past a reach, and contextual terms past the carry
@@ -15,7 +15,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from posenc.attention_terms import NEG
+from posenc.attention.terms import NEG
 from posenc.encodings.base import Encoding
 from posenc.testing._harness import (
     NotApplicable,

@@ -6,8 +6,8 @@ import warnings
 import pytest
 
 from posenc.cli import main
-from posenc.config import check_eval_lengths
 from posenc.data import prepare, summary
+from posenc.runs.config import check_eval_lengths
 
 
 @pytest.fixture(scope="module")

@@ -1,6 +1,6 @@
 """Shared by the tests of the bias encoders (ALiBi, T5, KERPLE, FIRE, dynamic position bias):
 naive float64 attention with a bias given as a numpy function, and every attention path of
-``posenc.attention.attend`` at the training length, at 16 times it (256 tokens, 5-6 tiles) and
+``posenc.attention.core.attend`` at the training length, at 16 times it (256 tokens, 5-6 tiles) and
 in the slow step at 128 times it (2048 tokens: the ``blocked`` path's 48-token tiles make 43
 query and key tiles, ``auto``'s 64-token ones 32 and 33), causal and bidirectional."""
 
@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from posenc.attention import attend
+from posenc.attention.core import attend
 
 H, DH = 3, 8  # three heads: a head mixed up with another shows
 

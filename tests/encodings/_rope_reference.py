@@ -199,10 +199,12 @@ def inputs(num_keys: int, num_queries: int, seed: int = 0):
 
 
 def path_outputs(name, hparams, q, k, v, q_pos, k_pos, block_size):
-    """``{implementation: float32 output}`` of :func:`posenc.attention.attend` on every path."""
+    """``{implementation: float32 output}`` of :func:`posenc.attention.core.attend` on every
+    path."""
     import jax
 
-    from posenc import attention, encodings
+    from posenc import encodings
+    from posenc.attention import core as attention
     from posenc.encodings import Dims
 
     enc = encodings.get(name, **hparams).bind(Dims(HEADS, HEAD_DIM, HEADS * HEAD_DIM))

@@ -15,10 +15,10 @@ import pytest
 from flax import nnx
 
 from posenc import encodings
-from posenc.config import apply_overrides, load_config
 from posenc.encodings import Dims
 from posenc.layers.config import ModelConfig
 from posenc.models.lm import Transformer
+from posenc.runs.config import apply_overrides, load_config
 
 BASE = pathlib.Path(__file__).resolve().parents[2] / "configs" / "base.py"
 D = 8
@@ -125,7 +125,7 @@ def test_evaluation_uses_plain_positions_and_training_keys_augment():
 
 
 def test_the_training_key_is_a_function_of_seed_and_step_even_without_dropout():
-    from posenc.train import Trainer
+    from posenc.runs.train import Trainer
 
     trainer = Trainer(tiny_config("encoding.name=cape", "model.dropout=0.0"))
     assert Trainer(tiny_config("model.dropout=0.0")).dropout_key(0) is None  # as before

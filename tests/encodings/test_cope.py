@@ -18,7 +18,7 @@ import pytest
 from flax import nnx
 
 from posenc import encodings
-from posenc.attention import attend, choose_implementation
+from posenc.attention.core import attend, choose_implementation
 from posenc.encodings import Dims
 from posenc.layers.config import ModelConfig
 from posenc.models.lm import Transformer

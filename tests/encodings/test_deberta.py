@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from posenc import encodings
-from posenc.attention import attend
+from posenc.attention.core import attend
 from posenc.encodings import Dims
 from posenc.encodings.deberta import relative_index
 

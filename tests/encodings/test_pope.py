@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 
 from posenc import encodings
-from posenc.attention import attend, choose_implementation
+from posenc.attention.core import attend, choose_implementation
 from posenc.encodings import Dims
 
 H, DH = 2, 8

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from posenc import encodings
-from posenc.attention import attend
+from posenc.attention.core import attend
 from posenc.encodings import Dims, clipped_relative_index
 
 H, DH, D = 2, 8, 16

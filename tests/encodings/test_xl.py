@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from posenc import encodings
-from posenc.attention import attend
+from posenc.attention.core import attend
 from posenc.encodings import Dims
 
 H, DH, D = 2, 8, 16

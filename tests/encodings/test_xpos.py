@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 from posenc import encodings
-from posenc.config import apply_overrides, evaluation_changes, load_config
 from posenc.encodings import Dims
 from posenc.encodings.xpos import apply_xpos, center
+from posenc.runs.config import apply_overrides, evaluation_changes, load_config
 
 MODES = [None, "linear", "ntk", "dynamic", "yarn"]
 TRAIN_LEN = 256

@@ -49,8 +49,8 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository, fo
 
 import _train_helpers as helpers  # noqa: E402
 
-from posenc.evaluate import load_model  # noqa: E402
 from posenc.hf.rundir import export_hf, import_hf  # noqa: E402
+from posenc.runs.evaluate import load_model  # noqa: E402
 
 GOLDEN = os.path.join(HERE, "golden")
 TOLERANCE = 1e-5
@@ -176,7 +176,7 @@ def posenc_t5(tmp: str) -> list[tuple[str, float]]:
 
 
 def trained(tmp: str) -> list[tuple[str, float]]:
-    from posenc.train import train
+    from posenc.runs.train import train
 
     texts = os.path.join(tmp, "texts")
     os.makedirs(texts)

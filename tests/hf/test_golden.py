@@ -88,7 +88,7 @@ _SHARDED = """
 import jax, numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 from flax import nnx
-from posenc.distributed import make_mesh
+from posenc.devices.distributed import make_mesh
 from posenc.hf import load_pretrained
 mesh = make_mesh()
 assert mesh.size == 2

@@ -244,7 +244,7 @@ def test_an_imported_t5_with_bytes_is_advised_to_reimport_not_to_resize(tmp_path
     from test_rundirs import word_tokenizer
 
     from posenc.hf.rundir import import_hf
-    from posenc.translation import run_vocab
+    from posenc.kinds.translation import run_vocab
     from posenc.workdir import RunDir
 
     folder = _copy(tmp_path, "t5")

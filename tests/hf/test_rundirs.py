@@ -25,9 +25,9 @@ from test_export import assert_same_model_folder
 import posenc
 from posenc.cli import main
 from posenc.data.masking import corrupt
-from posenc.evaluate import load_eval
 from posenc.hf import load_pretrained
 from posenc.hf.rundir import export_hf, import_hf
+from posenc.runs.evaluate import load_eval
 
 GOLDEN = Path(__file__).resolve().parent / "golden"
 WORDS = "def add return the quick brown fox jumps over lazy dog a b".split()

@@ -10,7 +10,8 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posenc import classify, encodings
+from posenc import encodings
+from posenc.kinds import classification as classify
 from posenc.layers.config import ModelConfig
 from posenc.layers.pool import HeadConfig
 from posenc.models.classifier import OWN_PARTS, Classifier

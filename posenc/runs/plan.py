@@ -211,7 +211,7 @@ def remedies(plan: Plan, config: ml_collections.ConfigDict) -> list[str]:
 
 
 def _gib(n: int) -> str:
-    from posenc.fits import gib
+    from posenc.devices.fits import gib
 
     return gib(n)
 
@@ -252,7 +252,7 @@ def plan(
     else:
         result = _compile(config, parts, say)
         if device_memory is None:
-            from posenc import fits
+            from posenc.devices import fits
 
             device_memory = fits.device_memory()
     return Plan(**result, device_memory=device_memory, config=config)
@@ -268,7 +268,8 @@ def _quiet(text: str) -> None:
 
 def _check_parts(config: ml_collections.ConfigDict, parts: tuple[str, ...]) -> tuple[str, ...]:
     """``parts`` checked against :data:`PARTS` and what ``config`` can plan (one-line errors)."""
-    from posenc import classify, translation
+    from posenc.kinds import classification as classify
+    from posenc.kinds import translation
 
     if classify.is_classifier(config):
         raise ValueError(
@@ -293,8 +294,9 @@ def _check_mesh(config: ml_collections.ConfigDict, devices: int, parts: tuple[st
     same)."""
     import jax
 
-    from posenc import sharding, tasks, translation
-    from posenc.config import eval_lengths, validate
+    from posenc.devices import sharding
+    from posenc.kinds import tasks, translation
+    from posenc.runs.config import eval_lengths, validate
 
     section = config.get("mesh")
     shape = sharding.mesh_shape(None if section is None else section.to_dict(), devices)
@@ -343,7 +345,7 @@ def _plan_in_child(
     parts: tuple[str, ...],
     say: Callable[[str], None],
 ) -> dict[str, Any]:
-    """The figures compiled by ``python -m posenc.plan`` with ``devices`` virtual CPU devices;
+    """The figures compiled by ``python -m posenc.runs.plan`` with ``devices`` virtual CPU devices;
     its progress lines passed to ``say`` as they come.
 
     Raises:
@@ -363,7 +365,7 @@ def _plan_in_child(
     # stderr to a file: read at the end, it cannot fill a pipe while stdout is being read.
     with tempfile.TemporaryFile("w+") as stderr:
         with subprocess.Popen(
-            [sys.executable, "-m", "posenc.plan", *parts],
+            [sys.executable, "-m", "posenc.runs.plan", *parts],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -444,11 +446,12 @@ def _compile(
     to ``say`` before and after each compilation."""
     from flax import nnx
 
-    from posenc import sharding, tasks, translation
-    from posenc.config import eval_lengths, validate
-    from posenc.evaluate import Scorer
+    from posenc.devices import sharding
+    from posenc.kinds import tasks, translation
     from posenc.models import build
-    from posenc.train import Trainer
+    from posenc.runs.config import eval_lengths, validate
+    from posenc.runs.evaluate import Scorer
+    from posenc.runs.train import Trainer
 
     mesh = sharding.make_mesh(config)
     validate(config, num_devices=sharding.batch_shards(mesh))
@@ -522,7 +525,7 @@ def _options() -> dict[str, Any]:
     CPU, those that keep ``model.remat``'s recomputation where ``jax.checkpoint`` put it), and
     LLVM at -O0. Buffer assignment is done on XLA's graph before LLVM runs, so the figures
     are the same; the machine code, never run, compiles about a third faster."""
-    from posenc import fits
+    from posenc.devices import fits
 
     return {**fits.compiler_options(), "xla_backend_optimization_level": 0}
 
@@ -532,13 +535,14 @@ def _train_inputs(
 ) -> tuple[tuple[Any, ...], dict[str, int]]:
     """The training step's arguments (shapes with shardings) and what they hold: a decoder-only
     run's batch from the config alone (no data read), a translation run's longest bucket from
-    its training pairs (:meth:`posenc.train.Trainer.step_inputs`)."""
+    its training pairs (:meth:`posenc.runs.train.Trainer.step_inputs`)."""
     import jax
     import jax.numpy as jnp
 
-    from posenc import sharding, tasks, translation
-    from posenc.config import masked_lm
     from posenc.data.pair_batching import encode_pairs
+    from posenc.devices import sharding
+    from posenc.kinds import tasks, translation
+    from posenc.runs.config import masked_lm
 
     if translation.is_translation(config):
         source, vocab = translation.open_data(config)
@@ -563,7 +567,7 @@ def _train_inputs(
 
 
 def _child() -> int:
-    """``python -m posenc.plan [PART ...]`` (config JSON on stdin): JSON lines on stdout, the
+    """``python -m posenc.runs.plan [PART ...]`` (config JSON on stdin): JSON lines on stdout, the
     progress (``{"progress": ...}``), then the figures, or the one-line refusal (``{"error":
     ...}``, exit status 2) or failure (``{"failed": ...}``, exit status 1)."""
     config = ml_collections.ConfigDict(json.loads(sys.stdin.read()))

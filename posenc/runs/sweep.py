@@ -7,7 +7,7 @@ A sweep config is a Python file with two functions::
 
 for example ``product(**{"encoding.name": ["alibi", "rope"], "seed": [0, 1]})``. Every point
 runs in ``<sweep dir>/<point name>/``, named from its overrides (:func:`point_name`), with the
-resolved config saved there by :func:`posenc.train.train` (``config.json``). Running the sweep
+resolved config saved there by :func:`posenc.runs.train.train` (``config.json``). Running the sweep
 again:
 
 - skips finished points (``eval.json`` present and ``status.json`` saying ``done`` for exactly
@@ -27,8 +27,8 @@ one share a directory and a report.
 reads it. Each point directory also holds ``point.json`` (its overrides and resolved config: all
 a process needs to run it) and ``status.json``.
 
-With ``jobs > 1`` points run in separate processes (``python -m posenc.sweep <point dir>``), each
-logging to ``<point dir>/log.txt``; with ``jobs == 1`` they run in this process, one after the
+With ``jobs > 1`` points run in separate processes (``python -m posenc.runs.sweep <point dir>``),
+each logging to ``<point dir>/log.txt``; with ``jobs == 1`` they run in this process, one after the
 other.
 
 ``compile_cache`` (``posenc sweep --compile-cache DIR``) gives the points JAX's persistent
@@ -55,7 +55,7 @@ from typing import Any
 
 import ml_collections
 
-from posenc.config import (
+from posenc.runs.config import (
     apply_overrides,
     call_config_file,
     load_config,
@@ -282,8 +282,8 @@ def run_point(point_dir: str) -> dict[str, Any]:
     returns it; never raises for a failure of the run itself (``KeyboardInterrupt`` excepted).
     A point whose directory another process is using fails with that process named.
     """
-    from posenc.evaluate import evaluate_workdir
-    from posenc.train import train
+    from posenc.runs.evaluate import evaluate_workdir
+    from posenc.runs.train import train
 
     point = read_json(os.path.join(point_dir, POINT_FILE))
     config = config_from_dict(point["config"])
@@ -323,7 +323,7 @@ def summarize_point(point_dir: str) -> dict[str, Any]:
     runs scored otherwise), and the checkpoint step that was scored; for a translation run,
     its BLEU within the training length (``bleu_train_len``, the ``<=1x`` bucket) and in the
     longest source-length bucket (``bleu_longest``, labelled ``longest_label``)."""
-    from posenc.metrics import read_metrics
+    from posenc.workdir.metrics import read_metrics
 
     out: dict[str, Any] = {"train_loss": None, "ppl_train_len": None, "ppl_longest": None}
     metrics = read_metrics(point_dir)
@@ -577,7 +577,7 @@ def _start_child(workdir: str, e: dict[str, Any], env: dict[str, str]):
     point_dir = os.path.join(workdir, e["dir"])
     log = open(os.path.join(point_dir, LOG_FILE), "a")  # noqa: SIM115
     proc = subprocess.Popen(
-        [sys.executable, "-m", "posenc.sweep", point_dir, "--parent", str(os.getpid())],
+        [sys.executable, "-m", "posenc.runs.sweep", point_dir, "--parent", str(os.getpid())],
         stdout=log,
         stderr=subprocess.STDOUT,
         env=env,
@@ -711,14 +711,14 @@ def _watch_parent(parent: int) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m posenc.sweep <point dir> [--parent PID]``: runs one prepared point (used by
+    """``python -m posenc.runs.sweep <point dir> [--parent PID]``: runs one prepared point (used by
     ``jobs > 1``); with ``--parent`` the process ends if that process dies."""
     argv = list(sys.argv[1:] if argv is None else argv)
     if len(argv) == 3 and argv[1] == "--parent" and argv[2].isdigit():
         _watch_parent(int(argv[2]))
         argv = argv[:1]
     if len(argv) != 1:
-        print("usage: python -m posenc.sweep <point dir> [--parent PID]", file=sys.stderr)
+        print("usage: python -m posenc.runs.sweep <point dir> [--parent PID]", file=sys.stderr)
         return 2
     status = run_point(argv[0])
     if status["status"] == "failed":

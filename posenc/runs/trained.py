@@ -11,7 +11,7 @@
 
 A :class:`TrainedRun` holds the run's config (with the overrides applied), the changes they make
 to it, the model with the checkpoint's parameters, and the step it was saved at. Overrides may
-change only what `posenc eval` may (:func:`posenc.config.evaluation_changes`: the ``eval``
+change only what `posenc eval` may (:func:`posenc.runs.config.evaluation_changes`: the ``eval``
 section, the attention path, the encoder's ``eval_safe_hparams`` such as RoPE's scaling);
 anything that would change what was trained is refused with the field named. Nothing is
 written except by :meth:`TrainedRun.evaluate`.
@@ -28,7 +28,11 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from posenc.config import (
+from posenc.data.hf_tokenizer import make_tokenizer
+from posenc.models.build import assembly
+from posenc.models.lm import Transformer
+from posenc.models.losses import token_loss
+from posenc.runs.config import (
     apply_overrides,
     evaluation_changes,
     objective,
@@ -36,11 +40,7 @@ from posenc.config import (
     set_field,
     validate,
 )
-from posenc.data.hf_tokenizer import make_tokenizer
-from posenc.evaluate import evaluate_workdir, restore_model
-from posenc.losses import token_loss
-from posenc.models.build import assembly
-from posenc.models.lm import Transformer
+from posenc.runs.evaluate import evaluate_workdir, restore_model
 from posenc.workdir import RunDir
 
 __all__ = ["TrainedRun", "load_run"]

@@ -27,12 +27,12 @@ from typing import Any
 
 import ml_collections
 
-from posenc.config import apply_overrides, eval_lengths, evaluation_changes
-from posenc.evaluate import evaluate_workdir
 from posenc.report import Column, Run, markdown_table, plot_metric
 from posenc.report.plots import line_colors
 from posenc.report.tables import describe, footnote_lines, metric_heading, write_csv
-from posenc.train import train
+from posenc.runs.config import apply_overrides, eval_lengths, evaluation_changes
+from posenc.runs.evaluate import evaluate_workdir
+from posenc.runs.train import train
 from posenc.workdir import RunDir, eval_file_name
 
 # Zero-shot scaling modes (None: plain RoPE) and the modes fine-tuned, with their labels.

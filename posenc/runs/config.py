@@ -23,8 +23,9 @@ from typing import Any
 import ml_collections
 
 from posenc import data as data_lib
-from posenc import encodings, linear_attention
-from posenc.attention import IMPLEMENTATIONS
+from posenc import encodings
+from posenc.attention import linear as linear_attention
+from posenc.attention.core import IMPLEMENTATIONS
 from posenc.data import summary, synthetic
 from posenc.data.base import resolve_data_dir
 from posenc.data.classify_batching import VOCAB_SIZE as CLASSIFY_VOCAB_SIZE

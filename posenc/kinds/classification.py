@@ -6,15 +6,15 @@ classify.py``); its ``data.source`` is a labelled source (:mod:`posenc.data.labe
 ``labelled:default``, ``tsv:<dir>``, ``tfds:glue/<task>``) and ``model.num_labels`` the number of
 classes of its training split (1: a regression, STS-B).
 
-- Training (:func:`posenc.train.train`) reads :class:`~posenc.data.classify_batching.
+- Training (:func:`posenc.runs.train.train`) reads :class:`~posenc.data.classify_batching.
   ClassifyBatches` of ``train.batch_size`` examples truncated to ``train.seq_len`` tokens; the
   loss is the cross entropy of the classes (a regression: the squared error), per example.
   ``train.init_from`` starts the shared parts from a masked-LM run (or a model imported into a
   run directory); the head and segment embedding start fresh.
 - Evaluation (:func:`evaluate_classifier`): ``overall``, every example of the split truncated
   to ``train.seq_len`` as in training (the number GLUE tables report), with the task's metrics
-  (:mod:`posenc.classify_metrics`); and ``results``, one entry per length bucket, the examples
-  whose untruncated length falls in ``(previous length, length]`` of ``eval.lengths``, read
+  (:mod:`posenc.kinds.classification_metrics`); and ``results``, one entry per length bucket, the
+  examples whose untruncated length falls in ``(previous length, length]`` of ``eval.lengths``, read
   whole: within the training length, then longer (RoFormer Table 5's question). Examples longer
   than the largest length are truncated to it (counted as ``truncated``).
 """
@@ -32,7 +32,6 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from posenc import classify_metrics
 from posenc.data.classify_batching import (
     ClassifyBatches,
     EncodedExamples,
@@ -40,6 +39,7 @@ from posenc.data.classify_batching import (
     eval_batches,
 )
 from posenc.data.labelled import LabelledSource, encode_labels, get_labelled_source, label_classes
+from posenc.kinds import classification_metrics as classify_metrics
 from posenc.models.build import HEAD_FIELDS, assembly, head_config
 from posenc.models.classifier import Classifier
 

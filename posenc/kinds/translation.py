@@ -5,7 +5,7 @@ A config is a translation run when ``model.assembly = "encoder_decoder"`` (``con
 translation.py``); its ``data.source`` is a parallel source (:mod:`posenc.data.parallel`) and its
 vocabulary ``data.vocab`` (bytes, or SentencePiece trained once on the training pairs).
 
-- Training (:func:`posenc.train.train`) reads token-bucketed batches
+- Training (:func:`posenc.runs.train.train`) reads token-bucketed batches
   (:class:`posenc.data.pair_batching.PairBatches`, deterministic per (seed, step)) of the pairs
   whose source has at most ``data.max_src_len`` tokens, with label smoothing
   ``train.label_smoothing`` (0.1, as the papers).
@@ -36,7 +36,6 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from posenc import translation_metrics
 from posenc.data.pair_batching import EncodedPairs, PairBatches, encode_pairs, eval_pair_batches
 from posenc.data.parallel import ParallelSource, get_parallel_source, split_lines
 from posenc.data.vocab import (
@@ -49,9 +48,10 @@ from posenc.data.vocab import (
 )
 from posenc.decoding.beam import beam_search
 from posenc.decoding.greedy import greedy_search
-from posenc.losses import token_loss
+from posenc.kinds import translation_metrics
 from posenc.models.build import assembly
 from posenc.models.encdec import EncoderDecoder
+from posenc.models.losses import token_loss
 from posenc.workdir import PRETRAINED_FILE, RunDir
 from posenc.workdir.files import is_run_record
 
@@ -522,7 +522,7 @@ def translate_workdir(
     """Translations of ``lines`` (one source sentence each) by a trained translation run's
     newest intact checkpoint; decoding settings default to the run's ``eval`` section;
     ``progress``: a bar on stderr counting the sentences decoded."""
-    from posenc.evaluate import restore_model
+    from posenc.runs.evaluate import restore_model
 
     if alpha is not None and not 0 <= alpha < math.inf:
         raise ValueError(f"--alpha must be a finite number >= 0, got {alpha!r}")

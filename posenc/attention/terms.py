@@ -1,5 +1,5 @@
-"""What the attention paths add to ``q . k``, shared by :mod:`posenc.attention` and
-:mod:`posenc.attention_blocked`: the masks, the cumulative decays, the contextual logits, and the
+"""What the attention paths add to ``q . k``, shared by :mod:`posenc.attention.core` and
+:mod:`posenc.attention.blocked`: the masks, the cumulative decays, the contextual logits, and the
 per-distance tables of encoders that declare ``bias_by_distance``.
 
 A per-distance table replaces ``T x S`` calls of a bias (a bucket, a log, an MLP per pair) by

@@ -14,7 +14,7 @@ from typing import Any
 import jax
 import ml_collections
 
-from posenc import sharding
+from posenc.devices import sharding
 
 _ENV = {
     "coordinator_address": "POSENC_COORDINATOR_ADDRESS",
@@ -25,7 +25,7 @@ _ENV = {
 
 def make_mesh(config: ml_collections.ConfigDict | None = None) -> jax.sharding.Mesh:
     """The mesh of ``config.mesh`` (default: one ``data`` axis in effect) over every device of
-    every process; :func:`posenc.sharding.make_mesh`."""
+    every process; :func:`posenc.devices.sharding.make_mesh`."""
     return sharding.make_mesh(config)
 
 

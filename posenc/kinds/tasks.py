@@ -37,12 +37,12 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
-from posenc import fits
 from posenc.data import synthetic
 from posenc.data.task_source import PREFIX, task_name
-from posenc.losses import token_loss
-from posenc.metrics import perplexity
+from posenc.devices import fits
 from posenc.models.lm import Transformer
+from posenc.models.losses import token_loss
+from posenc.workdir.metrics import perplexity
 
 # Evaluation examples come from this offset of the run's seed, never used by training draws.
 _EVAL_SEED_OFFSET = 1_000_003
@@ -106,7 +106,7 @@ class TaskScorer:
     def __init__(self, model: Transformer):
         self.model = model
         self.graphdef, self.state = nnx.split(model)
-        # Compiled once per length, refused in one line if it cannot fit (posenc.fits).
+        # Compiled once per length, refused in one line if it cannot fit (posenc.devices.fits).
         self._score = fits.CheckedJit(self._score_batch, self._describe)
 
     def _describe(self, state, inputs, *rest) -> tuple[str, str]:
@@ -183,7 +183,7 @@ def evaluate_task(
       seed: the run's seed (examples are drawn with :func:`eval_seed` of it).
       batch_size: examples per compiled batch.
       generate: also score greedy generation (exact match).
-      positions: randomized positions (:class:`posenc.evaluate.Positions`, one draw per
+      positions: randomized positions (:class:`posenc.runs.evaluate.Positions`, one draw per
         batch); None: ``0 .. W - 1``.
       progress: print one line per length.
 

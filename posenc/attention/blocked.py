@@ -12,7 +12,7 @@ What a tile costs beyond NoPE's is chosen from the encoder's declarations
 
 - by default the hooks run on each tile with the tile's positions;
 - ``bias_by_distance``: the bias of each of the window's ``T + S`` distances is computed once and
-  each tile reads its band by index arithmetic (:mod:`posenc.attention_terms`), where the
+  each tile reads its band by index arithmetic (:mod:`posenc.attention.terms`), where the
   window's positions are contiguous (one ``lax.cond`` per window picks this or the default);
 - ``reach``: ``bias``, ``content_logits`` and ``value_term`` run once per query block on a probe
   key just past the reach on each side, and a tile whose every pair lies past it adds those
@@ -39,7 +39,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
-from posenc.attention_terms import NEG, bias_from_table, contextual, decay_bias, distance_table
+from posenc.attention.terms import NEG, bias_from_table, contextual, decay_bias, distance_table
 from posenc.encodings.base import Encoding, Params
 from posenc.encodings.relative import is_contiguous
 
@@ -62,7 +62,7 @@ def blocked(
     q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, block_size, k_valid=None
 ):
     """Attention over ``block_size x block_size`` tiles (module docstring); the arguments are
-    :func:`posenc.attention.attend`'s after ``rotate``, ``decay`` the cumulative decays
+    :func:`posenc.attention.core.attend`'s after ``rotate``, ``decay`` the cumulative decays
     ``([B, T, H], [B, S, H])`` or None. Returns ``[B, T, H, Dh]`` in ``q.dtype``."""
     t, s = q.shape[1], k.shape[1]
     n_q, n_k = -(-t // block_size), -(-s // block_size)

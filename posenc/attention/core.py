@@ -17,7 +17,7 @@ decide what enters the computation and, with the device and the lengths, which p
   ``contextual_logits``, which carry a running sum), so memory grows as ``T x block`` instead of
   ``T x S``; used for long evaluation windows.
 - ``"auto"``: :func:`choose_implementation`.
-- ``"linear"``, ``"linear_performer"``: linear attention (:mod:`posenc.linear_attention`), a
+- ``"linear"``, ``"linear_performer"``: linear attention (:mod:`posenc.attention.linear`), a
   different model rather than a faster path, so ``auto`` never picks one: kernel feature maps
   (``elu + 1``; FAVOR+ random features) with an encoder's ``rotate`` applied to the features
   (RoFormer eq. 19); encoders whose hooks enter the logits or need the probabilities are refused.
@@ -52,9 +52,9 @@ import math
 import jax
 import jax.numpy as jnp
 
-from posenc import linear_attention
-from posenc.attention_blocked import blocked
-from posenc.attention_terms import NEG, causal_mask, contextual, decay_bias, window_bias
+from posenc.attention import linear as linear_attention
+from posenc.attention.blocked import blocked
+from posenc.attention.terms import NEG, causal_mask, contextual, decay_bias, window_bias
 from posenc.encodings.base import Encoding, Params
 
 IMPLEMENTATIONS = ("auto", "einsum", "blocked", "xla", "cudnn", *linear_attention.PATHS)

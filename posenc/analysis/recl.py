@@ -37,9 +37,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from posenc.losses import token_loss
 from posenc.models import memory as memory_lib
 from posenc.models.lm import Transformer
+from posenc.models.losses import token_loss
 
 THRESHOLD = 0.01  # the paper's gain threshold
 

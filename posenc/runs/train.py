@@ -2,12 +2,12 @@
 
 The model is split once into a static graph and a state pytree (``nnx.split``). The jitted step
 merges them, computes the loss and its gradient, applies the ``optax`` update and returns the new
-state. The mesh's axes come from the config's ``mesh`` section and :mod:`posenc.sharding`'s rules
-place the state: by default every device is on ``data`` (batches split by rows, parameters
+state. The mesh's axes come from the config's ``mesh`` section and :mod:`posenc.devices.sharding`'s
+rules place the state: by default every device is on ``data`` (batches split by rows, parameters
 replicated); ``mesh.fsdp`` also splits the parameters, gradients and Adam moments, and
 ``mesh.tensor`` the attention heads and MLP units. XLA inserts the communication. The same code
 runs on one CPU, several GPUs, a TPU slice or several hosts (after
-:func:`posenc.distributed.initialize`).
+:func:`posenc.devices.distributed.initialize`).
 
 Everything a run needs to continue lives in its work directory (:class:`posenc.workdir.RunDir`,
 which owns the layout and its rules): the config, the data's identity, verified orbax
@@ -42,24 +42,25 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from posenc import classify, distributed, fits, sharding, tasks, translation
 from posenc import data as data_lib
-from posenc.config import (
+from posenc.data.pair_batching import encode_pairs
+from posenc.devices import distributed, fits, sharding
+from posenc.devices.distributed import abstract_on, make_mesh
+from posenc.kinds import classification as classify
+from posenc.kinds import tasks, translation
+from posenc.layers.params import EncoderParam
+from posenc.models import build
+from posenc.models import memory as memory_lib
+from posenc.models.classifier import OWN_PARTS
+from posenc.models.lm import Transformer
+from posenc.models.losses import smoothed_token_loss, token_loss
+from posenc.runs.config import (
     check_source,
     consecutive_segments,
     masked_lm,
     open_source,
     validate,
 )
-from posenc.data.pair_batching import encode_pairs
-from posenc.distributed import abstract_on, make_mesh
-from posenc.layers.params import EncoderParam
-from posenc.losses import smoothed_token_loss, token_loss
-from posenc.metrics import MetricsWriter, drop_metrics_after, progress_bar
-from posenc.models import build
-from posenc.models import memory as memory_lib
-from posenc.models.classifier import OWN_PARTS
-from posenc.models.lm import Transformer
 from posenc.workdir import (
     PRETRAINED_FILE,
     PRETRAINED_PARTS,
@@ -69,6 +70,7 @@ from posenc.workdir import (
     config_sha256,
     diff_fields,
 )
+from posenc.workdir.metrics import MetricsWriter, drop_metrics_after, progress_bar
 
 
 def _pair_fields(s: int, t: int) -> list[tuple[str, int, jnp.dtype]]:
@@ -156,19 +158,19 @@ class Trainer:
         # A translation run: batches of source/target pairs, a label-smoothed loss.
         self.translation = translation.is_translation(config)
         self.smoothing = config.train.get("label_smoothing", 0.0) if self.translation else 0.0
-        # A classification run: labelled rows, a loss per example (posenc.classify).
+        # A classification run: labelled rows, a loss per example (posenc.kinds.classification).
         self.classify = classify.is_classifier(config)
         self.regression = self.classify and classify.regression(config)
         self.mem_len = config.model.get("mem_len", 0)
         abstract = nnx.eval_shape(lambda: build(config))
         self.graphdef, _, self.rest = nnx.split(abstract, nnx.Param, ...)
-        # Where every array of the train state lives (posenc.sharding's rules): parameters and
-        # their optimizer moments by their axis names, the rest replicated.
+        # Where every array of the train state lives (posenc.devices.sharding's rules): parameters
+        # and their optimizer moments by their axis names, the rest replicated.
         self.state_shardings = sharding.tree_shardings(jax.eval_shape(self._init), self.mesh)
         # CAPE-like encoders draw a position augmentation from the step's key, even without dropout.
         self.augments = "augment_positions" in abstract.encoding.hooks
         # With memory, the count of real memory states is static (one compilation per count).
-        # Each compilation is refused in one line if it cannot fit (posenc.fits).
+        # Each compilation is refused in one line if it cannot fit (posenc.devices.fits).
         static = dict(static_argnums=(2,)) if self.mem_len else {}
         self._step = fits.CheckedJit(
             self._train_step, self._describe, donate_argnums=(0,), **static
@@ -538,7 +540,7 @@ def train(
       stop_at: stop (with a checkpoint) after this step, as an interruption would; the run
         continues from there when called again. None: train to ``train.steps``.
       mesh: device mesh; default the config's ``mesh`` section over every device
-        (:func:`posenc.sharding.make_mesh`).
+        (:func:`posenc.devices.sharding.make_mesh`).
 
     Returns:
       A :class:`TrainResult`.

@@ -33,8 +33,8 @@ from typing import Any
 import ml_collections
 
 from posenc import encodings
-from posenc.config import apply_overrides
-from posenc.extension import LABELS, evaluated, scaling_overrides
+from posenc.runs.config import apply_overrides
+from posenc.studies.rope_extension import LABELS, evaluated, scaling_overrides
 from posenc.workdir import RunDir
 
 # RoPE's zero-shot methods (None: the model as released).

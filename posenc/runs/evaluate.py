@@ -37,7 +37,7 @@ windows, the tokens in the scored positions, tokens left unscored and seconds; n
 :func:`evaluate_workdir` scores a trained run's newest intact checkpoint (its parameters only:
 no optimizer is built) and records which step it scored and whether training had finished.
 Evaluation may change only what cannot change what was trained
-(:func:`posenc.config.evaluation_changes`); a report under changed settings records them and is
+(:func:`posenc.runs.config.evaluation_changes`); a report under changed settings records them and is
 written beside the run's own ``eval.json`` (``eval-<settings>.json``), never over it.
 """
 
@@ -57,9 +57,18 @@ import numpy as np
 from flax import nnx
 from jax.sharding import NamedSharding
 
-from posenc import classify, fits, sharding, tasks, translation
 from posenc import data as data_lib
-from posenc.config import (
+from posenc.data.pair_batching import encode_pairs
+from posenc.devices import fits, sharding
+from posenc.devices.distributed import abstract_on, make_mesh
+from posenc.kinds import classification as classify
+from posenc.kinds import tasks, translation
+from posenc.models import build
+from posenc.models import memory as memory_lib
+from posenc.models.encdec import EncoderDecoder
+from posenc.models.lm import Transformer
+from posenc.models.losses import token_loss
+from posenc.runs.config import (
     check_eval_lengths,
     eval_lengths,
     eval_mem_len,
@@ -70,15 +79,8 @@ from posenc.config import (
     open_source,
     validate,
 )
-from posenc.data.pair_batching import encode_pairs
-from posenc.distributed import abstract_on, make_mesh
-from posenc.losses import token_loss
-from posenc.metrics import perplexity
-from posenc.models import build
-from posenc.models import memory as memory_lib
-from posenc.models.encdec import EncoderDecoder
-from posenc.models.lm import Transformer
 from posenc.workdir import EVAL_FILE, RunDir
+from posenc.workdir.metrics import perplexity
 
 
 def _max_windows(length: int, stride: int, max_tokens: int) -> int | None:
@@ -120,14 +122,14 @@ class Scorer:
         self.graphdef, self.state = nnx.split(model)
         self.attention = (model.config.attention_impl, model.config.attention_block_size)
         self.batch_sharding = NamedSharding(self.mesh, sharding.batch_spec(self.mesh))
-        # Parameters where training keeps them (posenc.sharding's rules; replicated on the
+        # Parameters where training keeps them (posenc.devices.sharding's rules; replicated on the
         # default mesh). A model of shapes only (nnx.eval_shape) is planned, not run.
         shardings = sharding.tree_shardings(self.state, self.mesh)
         if all(isinstance(x, jax.ShapeDtypeStruct) for x in jax.tree.leaves(self.state)):
             self.state = abstract_on(self.state, shardings)
         else:
             self.state = jax.device_put(self.state, shardings)
-        # Compiled once per length, refused in one line if it cannot fit (posenc.fits).
+        # Compiled once per length, refused in one line if it cannot fit (posenc.devices.fits).
         self._score = fits.CheckedJit(self._score_batch, self._describe)
         self._score_memory = fits.CheckedJit(
             self._score_with_memory, self._describe, static_argnums=(3,)
@@ -269,8 +271,8 @@ def evaluate(
         of the device count (padding windows are masked).
       max_tokens: score at most this many tokens per length (0: all); reported honestly.
       split: name of the split, for messages.
-      mesh: device mesh (:func:`posenc.sharding.make_mesh`); default all devices along
-        ``data``. Parameters are placed by :mod:`posenc.sharding`'s rules, batch rows split
+      mesh: device mesh (:func:`posenc.devices.sharding.make_mesh`); default all devices along
+        ``data``. Parameters are placed by :mod:`posenc.devices.sharding`'s rules, batch rows split
         over ``data`` x ``fsdp`` and, where ``context`` divides a length, each window over
         ``context``.
       progress: print one line per length.
@@ -422,9 +424,9 @@ def evaluate_workdir(
     """Evaluates a trained run with its config's ``eval`` section (or changed settings).
 
     Args:
-      workdir: a directory written by :func:`posenc.train.train`.
+      workdir: a directory written by :func:`posenc.runs.train.train`.
       overrides: the config to evaluate with instead of the run's own; it may differ only where
-        :func:`posenc.config.evaluation_changes` allows.
+        :func:`posenc.runs.config.evaluation_changes` allows.
       output: a ``.json`` file name inside ``workdir`` that the run does not own
         (:meth:`posenc.workdir.RunDir.eval_output`); default ``eval.json`` for the run's own
         settings and ``eval-<changed settings>.json`` otherwise.
@@ -516,7 +518,7 @@ def _evaluate_translation_run(
     """:func:`evaluate_workdir` for a translation run: the split's teacher-forced loss, its
     beam-search outputs (written beside the report, one line per source line) and their BLEU
     and chrF overall and per source-length bucket
-    (:func:`posenc.translation.evaluate_translation`)."""
+    (:func:`posenc.kinds.translation.evaluate_translation`)."""
     source = translation.open_parallel(config)
     vocab = translation.run_vocab(run, config)
     is_main = jax.process_index() == 0
@@ -562,7 +564,7 @@ def _evaluate_classifier_run(
     step: int | None,
 ) -> dict[str, Any]:
     """:func:`evaluate_workdir` for a classification run: the split's metrics at the training
-    length and per length bucket (:func:`posenc.classify.evaluate_classifier`)."""
+    length and per length bucket (:func:`posenc.kinds.classification.evaluate_classifier`)."""
     source, classes = classify.open_data(config)
     is_main = jax.process_index() == 0
     with run.lock(enabled=is_main):

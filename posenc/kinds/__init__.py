@@ -1,0 +1,1 @@
+"""Run kinds: one module per kind of run behind the run-kind contract."""
