@@ -21,6 +21,8 @@ from flax import nnx
 
 from posenc import data as data_lib
 from posenc import report
+from posenc.kinds.common import masked_lm
+from posenc.kinds.masked_lm import MaskedWindows
 from posenc.runs.evaluate import evaluate, evaluate_workdir
 from posenc.runs.train import Trainer, train
 
@@ -126,7 +128,7 @@ def test_trainer_corrupts_each_processs_rows_as_one_process_would(run, data_dir)
         windows = data_lib.TrainWindows(
             stream, t.seq_len, t.batch_size, config.seed, process_index=index, process_count=count
         )
-        return trainer.local_batch(windows, 3)
+        return trainer.local_batch(MaskedWindows(windows, masked_lm(config)), 3)
 
     whole, parts = local(0, 1), [local(i, 2) for i in range(2)]
     assert sorted(whole) == ["inputs", "positions", "targets", "weights"]

@@ -40,8 +40,10 @@ from posenc.data.classify_batching import (
 )
 from posenc.data.labelled import LabelledSource, encode_labels, get_labelled_source, label_classes
 from posenc.kinds import classification_metrics as classify_metrics
+from posenc.kinds.base import RunKind, StepLoss, TrainingData
+from posenc.kinds.registry import register
 from posenc.models.build import HEAD_FIELDS, assembly, head_config
-from posenc.models.classifier import Classifier
+from posenc.models.classifier import OWN_PARTS, Classifier
 
 
 def is_classifier(config: ml_collections.ConfigDict) -> bool:
@@ -332,3 +334,46 @@ def evaluate_classifier(
         "results": results,
         "seconds": time.perf_counter() - start,
     }
+
+
+@register
+class Classification(RunKind):
+    """Sequence classification and regression (GLUE's tasks) with a bidirectional encoder and a
+    pooled head, fine-tuned from a masked-LM run or an imported BERT."""
+
+    name = "classification"
+    summary = "classification and regression of labelled rows, GLUE's metrics by example length"
+    chosen_by = "model.assembly='classifier' (configs/classify.py)"
+    precedence = 10
+    objective = "classification"
+    own_parts = OWN_PARTS
+    init_from_hint = " (a classifier takes them with train.inherit_model=True)"
+
+    def claims(self, config: ml_collections.ConfigDict) -> bool:
+        return assembly(config) == "classifier"
+
+    def prepare(self, config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+        return inherit_model(config)
+
+    def training_data(self, config: ml_collections.ConfigDict, mesh: Any) -> TrainingData:
+        source, classes = open_data(config)
+        return TrainingData(train_batches(config, source, classes), data_record(source, classes))
+
+    def loss(
+        self,
+        config: ml_collections.ConfigDict,
+        model: Any,
+        batch: dict[str, Any],
+        rng: Any,
+        memory: Any = None,
+    ) -> StepLoss:
+        """The mean loss over the batch's examples; the tokens read are the rows' real ones."""
+        mean, loss_sum = batch_loss(model, batch, rng, regression(config))
+        scored = jnp.asarray(batch["labels"].shape[0], jnp.float32)
+        return StepLoss(mean, loss_sum, batch["mask"].sum(), scored)
+
+    # -- evaluation (what is scored, eval.json, CLI verbs and summaries) ---------------------------
+
+    # -- config, plan and analysis -------------------------------------------------------------
+
+    # -- report ----------------------------------------------------------------------------------

@@ -40,6 +40,11 @@ from flax import nnx
 from posenc.data import synthetic
 from posenc.data.task_source import PREFIX, task_name
 from posenc.devices import fits
+from posenc.kinds.base import TrainingData
+from posenc.kinds.causal_lm import CausalLM
+from posenc.kinds.common import check_source, open_source
+from posenc.kinds.registry import register
+from posenc.models.build import assembly
 from posenc.models.lm import Transformer
 from posenc.models.losses import token_loss
 from posenc.workdir.metrics import perplexity
@@ -259,3 +264,41 @@ __all__ = [
     "evaluate_task",
     "task_of",
 ]
+
+
+@register
+class SyntheticTask(CausalLM):
+    """The synthetic length-generalisation tasks: a causal LM trained on generated examples'
+    target tokens, scored per input length by accuracy and exact match."""
+
+    name = "task"
+    summary = "synthetic length-generalisation tasks, accuracy and exact match per input length"
+    chosen_by = "data.source='synthetic:<task>'"
+    precedence = 30
+    objective = "causal_lm"
+
+    def claims(self, config: ml_collections.ConfigDict) -> bool:
+        return assembly(config) == "lm" and bool(task_of(config))
+
+    def training_data(self, config: ml_collections.ConfigDict, mesh: Any) -> TrainingData:
+        source = open_source(config)
+        check_source(config, source, stream=False)  # examples are generated: no split to fill
+        t = config.train
+        batches = TaskBatches(
+            task_of(config),
+            t.seq_len,
+            t.batch_size,
+            config.seed,
+            process_index=jax.process_index(),
+            process_count=jax.process_count(),
+        )
+        return TrainingData(batches, source.info())
+
+    def record(self, config: ml_collections.ConfigDict) -> dict[str, Any]:
+        return {**super().record(config), "task": task_of(config)}
+
+    # -- evaluation (what is scored, eval.json, CLI verbs and summaries) ---------------------------
+
+    # -- config, plan and analysis -------------------------------------------------------------
+
+    # -- report ----------------------------------------------------------------------------------

@@ -48,10 +48,13 @@ from posenc.data.vocab import (
 )
 from posenc.decoding.beam import beam_search
 from posenc.decoding.greedy import greedy_search
+from posenc.devices import sharding
 from posenc.kinds import translation_metrics
+from posenc.kinds.base import RunKind, StepLoss, TrainingData
+from posenc.kinds.registry import register
 from posenc.models.build import assembly
 from posenc.models.encdec import EncoderDecoder
-from posenc.models.losses import token_loss
+from posenc.models.losses import smoothed_token_loss, token_loss
 from posenc.workdir import PRETRAINED_FILE, RunDir
 from posenc.workdir.files import is_run_record
 
@@ -548,3 +551,88 @@ def translate_workdir(
         bucket_step=eval_bucket_step(config),
         progress=progress,
     )
+
+
+def _pair_fields(s: int, t: int) -> list[tuple[str, int, Any]]:
+    """The fields of a translation batch with sources of ``s`` and targets of ``t`` tokens."""
+    return [
+        ("src", s, jnp.int32),
+        ("src_mask", s, jnp.bool_),
+        ("tgt_in", t, jnp.int32),
+        ("tgt_out", t, jnp.int32),
+        ("tgt_mask", t, jnp.bool_),
+    ]
+
+
+@register
+class Translation(RunKind):
+    """Translation with an encoder-decoder: token-bucketed pairs, a label-smoothed loss, beam
+    search and sacreBLEU by source length."""
+
+    name = "translation"
+    summary = "translation with an encoder-decoder, BLEU and chrF by source length"
+    chosen_by = "model.assembly='encoder_decoder' (configs/translation.py)"
+    precedence = 10
+    objective = "translation"
+
+    def claims(self, config: ml_collections.ConfigDict) -> bool:
+        return assembly(config) == "encoder_decoder"
+
+    def training_data(self, config: ml_collections.ConfigDict, mesh: Any) -> TrainingData:
+        source, vocab = open_data(config)
+        pairs = encode_pairs(source.pairs("train"), vocab)
+        return TrainingData(
+            train_batches(config, pairs, sharding.batch_shards(mesh)),
+            data_record(source, vocab),
+            getattr(vocab, "model_bytes", lambda: None)(),
+        )
+
+    def local_batch(
+        self, config: ml_collections.ConfigDict, batches: Any, step: int
+    ) -> dict[str, np.ndarray]:
+        # Where each row's pair came from stays on the host.
+        return {k: v for k, v in batches.batch(step).items() if k != "index"}
+
+    def step_batch(
+        self, config: ml_collections.ConfigDict, batches: Any
+    ) -> dict[str, tuple[tuple[int, ...], Any]]:
+        """The longest of the bucketed shapes."""
+        rows, s, t = max(batches.shapes, key=lambda shape: (max(shape[1:]), shape))
+        return {k: ((rows, n), dtype) for k, n, dtype in _pair_fields(s, t)}
+
+    def loss(
+        self,
+        config: ml_collections.ConfigDict,
+        model: Any,
+        batch: dict[str, Any],
+        rng: Any,
+        memory: Any = None,
+    ) -> StepLoss:
+        """The label-smoothed mean loss over the target tokens (``train.label_smoothing``), and
+        the plain cross entropy's sum (what the metrics report); the tokens read are both
+        sides'."""
+        logits = model(batch["src"], batch["tgt_in"], src_mask=batch["src_mask"], rng=rng)
+        weights = batch["tgt_mask"].astype(jnp.float32)
+        smoothing = config.train.get("label_smoothing", 0.0)
+        smoothed = smoothed_token_loss(logits, batch["tgt_out"], smoothing)
+        loss_sum = (token_loss(logits, batch["tgt_out"]) * weights).sum()
+        mean = (smoothed * weights).sum() / jnp.maximum(weights.sum(), 1.0)
+        tokens = batch["src_mask"].sum() + batch["tgt_mask"].sum()
+        scored = batch["tgt_mask"].sum().astype(jnp.float32)
+        return StepLoss(mean, loss_sum, tokens, scored)
+
+    def describe_step(
+        self, config: ml_collections.ConfigDict, batch: dict[str, Any]
+    ) -> tuple[str, str]:
+        (rows, s), t = batch["src"].shape, batch["tgt_in"].shape[1]
+        what = f"a training step on {rows} pairs of {s} source and {t} target tokens"
+        return what, "lower train.tokens_per_batch or data.max_src_len"
+
+    def record(self, config: ml_collections.ConfigDict) -> dict[str, Any]:
+        return {**super().record(config), "max_src_len": config.data.get("max_src_len")}
+
+    # -- evaluation (what is scored, eval.json, CLI verbs and summaries) ---------------------------
+
+    # -- config, plan and analysis -------------------------------------------------------------
+
+    # -- report ----------------------------------------------------------------------------------

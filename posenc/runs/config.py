@@ -17,7 +17,7 @@ import os
 import re
 import traceback
 import types
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from typing import Any
 
 import ml_collections
@@ -26,10 +26,28 @@ from posenc import data as data_lib
 from posenc import encodings
 from posenc.attention import linear as linear_attention
 from posenc.attention.core import IMPLEMENTATIONS
-from posenc.data import summary, synthetic
-from posenc.data.base import resolve_data_dir
+from posenc.data import synthetic
 from posenc.data.classify_batching import VOCAB_SIZE as CLASSIFY_VOCAB_SIZE
 from posenc.data.task_source import task_name
+from posenc.kinds.common import (
+    EVAL_MODES,
+    EVAL_POSITIONS,
+    EVAL_SPLITS,
+    TRAIN_ORDERS,
+    check_eval_lengths,
+    check_source,
+    consecutive_segments,
+    eval_lengths,
+    eval_mem_len,
+    eval_positions,
+    masked_lm,
+    objective,
+    open_source,
+)
+from posenc.kinds.common import require_choice as _require_choice
+from posenc.kinds.common import require_int as _require_int
+from posenc.kinds.common import validate_batch_split as _validate_batch_split
+from posenc.kinds.common import validate_optim as _validate_optim
 from posenc.layers.config import DTYPES
 from posenc.layers.norms import NORMS
 from posenc.models.build import assembly, head_config, make_encoding, model_config
@@ -38,11 +56,18 @@ from posenc.workdir import diff_fields, flatten, matches, parse_value
 
 __all__ = [
     "EVAL_MAY_CHANGE",
+    "EVAL_MODES",
+    "EVAL_POSITIONS",
+    "EVAL_SPLITS",
+    "TRAIN_ORDERS",
     "apply_overrides",
     "call_config_file",
     "check_eval_lengths",
     "check_source",
+    "consecutive_segments",
     "eval_lengths",
+    "eval_mem_len",
+    "eval_positions",
     "evaluation_changes",
     "load_config",
     "load_module",
@@ -54,9 +79,6 @@ __all__ = [
     "validate",
 ]
 
-EVAL_MODES = ("nonoverlapping", "sliding")
-EVAL_POSITIONS = ("as_trained", "contiguous", "randomized")
-EVAL_SPLITS = ("validation", "test")
 # Sub-dicts whose keys are free-form (checked by the consumer, not by ConfigDict's schema).
 _OPEN_FIELDS = ("encoding.hparams",)
 
@@ -175,96 +197,6 @@ def _unknown_field(key: str, node: ml_collections.ConfigDict) -> str:
     return f"unknown config field {key!r}; fields here: {', '.join(sorted(node.keys()))}"
 
 
-def open_source(config: ml_collections.ConfigDict) -> data_lib.Source:
-    """The data source of ``config.data`` (``data.text_field`` applies to ``tfds:`` only)."""
-    d = config.data
-    text_field = d.text_field if d.source.startswith("tfds:") else None
-    source = data_lib.get_source(d.source, data_dir=d.data_dir, text_field=text_field)
-    tokenizer = d.get("tokenizer", "bytes")
-    if tokenizer == "bytes":
-        return source
-    from posenc.data.hf_tokenizer import TokenizedSource, make_tokenizer
-
-    return TokenizedSource(source, make_tokenizer(tokenizer), resolve_data_dir(d.data_dir))
-
-
-def eval_lengths(config: ml_collections.ConfigDict) -> tuple[int, ...]:
-    """``eval.lengths``, or ``eval.multiples`` times ``train.seq_len`` when that is empty."""
-    if config.eval.lengths:
-        return tuple(int(x) for x in config.eval.lengths)
-    return tuple(int(m * config.train.seq_len) for m in config.eval.multiples)
-
-
-def objective(config: ml_collections.ConfigDict) -> str:
-    """``train.objective``: ``"causal_lm"`` or ``"masked_lm"``."""
-    return config.train.get("objective", "causal_lm")
-
-
-def masked_lm(config: ml_collections.ConfigDict) -> data_lib.MaskedLM | None:
-    """The run's masked-LM corruption (a function of its seed), or None for causal LM.
-
-    With posenc's bytes the mask token is id 257 and random replacements are bytes or the
-    separator; with a pretrained tokenizer (``data.tokenizer="hf:..."``, an imported BERT or
-    RoBERTa) the mask token is the tokenizer's own (``mask_token``) and replacements are uniform
-    over its ids, as Hugging Face's masked-LM collator draws them."""
-    if objective(config) != "masked_lm":
-        return None
-    tokenizer = config.data.get("tokenizer", "bytes")
-    if tokenizer == "bytes":
-        return data_lib.MaskedLM(config.seed)
-    from posenc.data.hf_tokenizer import make_tokenizer
-
-    hf = make_tokenizer(tokenizer)
-    if hf.mask_id is None:
-        raise ValueError(
-            f"data.tokenizer={tokenizer!r} names no mask_token (tokenizer_config.json), which "
-            "train.objective='masked_lm' replaces chosen tokens with; use a masked LM's tokenizer"
-        )
-    return data_lib.MaskedLM(config.seed, num_tokens=hf.vocab_size, mask_id=hf.mask_id)
-
-
-def eval_positions(config: ml_collections.ConfigDict) -> str:
-    """The positions evaluation windows get: ``"contiguous"`` or ``"randomized"``."""
-    mode = config.eval.get("positions", "as_trained")
-    return config.train.get("positions", "contiguous") if mode == "as_trained" else mode
-
-
-def check_eval_lengths(stream_len: int, lengths: Sequence[int], split: str) -> None:
-    """Raises a ``ValueError`` naming ``eval.lengths`` if a length cannot fill one window (or
-    saying that the split is empty, when it holds no token to predict), and warns
-    (:class:`posenc.data.summary.ThinSplitWarning`) if one fills fewer than a few."""
-    if stream_len < 2:  # nothing, or one document separator: an empty file
-        raise ValueError(
-            f"the {split} split is empty ({stream_len} token{'s' * (stream_len != 1)}, nothing "
-            f"to score at eval.lengths {list(lengths)}); give data.source a {split} split with "
-            f"text (textdir: files in its {split}/ folder), or evaluate another eval.split"
-        )
-    too_long = [length for length in lengths if length + 1 > stream_len]
-    if too_long:
-        raise ValueError(
-            f"eval.lengths {too_long} cannot be evaluated: a window of L tokens needs L + 1 "
-            f"tokens and the {split} split has {stream_len}; use lengths <= {stream_len - 1} "
-            "or a larger data set (data.source)"
-        )
-    summary.warn_thin(stream_len, lengths, split)
-
-
-def check_source(config: ml_collections.ConfigDict, source: data_lib.Source) -> None:
-    """Checks a run config against its opened data source: the evaluation split can fill every
-    ``eval.lengths`` window (a task generates its examples: no split to fill), and
-    ``model.vocab_size`` covers the tokenizer's ids."""
-    if not task_name(config.data.source):
-        check_eval_lengths(
-            len(source.split_stream(config.eval.split)), eval_lengths(config), config.eval.split
-        )
-    vocab = source.info().get("vocab_size")
-    if vocab is not None and config.model.vocab_size < vocab:
-        raise ValueError(
-            f"model.vocab_size={config.model.vocab_size} is smaller than the {vocab} token ids "
-            f"of data.source={config.data.source!r}'s tokenizer; use model.vocab_size >= {vocab}"
-        )
-
-
 # Fields an evaluation may change: they cannot change what was trained. Besides these, the
 # hyperparameters an encoder lists in ``eval_safe_hparams`` (e.g. Transformer-XL's clamp_len).
 EVAL_MAY_CHANGE = (
@@ -345,16 +277,6 @@ def _default_original_max_len(
             hparams.original_max_len = int(trained.train.seq_len)
 
 
-def _require_int(field: str, value: Any, minimum: int = 1) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < minimum:
-        raise ValueError(f"{field} must be an integer >= {minimum}, got {value!r}")
-
-
-def _require_choice(field: str, value: Any, allowed: Sequence[Any]) -> None:
-    if value not in allowed:
-        raise ValueError(f"{field} must be one of {list(allowed)}, got {value!r}")
-
-
 def _validate_objective(config: ml_collections.ConfigDict) -> None:
     """``train.objective`` with ``model.causal`` and ``model.vocab_size``."""
     goal, m = objective(config), config.model
@@ -406,23 +328,6 @@ def _validate_positions(
             )
 
 
-def eval_mem_len(config: ml_collections.ConfigDict) -> int:
-    """The memory evaluation carries across windows: ``eval.mem_len``, or ``model.mem_len`` when
-    that is None (0: evaluation without memory)."""
-    value = config.eval.get("mem_len")
-    return config.model.get("mem_len", 0) if value is None else value
-
-
-TRAIN_ORDERS = ("auto", "random", "consecutive")
-
-
-def consecutive_segments(config: ml_collections.ConfigDict) -> bool:
-    """Whether training reads consecutive segments per batch row (``train.order``; ``auto``:
-    with Transformer-XL memory) rather than random windows."""
-    order = config.train.get("order", "auto")
-    return order == "consecutive" or (order == "auto" and config.model.get("mem_len", 0) > 0)
-
-
 def _validate_memory(config: ml_collections.ConfigDict) -> None:
     """``model.mem_len`` and ``eval.mem_len`` with what Transformer-XL memory cannot combine with:
     a bidirectional model, randomized positions, linear attention, sliding evaluation."""
@@ -458,21 +363,6 @@ def _validate_memory(config: ml_collections.ConfigDict) -> None:
             f"{field} > 0 (Transformer-XL memory) cannot run with {bad[0]}: memory needs a causal "
             "softmax-attention model over contiguous positions and non-overlapping windows; set "
             f"{field}=0 or change that field"
-        )
-
-
-def _validate_batch_split(batch_size: int, num_devices: int | None, process_count: int) -> None:
-    """``train.batch_size`` divides over the devices and the processes."""
-    if num_devices is not None and batch_size % num_devices:
-        raise ValueError(
-            f"train.batch_size={batch_size} must be divisible by the number of devices "
-            f"({num_devices}) its rows are split over (mesh.data x mesh.fsdp); use a multiple "
-            f"of {num_devices}"
-        )
-    if batch_size % process_count:
-        raise ValueError(
-            f"train.batch_size={batch_size} must be divisible by the number of processes "
-            f"({process_count})"
         )
 
 
@@ -621,19 +511,6 @@ def _validate_task(config: ml_collections.ConfigDict) -> None:
     examples = config.eval.get("examples", 256)
     if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
         raise ValueError(f"eval.examples must be an integer >= 1, got {examples!r}")
-
-
-def _validate_optim(o: ml_collections.ConfigDict) -> None:
-    """The ``optim`` section (AdamW, warmup, cosine decay, clipping)."""
-    if not o.learning_rate > 0:
-        raise ValueError(f"optim.learning_rate must be > 0, got {o.learning_rate!r}")
-    _require_int("optim.warmup_steps", o.warmup_steps, 0)
-    for field in ("final_lr_ratio", "weight_decay", "grad_clip"):
-        if getattr(o, field) < 0:
-            raise ValueError(f"optim.{field} must be >= 0, got {getattr(o, field)!r}")
-    for field in ("b1", "b2"):
-        if not 0 <= getattr(o, field) < 1:
-            raise ValueError(f"optim.{field} must be in [0, 1), got {getattr(o, field)!r}")
 
 
 def _validate_translation(

@@ -42,23 +42,13 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from posenc import data as data_lib
-from posenc.data.pair_batching import encode_pairs
+from posenc import kinds
 from posenc.devices import distributed, fits, sharding
 from posenc.devices.distributed import abstract_on, make_mesh
-from posenc.kinds import classification as classify
-from posenc.kinds import tasks, translation
 from posenc.layers.params import EncoderParam
 from posenc.models import build
-from posenc.models import memory as memory_lib
-from posenc.models.classifier import OWN_PARTS
 from posenc.models.lm import Transformer
-from posenc.models.losses import smoothed_token_loss, token_loss
 from posenc.runs.config import (
-    check_source,
-    consecutive_segments,
-    masked_lm,
-    open_source,
     validate,
 )
 from posenc.workdir import (
@@ -71,17 +61,6 @@ from posenc.workdir import (
     diff_fields,
 )
 from posenc.workdir.metrics import MetricsWriter, drop_metrics_after, progress_bar
-
-
-def _pair_fields(s: int, t: int) -> list[tuple[str, int, jnp.dtype]]:
-    """The fields of a translation batch with sources of ``s`` and targets of ``t`` tokens."""
-    return [
-        ("src", s, jnp.int32),
-        ("src_mask", s, jnp.bool_),
-        ("tgt_in", t, jnp.int32),
-        ("tgt_out", t, jnp.int32),
-        ("tgt_mask", t, jnp.bool_),
-    ]
 
 
 class NonFiniteLossError(FloatingPointError):
@@ -154,13 +133,8 @@ class Trainer:
         self.replicated = NamedSharding(self.mesh, P())
         self.batch_sharding = NamedSharding(self.mesh, sharding.batch_spec(self.mesh))
         self.optimizer, self.schedule = make_optimizer(config)
-        self.masked_lm = masked_lm(config)  # None for causal LM
-        # A translation run: batches of source/target pairs, a label-smoothed loss.
-        self.translation = translation.is_translation(config)
-        self.smoothing = config.train.get("label_smoothing", 0.0) if self.translation else 0.0
-        # A classification run: labelled rows, a loss per example (posenc.kinds.classification).
-        self.classify = classify.is_classifier(config)
-        self.regression = self.classify and classify.regression(config)
+        # What differs between kinds of run (data, loss, batch shapes): posenc.kinds.
+        self.kind = kinds.kind_of(config)
         self.mem_len = config.model.get("mem_len", 0)
         abstract = nnx.eval_shape(lambda: build(config))
         self.graphdef, _, self.rest = nnx.split(abstract, nnx.Param, ...)
@@ -180,13 +154,8 @@ class Trainer:
         """What a training step computes and what to change if it does not fit."""
         m = self.config.model
         attention = fits.attention_change(m.attention_impl, m.attention_block_size)
-        if self.translation:
-            (rows, s), t = batch["src"].shape, batch["tgt_in"].shape[1]
-            what = f"a training step on {rows} pairs of {s} source and {t} target tokens"
-            return what, f"lower train.tokens_per_batch or data.max_src_len, or {attention}"
-        rows, length = batch["inputs"].shape
-        what = f"a training step on {rows} windows of {length} tokens"
-        return what, f"lower train.batch_size or train.seq_len, or {attention}"
+        what, change = self.kind.describe_step(self.config, batch)
+        return what, f"{change}, or {attention}"
 
     def compile_step(self, windows: Any) -> None:
         """Compiles the step for the run's shapes (those of step 0's batch; with memory, a full
@@ -195,21 +164,13 @@ class Trainer:
 
     def step_inputs(self, windows: Any) -> tuple[Any, ...]:
         """The step's arguments as shapes with their shardings (``jax.ShapeDtypeStruct``): the
-        state, the batch of step 0 (a translation run's longest bucket) and, with memory, the
-        static count of a full memory; what :meth:`compile_step` and ``posenc plan`` compile."""
+        state, the batch the kind compiles for (:meth:`posenc.kinds.RunKind.step_batch`: step 0's,
+        or the largest of several shapes) and, with memory, the static count of a full memory;
+        what :meth:`compile_step` and ``posenc plan`` compile."""
         state = self.abstract_state()
-        if self.translation:  # the longest of the bucketed shapes
-            rows, s, t = max(windows.shapes, key=lambda shape: (max(shape[1:]), shape))
-            batch = {
-                k: jax.ShapeDtypeStruct((rows, n), dtype, sharding=self.batch_sharding)
-                for k, n, dtype in _pair_fields(s, t)
-            }
-            return state, batch
-        local = self.local_batch(windows, 0)
-        rows = self.config.train.batch_size
         batch = {
-            k: jax.ShapeDtypeStruct((rows, *v.shape[1:]), v.dtype, sharding=self.batch_sharding)
-            for k, v in local.items()
+            k: jax.ShapeDtypeStruct(shape, dtype, sharding=self.batch_sharding)
+            for k, (shape, dtype) in self.kind.step_batch(self.config, windows).items()
         }
         return (state, batch, *([self.mem_len] if self.mem_len else []))
 
@@ -284,23 +245,19 @@ class Trainer:
 
         def _loss(model):
             rng = self.dropout_key(state["step"])
-            if self.translation:
-                return self._pair_loss(model, batch, rng)
-            if self.classify:
-                mean, loss_sum = classify.batch_loss(model, batch, rng, self.regression)
-                return mean, (loss_sum, None)
-            if self.mem_len:
-                memory = state["memory"][:, :, self.mem_len - memory_tokens :]  # [L, B, M, D]
-                logits, memory = memory_lib.forward(model, batch["inputs"], memory, rng=rng)
-            else:
-                logits, memory = model(batch["inputs"], batch.get("positions"), rng=rng), None
-            losses = token_loss(logits, batch["targets"])  # [B, T]
-            if "weights" in batch:  # masked LM: the chosen tokens; a task: its targets
-                loss_sum = (losses * batch["weights"]).sum()
-                return loss_sum / jnp.maximum(batch["weights"].sum(), 1.0), (loss_sum, memory)
-            return losses.mean(), (losses.sum(), memory)
+            memory = None
+            if self.mem_len:  # the real states of the memory, [L, B, M, D]
+                memory = state["memory"][:, :, self.mem_len - memory_tokens :]
+            loss = self.kind.loss(self.config, model, batch, rng, memory)
+            # Tokens read (throughput), and what the loss is a mean over (the kind's).
+            counts = {
+                "loss_sum": loss.loss_sum,
+                "tokens": jnp.asarray(loss.tokens, jnp.float32),
+                "scored": jnp.asarray(loss.scored, jnp.float32),
+            }
+            return loss.mean, (counts, loss.memory)
 
-        (_, (loss_sum, memory)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
+        (_, (counts, memory)), grads = jax.value_and_grad(loss_fn, has_aux=True)(state["params"])
         updates, opt_state = self.optimizer.update(grads, state["opt_state"], state["params"])
         new_state = {
             "params": optax.apply_updates(state["params"], updates),
@@ -312,67 +269,22 @@ class Trainer:
             new_state["memory"] = jnp.pad(memory, ((0, 0), (0, 0), (pad, 0), (0, 0)))
         # The next step's state where this one's was (XLA would otherwise choose).
         new_state = jax.lax.with_sharding_constraint(new_state, self.state_shardings)
-        if self.translation:  # tokens read (both sides), scored (the targets)
-            tokens = batch["src_mask"].sum() + batch["tgt_mask"].sum()
-        elif self.classify:  # tokens read; the loss is per example
-            tokens = batch["mask"].sum()
-        else:
-            tokens = batch["targets"].size
         metrics = {
-            "loss_sum": loss_sum,
-            "tokens": jnp.asarray(tokens, jnp.float32),
+            **counts,
             "grad_norm": optax.tree.norm(grads),
             "learning_rate": self.schedule(state["step"]),
         }
-        if "weights" in batch:
-            metrics["scored"] = batch["weights"].sum()  # the loss's tokens; "tokens" all read
-        if self.translation:
-            metrics["scored"] = batch["tgt_mask"].sum().astype(jnp.float32)
-        if self.classify:
-            metrics["scored"] = jnp.asarray(batch["labels"].shape[0], jnp.float32)
         return new_state, metrics
 
-    def _pair_loss(self, model, batch, rng):
-        """A translation batch's label-smoothed mean loss over its target tokens, and the
-        plain cross entropy's sum (what the metrics report)."""
-        logits = model(batch["src"], batch["tgt_in"], src_mask=batch["src_mask"], rng=rng)
-        weights = batch["tgt_mask"].astype(jnp.float32)
-        smoothed = smoothed_token_loss(logits, batch["tgt_out"], self.smoothing)
-        loss_sum = (token_loss(logits, batch["tgt_out"]) * weights).sum()
-        return (smoothed * weights).sum() / jnp.maximum(weights.sum(), 1.0), (loss_sum, None)
+    def windows(self, stream: np.ndarray) -> Any:
+        """The run's training batches over a token stream, for the kinds that read one
+        (``windows(config, stream)`` of :class:`posenc.kinds.causal_lm.CausalLM`)."""
+        return self.kind.windows(self.config, stream)
 
-    def windows(self, stream: np.ndarray) -> data_lib.TrainWindows | data_lib.StreamSegments:
-        """The run's training batches over ``stream`` (:func:`training_windows`)."""
-        return training_windows(self.config, stream)
-
-    def local_batch(
-        self,
-        windows: data_lib.TrainWindows
-        | data_lib.StreamSegments
-        | tasks.TaskBatches
-        | classify.ClassifyBatches,
-        step: int,
-    ) -> dict[str, np.ndarray]:
-        """This process's rows of step ``step``'s batch: ``inputs``, ``targets`` (for a task,
-        ``weights`` on its target tokens) and, with
-        ``train.positions = "randomized"``, the step's ``positions`` (one draw per batch); for
-        masked LM the windows corrupted (BERT's rule, drawn per global row) with ``weights`` on
-        the chosen tokens, and the windows themselves as ``targets``."""
-        batch = windows.batch(step)
-        if self.classify:  # labelled rows, padded to train.seq_len
-            return batch
-        if self.translation:  # where each row's pair came from stays on the host
-            return {k: v for k, v in batch.items() if k != "index"}
-        if self.masked_lm is not None:
-            first_row = windows.process_index * windows.local_batch
-            batch = self.masked_lm.train_batch(batch["inputs"], step, first_row)
-        t = self.config.train
-        if t.positions == "randomized":
-            rows, length = batch["inputs"].shape
-            batch["positions"] = data_lib.batch_positions(
-                self.config.seed, step, rows, length, t.max_position
-            )
-        return batch
+    def local_batch(self, batches: Any, step: int) -> dict[str, np.ndarray]:
+        """This process's rows of step ``step``'s batch, as the run's kind makes them
+        (:meth:`posenc.kinds.RunKind.local_batch`)."""
+        return self.kind.local_batch(self.config, batches, step)
 
     def global_batch(self, local: dict[str, np.ndarray]) -> dict[str, jax.Array]:
         """This process's rows of the batch -> a global array sharded over ``data``."""
@@ -390,23 +302,6 @@ class Trainer:
         if not self.mem_len:
             return self._step(state, batch)
         return self._step(state, batch, min(memory_tokens, self.mem_len))
-
-
-def training_windows(
-    config: ml_collections.ConfigDict, stream: np.ndarray
-) -> data_lib.TrainWindows | data_lib.StreamSegments:
-    """A run's training batches over ``stream``: random windows, or consecutive segments per
-    row (with memory, or ``train.order = "consecutive"``)."""
-    t = config.train
-    cls = data_lib.StreamSegments if consecutive_segments(config) else data_lib.TrainWindows
-    return cls(
-        stream,
-        seq_len=t.seq_len,
-        global_batch=t.batch_size,
-        seed=config.seed,
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
-    )
 
 
 def _train_state(state: dict[str, Any]) -> dict[str, Any]:
@@ -436,9 +331,9 @@ def _params_of(
     theirs_abstract = nnx.split(nnx.eval_shape(lambda: build(other_config)), nnx.Param, ...)[1]
     mine, theirs = _shapes(abstract_params), _shapes(theirs_abstract)
     fresh: set[str] = set()
-    own: tuple[str, ...] = ()
-    if classify.is_classifier(config):
-        own = tuple(f"['{part}']" for part in OWN_PARTS)
+    kind = kinds.kind_of(config)
+    own = tuple(f"['{part}']" for part in kind.own_parts)
+    if own:  # the kind's own parts start fresh; the other model's parts it lacks stay behind
         fresh = {k for k in mine if k not in theirs and k.startswith(own)}
         theirs_used = {k: v for k, v in theirs.items() if k in mine}
     else:
@@ -456,8 +351,7 @@ def _params_of(
         raise ValueError(
             f"train.init_from={source!r}: its parameters do not fit this model ({len(differ)} "
             f"differ, e.g. {differ[:3]}; config fields that differ: {fields}); initialise from a "
-            "run with the same model shape and encoder parameters"
-            + (" (a classifier takes them with train.inherit_model=True)" if own else "")
+            "run with the same model shape and encoder parameters" + kind.init_from_hint
         )
     sharding = jax.tree.leaves(abstract_params)[0].sharding
     with other.lock():
@@ -553,7 +447,7 @@ def train(
       NonFiniteLossError: the loss became NaN/inf; the last good checkpoint is kept.
     """
     distributed.maybe_initialize(config)
-    config = classify.inherit_model(config)
+    config = kinds.kind_of(config).prepare(config)
     mesh = mesh or make_mesh(config)
     run = RunDir(workdir)
     if os.path.exists(run.file(PRETRAINED_FILE)):
@@ -566,22 +460,23 @@ def train(
         raise ValueError(f"--stop-at must be a step >= 1, got {stop_at!r}")
     validate(config, num_devices=sharding.batch_shards(mesh), process_count=jax.process_count())
     t = config.train
-    windows, data_info, vocab_model = _training_data(config, mesh)
+    data = kinds.kind_of(config).training_data(config, mesh)
+    windows = data.batches
     is_main = jax.process_index() == 0
     # Created only now, so that a bad config or a missing data set leaves nothing behind; a
     # refusal while the run is set up (a bad train.init_from) removes what it wrote.
     # Refusals before compiling, and before anything is written: another run or other data in
     # the directory, then a step that cannot fit in memory.
     run.check_config(config)
-    run.check_data(data_info)
+    run.check_data(data.record)
     trainer = Trainer(config, mesh)
     trainer.compile_step(windows)
     with run.starting(enabled=is_main) as started, run.lock(enabled=is_main):
         if is_main:
             run.record_config(config)
-            run.record_data(data_info)
-            if vocab_model is not None:  # a translation run's SentencePiece model
-                run.record_vocab(vocab_model)
+            run.record_data(data.record)
+            if data.vocab_model is not None:
+                run.record_vocab(data.vocab_model)
         checkpoints = run.checkpoints(keep=t.keep_checkpoints, primary=is_main)
         try:
             state, resumed_from = trainer.restore_or_init(checkpoints, run)
@@ -593,46 +488,10 @@ def train(
     return TrainResult(trainer.model(state), int(state["step"]), history, resumed_from)
 
 
-def _training_data(config: ml_collections.ConfigDict, mesh: jax.sharding.Mesh):
-    """The run's training batches, the identity of its data (``data.json``) and a translation
-    run's SentencePiece model (None otherwise): random windows or segments of a text stream, a
-    task's generated examples, or token-bucketed pairs."""
-    if classify.is_classifier(config):
-        source, classes = classify.open_data(config)
-        return (
-            classify.train_batches(config, source, classes),
-            classify.data_record(source, classes),
-            None,
-        )
-    if translation.is_translation(config):
-        source, vocab = translation.open_data(config)
-        pairs = encode_pairs(source.pairs("train"), vocab)
-        return (
-            translation.train_batches(config, pairs, sharding.batch_shards(mesh)),
-            translation.data_record(source, vocab),
-            getattr(vocab, "model_bytes", lambda: None)(),
-        )
-    source = open_source(config)
-    check_source(config, source)
-    task = tasks.task_of(config)
-    if not task:
-        return training_windows(config, source.split_stream("train")), source.info(), None
-    t = config.train
-    batches = tasks.TaskBatches(
-        task,
-        t.seq_len,
-        t.batch_size,
-        config.seed,
-        process_index=jax.process_index(),
-        process_count=jax.process_count(),
-    )
-    return batches, source.info(), None
-
-
 def _train_steps(
     trainer: Trainer,
     state: dict[str, Any],
-    windows: data_lib.TrainWindows | data_lib.StreamSegments,
+    windows: Any,
     run: RunDir,
     checkpoints: Checkpoints,
     last: int,
@@ -699,7 +558,7 @@ def _summarise(pending, step, tick, steps) -> dict[str, Any]:
     elapsed = time.perf_counter() - tick
     loss_sum = sum(float(m["loss_sum"]) for m in fetched)
     tokens = sum(float(m["tokens"]) for m in fetched)
-    scored = sum(float(m.get("scored", m["tokens"])) for m in fetched)  # masked LM: the chosen
+    scored = sum(float(m["scored"]) for m in fetched)  # what the loss is a mean over
     return {
         "step": step,
         "loss": loss_sum / max(scored, 1.0),

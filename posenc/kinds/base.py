@@ -1,0 +1,234 @@
+"""The run-kind contract: everything that differs between kinds of run, in one class per kind.
+
+posenc runs several kinds of experiment (causal and masked language modelling, translation,
+classification, the synthetic length-generalisation tasks). What a kind decides is gathered in a
+:class:`RunKind` subclass, registered by name (:mod:`posenc.kinds.registry`); the generic
+machinery (:mod:`posenc.runs`: config validation, the training loop, the evaluation driver,
+``posenc plan``, sweeps; :mod:`posenc.report`, :mod:`posenc.analysis`, the CLI) asks the run's
+kind and never branches on one. fairseq's ``tasks/`` registry and seqio's ``Task`` are the idea;
+this contract is kept small.
+
+A kind is chosen from the config alone (:func:`posenc.kinds.registry.kind_of`): the kinds are
+asked in order of :attr:`RunKind.precedence` and the first whose :meth:`RunKind.claims` is true
+runs the config. A kind answers for:
+
+- **config**: :meth:`~RunKind.prepare` (fill in what the kind derives, before validation) and
+  :meth:`~RunKind.validate` (its part of the config; a one-line ``ValueError`` naming the field);
+  :attr:`~RunKind.eval_may_change`, the fields an evaluation may change beyond the common ones;
+- **data**: :meth:`~RunKind.training_data` (the batches, what ``data.json`` records, extra files)
+  and :meth:`~RunKind.local_batch` (this process's rows of a step's batch);
+- **the step**: :meth:`~RunKind.loss` (the mean that is differentiated, the sum and counts that
+  are logged), :meth:`~RunKind.step_batch` (the batch shapes a step is compiled for) and
+  :meth:`~RunKind.describe_step` (what a step computes, what to lower if it does not fit);
+- **evaluation**: :meth:`~RunKind.evaluate` (what is scored; the fields of ``eval.json``) and
+  :meth:`~RunKind.record` (what every report says about the kind);
+- **plan, analysis, report, CLI**: see the methods' own documentation.
+
+The training loop keeps one step function shape for every kind: ``(state, batch[, memory
+tokens]) -> (state, metrics)``, with the kind's :meth:`~RunKind.loss` inside. Evaluation keeps
+exact sums and counts.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any, ClassVar
+
+import ml_collections
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainingData:
+    """What a kind's training reads, from :meth:`RunKind.training_data`.
+
+    Attributes:
+      batches: the step's batches; an object with ``batch(step) -> {name: numpy array}``
+        (this process's rows), given back to :meth:`RunKind.local_batch`.
+      record: the identity of the data (``data.json``); a resumed run must read the same.
+      vocab_model: a vocabulary model trained on the data (SentencePiece's), kept by the run
+        (``vocab.model``; a resumed run must read the same); None: the vocabulary is fixed.
+    """
+
+    batches: Any
+    record: dict[str, Any]
+    vocab_model: bytes | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StepLoss:
+    """One training step's loss, from :meth:`RunKind.loss` (traced arrays).
+
+    Attributes:
+      mean: the scalar that is differentiated (label smoothing and weights included).
+      loss_sum: the plain loss summed over what is scored (what the metrics report, divided by
+        ``scored``).
+      tokens: the tokens the step read (throughput).
+      scored: what the loss is a mean over (tokens, masked tokens, target tokens, examples).
+      memory: the new Transformer-XL memory of a run that carries one; None otherwise.
+    """
+
+    mean: Any
+    loss_sum: Any
+    tokens: Any
+    scored: Any
+    memory: Any = None
+
+
+@dataclasses.dataclass
+class EvalContext:
+    """What the evaluation driver hands a kind's :meth:`RunKind.evaluate`.
+
+    Attributes:
+      run: the run directory (:class:`posenc.workdir.RunDir`).
+      config: the config evaluated with (the run's own, or changed at evaluation).
+      changes: ``{field: value}`` the evaluation changes from the trained config.
+      name: the report's file name (``eval.json`` or ``eval-<changes>.json``).
+      restore: ``restore(mesh) -> (model, step)``: the newest intact checkpoint's model placed
+        on ``mesh`` (None: replicated on this process's devices); the kind calls it when
+        :attr:`model` is None, and sets :attr:`model` and :attr:`step`.
+      mesh: the evaluation's mesh (``config.mesh``).
+      progress: print a line per length.
+      model, step: the trained model and its checkpoint step, if the caller has them.
+    """
+
+    run: Any
+    config: ml_collections.ConfigDict
+    changes: dict[str, Any]
+    name: str
+    restore: Callable[[Any], tuple[Any, int | None]]
+    mesh: Any
+    progress: bool = True
+    model: Any = None
+    step: int | None = None
+
+    def model_on(self, mesh: Any = None) -> Any:
+        """The model (restored on ``mesh`` the first time it is asked for)."""
+        if self.model is None:
+            self.model, self.step = self.restore(mesh)
+        return self.model
+
+
+class RunKind:
+    """One kind of run. Subclass it, set :attr:`name`, and register the class
+    (:func:`posenc.kinds.registry.register`); the methods without a default must be given."""
+
+    #: The registry name (``posenc kinds`` lists them).
+    name: ClassVar[str] = ""
+    #: What the kind trains, in a few words (docs and errors).
+    summary: ClassVar[str] = ""
+    #: The config settings that choose this kind, as a user writes them (docs and errors).
+    chosen_by: ClassVar[str] = ""
+    #: Kinds are asked in increasing order; the first that claims a config runs it. A kind that
+    #: claims what another also claims (a task's causal-LM config) asks first.
+    precedence: ClassVar[int] = 50
+    #: What ``eval.json`` records as ``objective`` (what was scored).
+    objective: ClassVar[str] = ""
+    #: Fields (dotted, ``*`` for any key) an evaluation may change beyond the common ones
+    #: (:data:`posenc.runs.config.EVAL_MAY_CHANGE`).
+    eval_may_change: ClassVar[tuple[str, ...]] = ()
+    #: The model's parts (top-level parameter names) this kind adds to the shared ones (a
+    #: classifier's head): they start fresh when ``train.init_from`` names another kind's run,
+    #: whose parts this model lacks are left behind.
+    own_parts: ClassVar[tuple[str, ...]] = ()
+    #: Said after a ``train.init_from`` whose parameters do not fit (how this kind takes them).
+    init_from_hint: ClassVar[str] = ""
+
+    # -- which configs -------------------------------------------------------------------------
+
+    def claims(self, config: ml_collections.ConfigDict) -> bool:
+        """Whether ``config`` describes a run of this kind (asked in :attr:`precedence` order)."""
+        raise NotImplementedError
+
+    # -- config ---------------------------------------------------------------------------------
+
+    def prepare(self, config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
+        """The config with what the kind derives filled in, before it is validated (a
+        classifier takes the shape of the model it fine-tunes); by default ``config``."""
+        return config
+
+    def validate(
+        self,
+        config: ml_collections.ConfigDict,
+        *,
+        num_devices: int | None = None,
+        process_count: int = 1,
+    ) -> None:
+        """Checks the kind's part of ``config``; raises a one-line ``ValueError`` naming the
+        first bad field. ``num_devices``, ``process_count``: what the batch's rows are split over
+        (None: skip that check)."""
+        raise NotImplementedError
+
+    # -- data and batches -----------------------------------------------------------------------
+
+    def training_data(self, config: ml_collections.ConfigDict, mesh: Any) -> TrainingData:
+        """The run's training batches, what ``data.json`` records, and files the run keeps."""
+        raise NotImplementedError
+
+    def local_batch(
+        self, config: ml_collections.ConfigDict, batches: Any, step: int
+    ) -> dict[str, np.ndarray]:
+        """This process's rows of step ``step``'s batch (host arrays, made global by the loop);
+        by default ``batches.batch(step)``."""
+        return batches.batch(step)
+
+    def step_batch(
+        self, config: ml_collections.ConfigDict, batches: Any
+    ) -> dict[str, tuple[tuple[int, ...], Any]]:
+        """``{field: (global shape, dtype)}`` of the batch a step is compiled for before the run
+        starts (its largest: a translation run's longest bucket); by default step 0's batch with
+        ``train.batch_size`` rows."""
+        local = self.local_batch(config, batches, 0)
+        rows = config.train.batch_size
+        return {k: ((rows, *v.shape[1:]), v.dtype) for k, v in local.items()}
+
+    # -- the training step ----------------------------------------------------------------------
+
+    def loss(
+        self,
+        config: ml_collections.ConfigDict,
+        model: Any,
+        batch: dict[str, Any],
+        rng: Any,
+        memory: Any = None,
+    ) -> StepLoss:
+        """The step's loss on ``batch`` (traced); ``rng``: dropout's key or None; ``memory``: a
+        Transformer-XL run's memory of real states (None without)."""
+        raise NotImplementedError
+
+    def describe_step(
+        self, config: ml_collections.ConfigDict, batch: dict[str, Any]
+    ) -> tuple[str, str]:
+        """What a training step on ``batch`` computes, and which fields to lower if it does not
+        fit in memory (:mod:`posenc.devices.fits`)."""
+        rows, length = batch["inputs"].shape
+        return (
+            f"a training step on {rows} windows of {length} tokens",
+            "lower train.batch_size or train.seq_len",
+        )
+
+    # -- evaluation -----------------------------------------------------------------------------
+
+    def record(self, config: ml_collections.ConfigDict) -> dict[str, Any]:
+        """What every report of this kind says about the run beside the common fields (the
+        objective, the task, a translation run's source length); the same keys for every kind,
+        so ``eval.json`` keeps one shape."""
+        return {
+            "objective": self.objective,
+            "task": None,
+            "train_seq_len": config.train.seq_len,
+            "max_src_len": None,
+        }
+
+    def evaluate(self, context: EvalContext) -> dict[str, Any]:
+        """Scores a trained run (under the run's lock; the driver adds the common fields and
+        writes ``eval.json``). Returns the report's kind-specific fields (``data``,
+        ``results``, ...)."""
+        raise NotImplementedError
+
+    # -- evaluation, more (what is scored, eval.json, CLI verbs and summaries) ---------------------------
+
+    # -- config, plan and analysis -------------------------------------------------------------
+
+    # -- report ----------------------------------------------------------------------------------
