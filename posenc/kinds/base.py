@@ -135,13 +135,13 @@ class RunKind:
     #: Said after a ``train.init_from`` whose parameters do not fit (how this kind takes them).
     init_from_hint: ClassVar[str] = ""
 
-    # -- which configs -------------------------------------------------------------------------
+    # -- which configs
 
     def claims(self, config: ml_collections.ConfigDict) -> bool:
         """Whether ``config`` describes a run of this kind (asked in :attr:`precedence` order)."""
         raise NotImplementedError
 
-    # -- config ---------------------------------------------------------------------------------
+    # -- config
 
     def prepare(self, config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         """The config with what the kind derives filled in, before it is validated (a
@@ -160,7 +160,7 @@ class RunKind:
         (None: skip that check)."""
         raise NotImplementedError
 
-    # -- data and batches -----------------------------------------------------------------------
+    # -- data and batches
 
     def training_data(self, config: ml_collections.ConfigDict, mesh: Any) -> TrainingData:
         """The run's training batches, what ``data.json`` records, and files the run keeps."""
@@ -183,7 +183,7 @@ class RunKind:
         rows = config.train.batch_size
         return {k: ((rows, *v.shape[1:]), v.dtype) for k, v in local.items()}
 
-    # -- the training step ----------------------------------------------------------------------
+    # -- the training step
 
     def loss(
         self,
@@ -208,7 +208,7 @@ class RunKind:
             "lower train.batch_size or train.seq_len",
         )
 
-    # -- evaluation -----------------------------------------------------------------------------
+    # -- evaluation
 
     def record(self, config: ml_collections.ConfigDict) -> dict[str, Any]:
         """What every report of this kind says about the run beside the common fields (the
@@ -227,8 +227,8 @@ class RunKind:
         ``results``, ...)."""
         raise NotImplementedError
 
-    # -- evaluation, more (what is scored, eval.json, CLI verbs and summaries) ---------------------------
+    # -- evaluation: what is scored, eval.json, CLI verbs and summaries
 
-    # -- config, plan and analysis -------------------------------------------------------------
+    # -- config, plan and analysis
 
-    # -- report ----------------------------------------------------------------------------------
+    # -- report

@@ -104,8 +104,8 @@ class CausalLM(RunKind):
             return StepLoss(mean, loss_sum, tokens, scored, memory)
         return StepLoss(losses.mean(), losses.sum(), tokens, tokens, memory)
 
-    # -- evaluation (what is scored, eval.json, CLI verbs and summaries) ---------------------------
+    # -- evaluation: what is scored, eval.json, CLI verbs and summaries
 
-    # -- config, plan and analysis -------------------------------------------------------------
+    # -- config, plan and analysis
 
-    # -- report ----------------------------------------------------------------------------------
+    # -- report

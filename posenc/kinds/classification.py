@@ -372,8 +372,8 @@ class Classification(RunKind):
         scored = jnp.asarray(batch["labels"].shape[0], jnp.float32)
         return StepLoss(mean, loss_sum, batch["mask"].sum(), scored)
 
-    # -- evaluation (what is scored, eval.json, CLI verbs and summaries) ---------------------------
+    # -- evaluation: what is scored, eval.json, CLI verbs and summaries
 
-    # -- config, plan and analysis -------------------------------------------------------------
+    # -- config, plan and analysis
 
-    # -- report ----------------------------------------------------------------------------------
+    # -- report

@@ -54,8 +54,8 @@ class MaskedLM(CausalLM):
     def windows(self, config: ml_collections.ConfigDict, stream: np.ndarray) -> Any:
         return MaskedWindows(super().windows(config, stream), masked_lm(config))
 
-    # -- evaluation (what is scored, eval.json, CLI verbs and summaries) ---------------------------
+    # -- evaluation: what is scored, eval.json, CLI verbs and summaries
 
-    # -- config, plan and analysis -------------------------------------------------------------
+    # -- config, plan and analysis
 
-    # -- report ----------------------------------------------------------------------------------
+    # -- report

@@ -297,8 +297,8 @@ class SyntheticTask(CausalLM):
     def record(self, config: ml_collections.ConfigDict) -> dict[str, Any]:
         return {**super().record(config), "task": task_of(config)}
 
-    # -- evaluation (what is scored, eval.json, CLI verbs and summaries) ---------------------------
+    # -- evaluation: what is scored, eval.json, CLI verbs and summaries
 
-    # -- config, plan and analysis -------------------------------------------------------------
+    # -- config, plan and analysis
 
-    # -- report ----------------------------------------------------------------------------------
+    # -- report

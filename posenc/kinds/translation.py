@@ -631,8 +631,8 @@ class Translation(RunKind):
     def record(self, config: ml_collections.ConfigDict) -> dict[str, Any]:
         return {**super().record(config), "max_src_len": config.data.get("max_src_len")}
 
-    # -- evaluation (what is scored, eval.json, CLI verbs and summaries) ---------------------------
+    # -- evaluation: what is scored, eval.json, CLI verbs and summaries
 
-    # -- config, plan and analysis -------------------------------------------------------------
+    # -- config, plan and analysis
 
-    # -- report ----------------------------------------------------------------------------------
+    # -- report
