@@ -141,6 +141,12 @@ class RunKind:
         """Whether ``config`` describes a run of this kind (asked in :attr:`precedence` order)."""
         raise NotImplementedError
 
+    def example_config(self, folder: str) -> ml_collections.ConfigDict | None:
+        """A tiny config of this kind (one layer, a few steps), with any data it reads written
+        under ``folder``: what the kind battery (:mod:`posenc.testing.kinds`) runs. posenc's
+        own kinds take theirs from the repository's configs (None here); a plugin's gives one."""
+        return None
+
     # -- config
 
     def prepare(self, config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
