@@ -242,7 +242,78 @@ def battery_hparams() -> str:
     return "\n".join(rows)
 
 
+def run_kinds() -> str:
+    """One row per registered run kind: how a config chooses it, what it trains, its module."""
+    from posenc import kinds
+
+    rows = [
+        "| kind | chosen by | what it runs | `objective` in eval.json | asked | module |",
+        "|---|---|---|---|---|---|",
+    ]
+    for kind in kinds.kinds():
+        module = type(kind).__module__
+        rows.append(
+            _row(
+                [
+                    f"`{kind.name}`",
+                    f"`{kind.chosen_by}`",
+                    kind.summary,
+                    f"`{kind.objective}`",
+                    str(kind.precedence),
+                    f"`{module}`",
+                ]
+            )
+        )
+    return "\n".join(rows)
+
+
+def kind_contract() -> str:
+    """The run-kind contract as ``posenc/kinds/base.py`` states it."""
+    from posenc.kinds import base
+
+    title, *rest = _paragraphs(inspect.getdoc(base) or "")
+    return rst_to_markdown("\n\n".join(rest))
+
+
+def kind_methods() -> str:
+    """Every attribute and method of ``RunKind``, with the first paragraph of its docstring
+    (attributes: their ``#:`` comment) and whether a kind must give it."""
+    from posenc.kinds.base import RunKind
+
+    source = inspect.getsource(RunKind)
+    items = []
+    for match in re.finditer(r"((?:    #: .*\n)+)    (\w+): ClassVar", source):
+        text = " ".join(line.strip()[3:] for line in match[1].splitlines())
+        items.append(f"- **`{match[2]}`** (attribute) — {rst_to_markdown(text)}")
+    for name, member in RunKind.__dict__.items():
+        if name.startswith("_") or not callable(member):
+            continue
+        doc = inspect.getdoc(member) or ""
+        first = _paragraphs(doc)[0].replace("\n", " ") if doc else ""
+        required = "NotImplementedError" in inspect.getsource(member)
+        signature = str(inspect.signature(member)).replace("self, ", "").replace("(self)", "()")
+        signature = signature.replace("'", "")
+        signature = re.sub(r"ml_collections\.ConfigDict", "ConfigDict", signature)
+        what = "required" if required else "has a default"
+        items.append(f"- **`{name}{signature}`** ({what}) — {rst_to_markdown(first)}")
+    return "\n".join(items)
+
+
+def kind_checks() -> str:
+    """The kind battery's checks, from ``posenc/testing/kinds.py``'s module docstring table."""
+    from posenc.testing import kinds as battery
+
+    doc = inspect.getdoc(battery) or ""
+    table = doc[doc.index("=" * 5) :]
+    table = table[: table.rindex("=" * 5) + 5]
+    return rst_to_markdown(table)
+
+
 REGIONS: dict[str, Callable[[], str]] = {
+    "run-kinds": run_kinds,
+    "kind-contract": kind_contract,
+    "kind-methods": kind_methods,
+    "kind-checks": kind_checks,
     "encoders": encoders,
     "contract": contract,
     "checks": checks,

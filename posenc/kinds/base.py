@@ -114,7 +114,7 @@ class RunKind:
     """One kind of run. Subclass it, set :attr:`name`, and register the class
     (:func:`posenc.kinds.registry.register`); the methods without a default must be given."""
 
-    #: The registry name (``posenc kinds`` lists them).
+    #: The registry name (:func:`posenc.kinds.names` lists them).
     name: ClassVar[str] = ""
     #: What the kind trains, in a few words (docs and errors).
     summary: ClassVar[str] = ""
