@@ -38,13 +38,12 @@ import numpy as np
 from flax import nnx
 
 from posenc import data as data_lib
+from posenc import kinds
 from posenc.analysis.buckets import FINE, bucket_sums, distance_buckets
 from posenc.analysis.output import write_analysis
 from posenc.analysis.stats import AttentionSums, model_attention_sums
 from posenc.attention import linear as linear_attention
 from posenc.devices import fits
-from posenc.kinds import tasks
-from posenc.models.build import assembly
 from posenc.models.lm import Transformer
 from posenc.runs.config import (
     apply_overrides,
@@ -53,7 +52,6 @@ from posenc.runs.config import (
     eval_mem_len,
     eval_positions,
     evaluation_changes,
-    masked_lm,
     open_source,
     validate,
 )
@@ -71,34 +69,21 @@ _NAMING_FIELDS = ("encoding.", "eval.split", "eval.positions", "eval.mem_len")
 
 def check_analyzable(config: ml_collections.ConfigDict, workdir: str) -> None:
     """Raises a one-line ``ValueError`` for a run ``posenc analyze`` cannot read (module
-    docstring), naming the field."""
-    reasons = []
-    if assembly(config) == "encoder_decoder":
-        reasons.append(
-            "is an encoder-decoder (model.assembly='encoder_decoder'); analyze reads the "
-            "self-attention of decoder-only runs"
-        )
-    elif assembly(config) == "classifier":
-        reasons.append(
-            "is a classifier (model.assembly='classifier'); analyze reads the self-attention "
-            "of language-model runs over text windows"
-        )
-    elif config.model.attention_impl in linear_attention.PATHS:
+    docstring), naming the field: what the run's kind refuses
+    (:meth:`posenc.kinds.RunKind.analysis_refusal`), linear attention, evaluation with memory."""
+    reasons = [kinds.kind_of(config).analysis_refusal(config)]
+    if config.model.attention_impl in linear_attention.PATHS:
         reasons.append(
             f"uses linear attention (model.attention_impl={config.model.attention_impl!r}), "
             "which forms no softmax attention weights; analyze softmax-attention runs"
         )
-    elif tasks.task_of(config):
-        reasons.append(
-            f"is an algorithmic-task run (data.source={config.data.source!r}: examples, not a "
-            "text stream); analyze reads text runs' evaluation windows"
-        )
-    elif eval_mem_len(config):
+    if eval_mem_len(config):
         reasons.append(
             f"is evaluated with Transformer-XL memory (eval.mem_len={eval_mem_len(config)}), "
             "which analyze does not carry; pass --config.eval.mem_len=0 to analyse the windows "
             "without it"
         )
+    reasons = [reason for reason in reasons if reason]
     if reasons:
         raise ValueError(f"{workdir} {reasons[0]}")
 
@@ -294,6 +279,7 @@ def analyze_workdir(
     randomized = eval_positions(config) == "randomized"
     positions = Positions(config.seed, config.train.max_position) if randomized else None
     naming = {k: v for k, v in changes.items() if k.startswith(_NAMING_FIELDS)}
+    kind = kinds.kind_of(config)
     with run.lock():
         model, step = restore_model(run, config)
         records = analyze(
@@ -303,7 +289,7 @@ def analyze_workdir(
             tokens=tokens,
             block_size=block_size,
             positions=positions,
-            masking=masked_lm(config),
+            masking=kind.window_masking(config),
             progress=progress,
         )
         record = {
@@ -316,7 +302,7 @@ def analyze_workdir(
             "seed": config.seed,
             "split": split,
             "positions": eval_positions(config),
-            "objective": "masked_lm" if masked_lm(config) else "causal_lm",
+            "objective": kind.objective,
             "num_layers": config.model.num_layers,
             "num_heads": model.config.dims.num_heads,
             "tokens_per_length": tokens,

@@ -237,4 +237,73 @@ class RunKind:
 
     # -- config, plan and analysis
 
+    #: Whether ``posenc plan`` compiles an evaluation batch for this kind (the decoder-only
+    #: scorer over the longest ``eval.lengths``); False: only the training step is planned.
+    plan_eval: ClassVar[bool] = False
+
+    def check_kind(self, config: ml_collections.ConfigDict, what: str) -> None:
+        """Refuses, in one line naming both kinds, a ``config`` another kind runs: ``what`` (a
+        command, an option) needs a run of this kind.
+
+        Raises:
+          ValueError: ``config`` is not this kind's (:func:`posenc.kinds.registry.kind_of`).
+        """
+        from posenc.kinds.registry import kind_of
+
+        kind = kind_of(config)
+        if kind.name != self.name:
+            raise ValueError(
+                f"{what} needs a {self.name} run ({self.chosen_by}); this is a {kind.name} run "
+                f"({kind.chosen_by})"
+            )
+
+    def plan_refusal(self, config: ml_collections.ConfigDict, parts: tuple[str, ...]) -> str | None:
+        """Why ``posenc plan`` cannot plan ``parts`` (of ``train``, ``eval``, as given, not yet
+        checked) of ``config``: the one-line message, or None (it can); asked before anything
+        else is checked. By default None."""
+        del config, parts
+        return None
+
+    def plan_lengths(
+        self, config: ml_collections.ConfigDict, parts: tuple[str, ...]
+    ) -> dict[str, int] | None:
+        """``{field: window length}`` the planned ``parts`` compile, from the config alone, for
+        ``posenc plan``'s up-front checks (int32 positions, a ``context`` axis that splits one of
+        them, a ``tensor`` axis that splits the model); None: the lengths are the data's, and
+        the mesh is not checked up front. By default None."""
+        del config, parts
+        return None
+
+    def plan_step(
+        self, config: ml_collections.ConfigDict, mesh: Any
+    ) -> tuple[dict[str, tuple[tuple[int, ...], Any]], dict[str, int]]:
+        """The batch ``posenc plan`` compiles the training step for on ``mesh``: ``{field:
+        (global shape, dtype)}``, and what it holds for the plan's table (``rows`` and
+        ``length``; ``source`` too for pairs, ``length`` then being the target's).
+
+        By default the batch a run compiles for (:meth:`step_batch` of :meth:`training_data`'s
+        batches: the data is read) with ``rows`` x ``length`` of its ``inputs``; a kind whose
+        batch follows from the config alone gives it without reading data."""
+        batch = self.step_batch(config, self.training_data(config, mesh).batches)
+        rows, length = batch["inputs"][0][:2]
+        return batch, {"rows": int(rows), "length": int(length)}
+
+    def analysis_refusal(self, config: ml_collections.ConfigDict) -> str | None:
+        """Why ``posenc analyze`` (the self-attention of a decoder-only model over its
+        evaluation windows) cannot read a run of this kind: the end of a one-line message
+        that starts with the run's directory (``"is a ...; analyze reads ..."``), or None (it
+        can). By default refused: only a kind that evaluates a stream's windows is read."""
+        del config
+        return (
+            f"is a {self.name} run ({self.chosen_by}); analyze reads the self-attention of "
+            "language-model runs over text windows"
+        )
+
+    def window_masking(self, config: ml_collections.ConfigDict) -> Any:
+        """How the kind corrupts an evaluation window before the model reads it (a masked LM's
+        :class:`posenc.data.MaskedLM`: ``eval_batch(batch, length)``), or None (read as
+        they are); what ``posenc analyze`` applies. By default None."""
+        del config
+        return None
+
     # -- report

@@ -33,6 +33,7 @@ import numpy as np
 from flax import nnx
 
 from posenc.data.classify_batching import (
+    VOCAB_SIZE,
     ClassifyBatches,
     EncodedExamples,
     encode_examples,
@@ -41,8 +42,9 @@ from posenc.data.classify_batching import (
 from posenc.data.labelled import LabelledSource, encode_labels, get_labelled_source, label_classes
 from posenc.kinds import classification_metrics as classify_metrics
 from posenc.kinds.base import RunKind, StepLoss, TrainingData
+from posenc.kinds.common import eval_lengths, require_int, validate_batch_split, validate_optim
 from posenc.kinds.registry import register
-from posenc.models.build import HEAD_FIELDS, assembly, head_config
+from posenc.models.build import HEAD_FIELDS, assembly, head_config, make_encoding, model_config
 from posenc.models.classifier import OWN_PARTS, Classifier
 
 
@@ -336,6 +338,63 @@ def evaluate_classifier(
     }
 
 
+def validate_classifier(config: ml_collections.ConfigDict) -> None:
+    """Checks a classification run's config (``model.assembly="classifier"``,
+    ``configs/classify.py``); one line naming the first bad field."""
+    m, t, e = config.model, config.train, config.eval
+    if t.get("objective") != "classification":
+        raise ValueError(
+            f"train.objective={t.get('objective')!r} with model.assembly='classifier': a "
+            "classifier trains on labels; use train.objective=classification"
+        )
+    head_config(config)  # num_labels, pool, num_segments, pooler
+    model_cfg = model_config(config)  # shapes and rates
+    if model_cfg.causal:
+        raise ValueError(
+            "model.causal must be False for model.assembly='classifier': every token reads both "
+            "sides, as in the masked-LM model it is fine-tuned from"
+        )
+    if model_cfg.mem_len:
+        raise ValueError("model.mem_len must be 0 for model.assembly='classifier'")
+    tokenizer = config.data.get("tokenizer", "bytes")
+    if tokenizer != "bytes":  # a pretrained model's own: rows framed by its special tokens
+        from posenc.data.hf_tokenizer import check_spec, make_tokenizer
+
+        check_spec(tokenizer)
+        size = make_tokenizer(tokenizer).vocab_size
+        if m.vocab_size < size:
+            raise ValueError(
+                f"model.vocab_size={m.vocab_size} is smaller than the {size} ids of "
+                f"data.tokenizer={tokenizer!r}; use model.vocab_size >= {size}"
+            )
+    elif m.vocab_size < VOCAB_SIZE:
+        raise ValueError(
+            f"model.vocab_size={m.vocab_size} has no id for [CLS] (id {VOCAB_SIZE - 1}, "
+            "after the bytes, the separator and the mask token); use model.vocab_size >= "
+            f"{VOCAB_SIZE}"
+        )
+    encoding = make_encoding(config)
+    encoding.bind(model_cfg.dims)
+    encoding.check_causal(False)
+    for field in ("steps", "log_every", "checkpoint_every", "keep_checkpoints", "batch_size"):
+        require_int(f"train.{field}", t[field])
+    require_int("train.seq_len", t.seq_len, 4)
+    encoding.check_length(t.seq_len)
+    for field, value in (("train.positions", t.positions), ("eval.positions", e.positions)):
+        if value == "randomized":
+            raise ValueError(
+                f"{field}='randomized' applies to decoder-only runs; a classifier reads "
+                "contiguous positions"
+            )
+    validate_optim(config.optim)
+    if e.split not in ("validation", "test"):
+        raise ValueError(f"eval.split must be one of ['validation', 'test'], got {e.split!r}")
+    lengths = eval_lengths(config)
+    if not lengths or any(not isinstance(n, int) or n < 4 for n in lengths):
+        raise ValueError(f"eval.lengths must be integers >= 4, got {list(lengths)}")
+    require_int("eval.batch_tokens", e.batch_tokens)
+
+
 @register
 class Classification(RunKind):
     """Sequence classification and regression (GLUE's tasks) with a bidirectional encoder and a
@@ -375,5 +434,28 @@ class Classification(RunKind):
     # -- evaluation: what is scored, eval.json, CLI verbs and summaries
 
     # -- config, plan and analysis
+
+    def validate(
+        self,
+        config: ml_collections.ConfigDict,
+        *,
+        num_devices: int | None = None,
+        process_count: int = 1,
+    ) -> None:
+        """The objective, the head, a bidirectional model without memory, the vocabulary,
+        the encoder, training and evaluation fields (:func:`validate_classifier`), then the
+        batch split."""
+        validate_classifier(config)
+        validate_batch_split(config.train.batch_size, num_devices, process_count)
+
+    def plan_refusal(self, config: ml_collections.ConfigDict, parts: tuple[str, ...]) -> str | None:
+        """Refused: a classifier is not planned."""
+        return "posenc plan covers decoder-only and translation runs; a classifier is not planned"
+
+    def analysis_refusal(self, config: ml_collections.ConfigDict) -> str | None:
+        return (
+            "is a classifier (model.assembly='classifier'); analyze reads the self-attention "
+            "of language-model runs over text windows"
+        )
 
     # -- report

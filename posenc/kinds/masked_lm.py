@@ -19,6 +19,26 @@ from posenc.kinds.registry import register
 from posenc.models.build import assembly
 
 
+def validate_masked_objective(config: ml_collections.ConfigDict) -> None:
+    """With ``train.objective="masked_lm"``: a bidirectional model (``model.causal=False``)
+    and, with posenc's bytes, an id for the mask token in ``model.vocab_size``."""
+    if objective(config) != "masked_lm":
+        return
+    m = config.model
+    if m.get("causal", True):
+        raise ValueError(
+            "train.objective='masked_lm' needs model.causal=False: a masked LM reads the tokens "
+            "on both sides of the masked ones"
+        )
+    bytes_ = config.data.get("tokenizer", "bytes") == "bytes"
+    if bytes_ and m.vocab_size <= data_lib.MASK_ID:
+        raise ValueError(
+            f"model.vocab_size={m.vocab_size} has no id for the mask token of "
+            f"train.objective='masked_lm' (id {data_lib.MASK_ID}); use model.vocab_size >= "
+            f"{data_lib.MASK_ID + 1}"
+        )
+
+
 class MaskedWindows:
     """A stream's training windows, corrupted by BERT's rule (drawn per global row and step),
     in the interface of :class:`posenc.data.TrainWindows`: ``batch(step)`` gives ``inputs``
@@ -57,5 +77,20 @@ class MaskedLM(CausalLM):
     # -- evaluation: what is scored, eval.json, CLI verbs and summaries
 
     # -- config, plan and analysis
+
+    weighted = True
+
+    def validate_masking(self, config: ml_collections.ConfigDict) -> None:
+        validate_masked_objective(config)
+
+    def validate_pretrained_tokenizer(
+        self, config: ml_collections.ConfigDict, tokenizer: str
+    ) -> None:
+        """The tokenizer must have a mask token (:func:`posenc.kinds.common.masked_lm`)."""
+        masked_lm(config)
+
+    def window_masking(self, config: ml_collections.ConfigDict) -> data_lib.MaskedLM | None:
+        """The windows corrupted as training corrupts them (a function of the run's seed)."""
+        return masked_lm(config)
 
     # -- report

@@ -126,7 +126,16 @@ def get(name: str) -> RunKind:
 
 def kind_of(config: ml_collections.ConfigDict) -> RunKind:
     """The kind that runs ``config``: the first, in :attr:`RunKind.precedence` order, that claims
-    it."""
+    it.
+
+    Raises:
+      ValueError: an unknown ``model.assembly`` (named as :func:`posenc.models.build.assembly`
+        names it, whichever kind is asked first), or a config no kind claims (listing what
+        chooses each kind).
+    """
+    from posenc.models.build import assembly
+
+    assembly(config)  # the field every kind's claim reads: one message for a bad value
     for kind in kinds():
         if kind.claims(config):
             return kind
@@ -136,12 +145,7 @@ def kind_of(config: ml_collections.ConfigDict) -> RunKind:
 
 def require(config: ml_collections.ConfigDict, name: str, what: str) -> RunKind:
     """The kind of ``config``, refused in one line unless it is ``name``: ``what`` (a command,
-    an option) needs a ``name`` run."""
-    kind = kind_of(config)
-    if kind.name != name:
-        wanted = get(name)
-        raise ValueError(
-            f"{what} needs a {name} run ({wanted.chosen_by}); this is a {kind.name} run "
-            f"({kind.chosen_by})"
-        )
-    return kind
+    an option) needs a ``name`` run (:meth:`RunKind.check_kind`)."""
+    wanted = get(name)
+    wanted.check_kind(config, what)
+    return wanted

@@ -42,9 +42,10 @@ from posenc.data.task_source import PREFIX, task_name
 from posenc.devices import fits
 from posenc.kinds.base import TrainingData
 from posenc.kinds.causal_lm import CausalLM
-from posenc.kinds.common import check_source, open_source
+from posenc.kinds.common import check_source, eval_lengths, objective, open_source
+from posenc.kinds.masked_lm import validate_masked_objective
 from posenc.kinds.registry import register
-from posenc.models.build import assembly
+from posenc.models.build import assembly, make_encoding
 from posenc.models.lm import Transformer
 from posenc.models.losses import token_loss
 from posenc.workdir.metrics import perplexity
@@ -263,7 +264,52 @@ __all__ = [
     "eval_seed",
     "evaluate_task",
     "task_of",
+    "validate_task",
 ]
+
+
+def validate_task(config: ml_collections.ConfigDict) -> None:
+    """Checks a task run's config (``data.source=synthetic:<task>``); raises a one-line
+    ``ValueError`` naming the field.
+
+    A task run is a causal LM (greedy generation needs one); ``train.seq_len`` is the longest
+    training length and every ``eval.lengths`` entry a length the task can produce; an encoder
+    with a position table must cover the longest row it is trained on, and randomized positions
+    must have a range that covers the longest row evaluated.
+    """
+    task = task_of(config)
+    spec = f"data.source={config.data.source!r}"
+    if task not in synthetic.TASKS:
+        raise ValueError(f"{spec}: unknown task {task!r}; tasks: {', '.join(synthetic.TASKS)}")
+    if objective(config) != "causal_lm":
+        raise ValueError(
+            f"train.objective={objective(config)!r} does not apply to {spec}: a task is trained "
+            "on its target tokens as a causal LM; use train.objective=causal_lm"
+        )
+    try:  # training draws the lengths in [1, train.seq_len] the task can produce
+        synthetic.train_lengths(task, 1, config.train.seq_len)
+    except ValueError as e:
+        raise ValueError(f"train.seq_len={config.train.seq_len}: {e}") from None
+    for length in eval_lengths(config):
+        try:
+            synthetic.check_length(task, length)
+        except ValueError as e:
+            raise ValueError(f"eval.lengths: {e}") from None
+    width = synthetic.train_width(task, config.train.seq_len)
+    make_encoding(config).check_length(width)  # a learned table covers every training row
+    if "randomized" in (config.train.positions, config.eval.positions):
+        longest = max(
+            [width] + [synthetic.row_width(task, length) for length in eval_lengths(config)]
+        )
+        if config.train.max_position < longest:
+            raise ValueError(
+                f"train.max_position={config.train.max_position} is below {longest}, the tokens "
+                f"of the longest example (input, SEP and target) of {spec}; randomized "
+                f"positions draw that many distinct positions: use train.max_position >= {longest}"
+            )
+    examples = config.eval.get("examples", 256)
+    if not isinstance(examples, int) or isinstance(examples, bool) or examples < 1:
+        raise ValueError(f"eval.examples must be an integer >= 1, got {examples!r}")
 
 
 @register
@@ -300,5 +346,65 @@ class SyntheticTask(CausalLM):
     # -- evaluation: what is scored, eval.json, CLI verbs and summaries
 
     # -- config, plan and analysis
+
+    reads_stream = False
+    plan_eval = False  # examples are generated and scored by greedy generation
+    weighted = True
+
+    def validate(
+        self,
+        config: ml_collections.ConfigDict,
+        *,
+        num_devices: int | None = None,
+        process_count: int = 1,
+    ) -> None:
+        """A causal LM's fields (:meth:`CausalLM.validate`), then the task's
+        (:func:`validate_task`)."""
+        super().validate(config, num_devices=num_devices, process_count=process_count)
+        validate_task(config)
+
+    def validate_masking(self, config: ml_collections.ConfigDict) -> None:
+        # A masked objective is refused at the end (validate_task); what it needs of the model
+        # is named first, as for a masked LM.
+        validate_masked_objective(config)
+
+    def memory_conflicts(self, config: ml_collections.ConfigDict) -> dict[str, bool]:
+        return {
+            f"data.source={config.data.source!r} (an algorithmic task: examples, not a "
+            "stream)": True
+        }
+
+    def validate_eval_mode(self, config: ml_collections.ConfigDict) -> None:
+        """No sliding evaluation: examples are scored whole."""
+        if config.eval.mode == "sliding":
+            raise ValueError(
+                f"eval.mode='sliding' with data.source={config.data.source!r}: sliding "
+                "evaluation does not apply to algorithmic-task runs, which are scored on whole "
+                "examples per input length; leave eval.mode at 'nonoverlapping'"
+            )
+
+    def validate_pretrained_tokenizer(
+        self, config: ml_collections.ConfigDict, tokenizer: str
+    ) -> None:
+        """Refused: tasks generate token ids."""
+        raise ValueError(
+            f"data.tokenizer={tokenizer!r} with data.source={config.data.source!r}: algorithmic "
+            "tasks generate token ids, not text; use data.tokenizer='bytes'"
+        )
+
+    def plan_refusal(self, config: ml_collections.ConfigDict, parts: tuple[str, ...]) -> str | None:
+        """``--only eval`` is refused: the examples are generated, no evaluation is planned."""
+        if tuple(parts) == ("eval",):
+            return (
+                "posenc plan --only eval: this run has no evaluation to plan (an algorithmic "
+                "task generates its examples); plan its training step"
+            )
+        return None
+
+    def analysis_refusal(self, config: ml_collections.ConfigDict) -> str | None:
+        return (
+            f"is an algorithmic-task run (data.source={config.data.source!r}: examples, not a "
+            "text stream); analyze reads text runs' evaluation windows"
+        )
 
     # -- report

@@ -51,9 +51,10 @@ from posenc.decoding.greedy import greedy_search
 from posenc.devices import sharding
 from posenc.kinds import translation_metrics
 from posenc.kinds.base import RunKind, StepLoss, TrainingData
+from posenc.kinds.common import EVAL_SPLITS, require_choice, require_int, validate_optim
 from posenc.kinds.registry import register
-from posenc.models.build import assembly
-from posenc.models.encdec import EncoderDecoder
+from posenc.models.build import assembly, make_encoding, model_config
+from posenc.models.encdec import EncoderDecoder, bind_sides
 from posenc.models.losses import smoothed_token_loss, token_loss
 from posenc.workdir import PRETRAINED_FILE, RunDir
 from posenc.workdir.files import is_run_record
@@ -564,6 +565,55 @@ def _pair_fields(s: int, t: int) -> list[tuple[str, int, Any]]:
     ]
 
 
+def validate_translation(config: ml_collections.ConfigDict) -> None:
+    """Checks a translation run's config (``model.assembly="encoder_decoder"``,
+    ``configs/translation.py``): the encoder in both directions, the parallel data, token
+    batches, label smoothing and decoding; one line naming the first bad field."""
+    from posenc.data.pair_batching import TOKENS_FIELD
+    from posenc.data.vocab import HF_PREFIX, MODEL_TYPES, VOCAB_KINDS
+
+    bind_sides(model_config(config), make_encoding(config))
+    m, d, t, e = config.model, config.data, config.train, config.eval
+    if m.get("mem_len", 0):
+        raise ValueError("model.mem_len must be 0 for model.assembly='encoder_decoder'")
+    for field, value in (("train.positions", t.positions), ("eval.positions", e.positions)):
+        if value == "randomized":
+            raise ValueError(
+                f"{field}='randomized' applies to decoder-only runs; a translation run reads "
+                "contiguous positions"
+            )
+    vocab = d.get("vocab")
+    if not (isinstance(vocab, str) and vocab.startswith(HF_PREFIX) and vocab[len(HF_PREFIX) :]):
+        require_choice("data.vocab", vocab, VOCAB_KINDS)
+    require_choice("data.spm_model_type", d.get("spm_model_type"), MODEL_TYPES)
+    require_int("data.vocab_size", d.get("vocab_size"))
+    for field in ("max_src_len", "max_tgt_len"):
+        if d.get(field) is not None:
+            require_int(f"data.{field}", d.get(field))
+    for field, step in (
+        ("data.bucket_step", d.get("bucket_step", 1.1)),
+        ("eval.bucket_step", e.get("bucket_step", 1.1)),
+    ):
+        if not isinstance(step, int | float) or isinstance(step, bool) or not 1 < step <= 4:
+            raise ValueError(f"{field} must be a number in (1, 4], got {step!r}")
+    for field in ("steps", "log_every", "checkpoint_every", "keep_checkpoints"):
+        require_int(f"train.{field}", t[field], 0 if field == "steps" else 1)
+    require_int(TOKENS_FIELD, t.get("tokens_per_batch"))
+    smoothing = t.get("label_smoothing", 0.0)
+    if not isinstance(smoothing, int | float) or not 0 <= smoothing < 1:
+        raise ValueError(f"train.label_smoothing must be in [0, 1), got {smoothing!r}")
+    validate_optim(config.optim)
+    require_choice("eval.split", e.split, EVAL_SPLITS)
+    require_int("eval.beam_size", e.get("beam_size"))
+    alpha = e.get("alpha")
+    # Finite: an infinite length penalty gives NaN scores, and eval.json records it.
+    if not isinstance(alpha, int | float) or isinstance(alpha, bool) or not 0 <= alpha < math.inf:
+        raise ValueError(f"eval.alpha must be a finite number >= 0, got {alpha!r}")
+    require_int("eval.max_len_offset", e.get("max_len_offset"))
+    require_int("eval.tokens_per_batch", e.get("tokens_per_batch"))
+    require_int("eval.max_sentences", e.get("max_sentences", 0), 0)
+
+
 @register
 class Translation(RunKind):
     """Translation with an encoder-decoder: token-bucketed pairs, a label-smoothed loss, beam
@@ -634,5 +684,42 @@ class Translation(RunKind):
     # -- evaluation: what is scored, eval.json, CLI verbs and summaries
 
     # -- config, plan and analysis
+
+    def validate(
+        self,
+        config: ml_collections.ConfigDict,
+        *,
+        num_devices: int | None = None,
+        process_count: int = 1,
+    ) -> None:
+        """The encoder in both directions, the parallel data, token batches, label smoothing
+        and decoding; one line naming the first bad field. The batch split needs no check: rows
+        per batch are a multiple of the devices (at least one each) by construction."""
+        del num_devices, process_count
+        validate_translation(config)
+
+    def plan_refusal(self, config: ml_collections.ConfigDict, parts: tuple[str, ...]) -> str | None:
+        """``--only eval`` is refused: beam search runs on one device and is not planned."""
+        if tuple(parts) == ("eval",):
+            return (
+                "posenc plan --only eval: a translation run's evaluation (beam search on one "
+                "device) is not planned; plan its training step"
+            )
+        return None
+
+    def plan_step(
+        self, config: ml_collections.ConfigDict, mesh: Any
+    ) -> tuple[dict[str, tuple[tuple[int, ...], Any]], dict[str, int]]:
+        """The longest bucket of the training pairs (read and encoded as training reads them):
+        ``rows`` pairs of ``source`` source and ``length`` target tokens."""
+        batch, _ = super().plan_step(config, mesh)
+        (rows, source), length = batch["src"][0], batch["tgt_in"][0][1]
+        return batch, {"rows": int(rows), "source": int(source), "length": int(length)}
+
+    def analysis_refusal(self, config: ml_collections.ConfigDict) -> str | None:
+        return (
+            "is an encoder-decoder (model.assembly='encoder_decoder'); analyze reads the "
+            "self-attention of decoder-only runs"
+        )
 
     # -- report

@@ -267,22 +267,16 @@ def _quiet(text: str) -> None:
 
 
 def _check_parts(config: ml_collections.ConfigDict, parts: tuple[str, ...]) -> tuple[str, ...]:
-    """``parts`` checked against :data:`PARTS` and what ``config`` can plan (one-line errors)."""
-    from posenc.kinds import classification as classify
-    from posenc.kinds import translation
+    """``parts`` checked against :data:`PARTS` and what ``config``'s kind can plan
+    (:meth:`posenc.kinds.RunKind.plan_refusal`; one-line errors)."""
+    from posenc import kinds
 
-    if classify.is_classifier(config):
-        raise ValueError(
-            "posenc plan covers decoder-only and translation runs; a classifier is not planned"
-        )
+    refusal = kinds.kind_of(config).plan_refusal(config, tuple(parts))
+    if refusal:
+        raise ValueError(refusal)
     parts = tuple(parts)
     if not parts or any(p not in PARTS for p in parts):
         raise ValueError(f"posenc plan --only must be one of {list(PARTS)}, got {list(parts)}")
-    if parts == ("eval",) and translation.is_translation(config):
-        raise ValueError(
-            "posenc plan --only eval: a translation run's evaluation (beam search on one device) "
-            "is not planned; plan its training step"
-        )
     return parts
 
 
@@ -291,12 +285,13 @@ def _check_mesh(config: ml_collections.ConfigDict, devices: int, parts: tuple[st
     window no int32 position reaches (one-line ``ValueError``), before any compilation or child
     process: the config is validated for the mesh's batch split, and a ``tensor`` or
     ``context`` axis above 1 must divide something it splits (else every device holds the
-    same)."""
+    same). The lengths are the kind's (:meth:`posenc.kinds.RunKind.plan_lengths`); a kind
+    whose lengths are its data's is checked when its step is planned."""
     import jax
 
+    from posenc import kinds
     from posenc.devices import sharding
-    from posenc.kinds import tasks, translation
-    from posenc.runs.config import eval_lengths, validate
+    from posenc.runs.config import validate
 
     section = config.get("mesh")
     shape = sharding.mesh_shape(None if section is None else section.to_dict(), devices)
@@ -304,14 +299,9 @@ def _check_mesh(config: ml_collections.ConfigDict, devices: int, parts: tuple[st
         tuple(shape[a] for a in sharding.MESH_AXES), sharding.MESH_AXES
     )
     validate(config, num_devices=sharding.batch_shards(abstract))
-    if translation.is_translation(config):
+    lengths = kinds.kind_of(config).plan_lengths(config, parts)
+    if lengths is None:
         return  # its lengths are its data's (read when its step is planned)
-    lengths = {}
-    if "train" in parts:
-        lengths["train.seq_len"] = int(config.train.seq_len)
-    if "eval" in parts and not tasks.task_of(config):
-        field = "eval.lengths" if config.eval.lengths else "eval.multiples x train.seq_len"
-        lengths[field] = max(eval_lengths(config))
     for field, length in lengths.items():
         if length > MAX_LENGTH:
             raise ValueError(
@@ -446,8 +436,8 @@ def _compile(
     to ``say`` before and after each compilation."""
     from flax import nnx
 
+    from posenc import kinds
     from posenc.devices import sharding
-    from posenc.kinds import tasks, translation
     from posenc.models import build
     from posenc.runs.config import eval_lengths, validate
     from posenc.runs.evaluate import Scorer
@@ -455,6 +445,7 @@ def _compile(
 
     mesh = sharding.make_mesh(config)
     validate(config, num_devices=sharding.batch_shards(mesh))
+    kind = kinds.kind_of(config)
     result: dict[str, Any] = {
         "devices": int(mesh.devices.size),
         "mesh": dict(mesh.shape),
@@ -479,11 +470,7 @@ def _compile(
             train={**_memory(compiled), **shape},
         )
     lengths = eval_lengths(config)
-    if (
-        "eval" in parts
-        and lengths
-        and not (tasks.task_of(config) or translation.is_translation(config))
-    ):
+    if "eval" in parts and lengths and kind.plan_eval:
         scorer = Scorer(nnx.eval_shape(lambda: build(config)), mesh)
         length = max(lengths)
         shards = sharding.batch_shards(mesh)
@@ -495,8 +482,8 @@ def _compile(
             result["params"] = _bytes_per_device(scorer.state)
     if result["train"] is None and result["eval"] is None:
         raise ValueError(
-            "posenc plan --only eval: this run has no evaluation to plan (an algorithmic task "
-            "generates its examples); plan its training step"
+            kind.plan_refusal(config, ("eval",))
+            or "posenc plan --only eval: this run has no evaluation to plan; plan its training step"
         )
     return result
 
@@ -533,37 +520,19 @@ def _options() -> dict[str, Any]:
 def _train_inputs(
     config: ml_collections.ConfigDict, trainer: Any
 ) -> tuple[tuple[Any, ...], dict[str, int]]:
-    """The training step's arguments (shapes with shardings) and what they hold: a decoder-only
-    run's batch from the config alone (no data read), a translation run's longest bucket from
-    its training pairs (:meth:`posenc.runs.train.Trainer.step_inputs`)."""
+    """The training step's arguments (shapes with shardings) and what they hold: the batch the
+    kind plans (:meth:`posenc.kinds.RunKind.plan_step`: from the config alone where it can, a
+    translation run's longest bucket from its training pairs) and, with memory, the static
+    count of a full memory."""
     import jax
-    import jax.numpy as jnp
 
-    from posenc.data.pair_batching import encode_pairs
-    from posenc.devices import sharding
-    from posenc.kinds import tasks, translation
-    from posenc.runs.config import masked_lm
-
-    if translation.is_translation(config):
-        source, vocab = translation.open_data(config)
-        pairs = encode_pairs(source.pairs("train"), vocab)
-        batches = translation.train_batches(config, pairs, sharding.batch_shards(trainer.mesh))
-        args = trainer.step_inputs(batches)
-        rows, s = args[1]["src"].shape
-        return args, {"rows": rows, "source": s, "length": args[1]["tgt_in"].shape[1]}
-    t = config.train
-    rows, length = t.batch_size, t.seq_len
-    fields = {"inputs": jnp.int32, "targets": jnp.int32}
-    if t.positions == "randomized":
-        fields["positions"] = jnp.int32
-    if masked_lm(config) is not None or tasks.task_of(config):
-        fields["weights"] = jnp.float32
+    fields, shape = trainer.kind.plan_step(config, trainer.mesh)
     batch = {
-        k: jax.ShapeDtypeStruct((rows, length), d, sharding=trainer.batch_sharding)
-        for k, d in fields.items()
+        k: jax.ShapeDtypeStruct(size, dtype, sharding=trainer.batch_sharding)
+        for k, (size, dtype) in fields.items()
     }
     memory = [trainer.mem_len] if trainer.mem_len else []
-    return (trainer.abstract_state(), batch, *memory), {"rows": rows, "length": length}
+    return (trainer.abstract_state(), batch, *memory), shape
 
 
 def _child() -> int:
