@@ -55,11 +55,11 @@ def test_check_kind_refuses_another_kinds_config(name, configs):
     kind = kinds.get(name)
     for other, config in configs.items():
         if other == name:
-            kind.check_kind(config, "posenc frobnicate")
+            kinds.require(config, name, "posenc frobnicate")
             assert kinds.require(config, name, "posenc frobnicate") is kind
             continue
         with pytest.raises(ValueError) as err:
-            kind.check_kind(config, "posenc frobnicate")
+            kinds.require(config, name, "posenc frobnicate")
         message = str(err.value)
         assert "\n" not in message
         assert message.startswith(f"posenc frobnicate needs a {name} run ({kind.chosen_by})")
@@ -88,8 +88,10 @@ def test_plan_answers(configs):
     assert (causal.plan_eval, masked.plan_eval, task.plan_eval) == (True, True, False)
     for name in ("causal_lm", "masked_lm"):
         assert kinds.get(name).plan_refusal(configs[name], ("eval",)) is None
-    assert "a classifier is not planned" in kinds.get("classification").plan_refusal(
-        configs["classification"], ("train",)
+    classification = kinds.get("classification")
+    assert classification.plan_refusal(configs["classification"], ("train",)) is None
+    assert "evaluation is not planned" in classification.plan_refusal(
+        configs["classification"], ("eval",)
     )
 
 

@@ -241,22 +241,6 @@ class RunKind:
     #: scorer over the longest ``eval.lengths``); False: only the training step is planned.
     plan_eval: ClassVar[bool] = False
 
-    def check_kind(self, config: ml_collections.ConfigDict, what: str) -> None:
-        """Refuses, in one line naming both kinds, a ``config`` another kind runs: ``what`` (a
-        command, an option) needs a run of this kind.
-
-        Raises:
-          ValueError: ``config`` is not this kind's (:func:`posenc.kinds.registry.kind_of`).
-        """
-        from posenc.kinds.registry import kind_of
-
-        kind = kind_of(config)
-        if kind.name != self.name:
-            raise ValueError(
-                f"{what} needs a {self.name} run ({self.chosen_by}); this is a {kind.name} run "
-                f"({kind.chosen_by})"
-            )
-
     def plan_refusal(self, config: ml_collections.ConfigDict, parts: tuple[str, ...]) -> str | None:
         """Why ``posenc plan`` cannot plan ``parts`` (of ``train``, ``eval``, as given, not yet
         checked) of ``config``: the one-line message, or None (it can); asked before anything

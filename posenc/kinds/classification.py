@@ -449,8 +449,14 @@ class Classification(RunKind):
         validate_batch_split(config.train.batch_size, num_devices, process_count)
 
     def plan_refusal(self, config: ml_collections.ConfigDict, parts: tuple[str, ...]) -> str | None:
-        """Refused: a classifier is not planned."""
-        return "posenc plan covers decoder-only and translation runs; a classifier is not planned"
+        """``--only eval`` is refused: the evaluation scores the split's rows by length bucket
+        on one device and is not planned; the training step is."""
+        if tuple(parts) == ("eval",):
+            return (
+                "posenc plan --only eval: a classification run's evaluation is not planned; "
+                "plan its training step"
+            )
+        return None
 
     def analysis_refusal(self, config: ml_collections.ConfigDict) -> str | None:
         return (

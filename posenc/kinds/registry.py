@@ -144,8 +144,12 @@ def kind_of(config: ml_collections.ConfigDict) -> RunKind:
 
 
 def require(config: ml_collections.ConfigDict, name: str, what: str) -> RunKind:
-    """The kind of ``config``, refused in one line unless it is ``name``: ``what`` (a command,
-    an option) needs a ``name`` run (:meth:`RunKind.check_kind`)."""
-    wanted = get(name)
-    wanted.check_kind(config, what)
+    """The kind ``name``, after refusing in one line naming both kinds a ``config`` another kind
+    runs: ``what`` (a command, an option) needs a ``name`` run."""
+    wanted, kind = get(name), kind_of(config)
+    if kind is not wanted:
+        raise ValueError(
+            f"{what} needs a {name} run ({wanted.chosen_by}); this is a {kind.name} run "
+            f"({kind.chosen_by})"
+        )
     return wanted
