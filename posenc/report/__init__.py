@@ -182,8 +182,9 @@ def _write_report(sweep_dir: str, metric: str = DEFAULT_METRIC) -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
-    by_report = sorted(kinds(), key=lambda k: (k.report_writer is not None, k.report_precedence))
-    known = tuple(dict.fromkeys(METRICS + tuple(m for k in by_report for m in k.report_metrics)))
+    # The metrics every report knows, the most general kind's (asked last) first.
+    offered = tuple(m for k in reversed(kinds()) for m in k.report_metrics)
+    known = tuple(dict.fromkeys(METRICS + offered))
     if metric not in known:
         raise ValueError(f"--metric must be one of {list(known)}, got {metric!r}")
     runs = find_runs(sweep_dir)
@@ -193,9 +194,9 @@ def _write_report(sweep_dir: str, metric: str = DEFAULT_METRIC) -> list[str]:
             "`posenc sweep` (or `posenc train`, `posenc eval`) first"
         )
     owners = [_owner(r) for r in runs]
-    writers = [k for k in by_report if k.report_writer is not None and k in owners]
-    if writers:  # the kind's own report: BLEU by source length, GLUE metrics, task accuracy
-        kind = writers[0]
+    writers = [k for k in kinds() if k.report_writer is not None and k in owners]
+    if writers:  # a report of the kind's own (BLEU by source length, GLUE metrics, ...)
+        kind = min(writers, key=lambda k: k.report_precedence)
         chosen = [r for r, k in zip(runs, owners, strict=True) if k is kind]
         others = [r for r, k in zip(runs, owners, strict=True) if k is not kind]
         paths = _writer(kind)(sweep_dir, chosen, None if metric == DEFAULT_METRIC else metric)
@@ -264,7 +265,7 @@ def _text_report(
         if refusal:
             raise ValueError(refusal)
     have = sorted({m for run in runs for r in run.eval["results"] for m in METRICS if m in r})
-    if metric not in have:  # exact_match of a masked LM, bits per byte of a masked LM, ...
+    if metric not in have:  # a metric of other kinds' runs only
         whose = "; ".join(
             f"{' and '.join(k.report_own_metrics)}: {k.report_runs or k.name} runs"
             for k in kinds()
