@@ -714,3 +714,54 @@ def test_a_folder_of_translation_and_language_model_runs_reports_both(tmp_path):
     with open(tmp_path / "report-lm.csv") as f:
         rows = list(csv.DictReader(f))
     assert [float(r["rope"]) for r in rows] == [r["perplexity"] for r in lm_report["results"]]
+
+
+_TOY_CALLS = []
+
+
+def _toy_report(sweep_dir, runs, metric):
+    """The toy kind's section writer (named by its ``report_writer``, imported by the report)."""
+    _TOY_CALLS.append(([os.path.basename(r.dir) for r in runs], metric))
+    path = os.path.join(sweep_dir, "report.md")
+    with open(path, "w") as f:
+        f.write(f"# toy: {metric or 'toy_score'}\n")
+    return [path]
+
+
+def test_a_kind_registered_by_a_plugin_is_reported_by_its_own_writer(tmp_path):
+    """A run kind posenc.report has never heard of (registered as a plugin registers one) owns
+    its runs' eval.json, names its writer, offers its metric; the LM runs beside it follow."""
+    from posenc.kinds import registry
+    from posenc.kinds.base import RunKind
+
+    class ToyKind(RunKind):
+        name = "toy_report_kind"
+        objective = "toy"
+        precedence = 5
+        report_writer = f"{__name__}:_toy_report"
+        report_runs = "toy"
+        report_metrics = ("toy_score",)
+
+    rng = random.Random(0)
+    toy = _eval_json("rope", {}, 16, 0, [16], rng)
+    toy["objective"] = "toy"
+    for name, data in (("toy", toy), ("lm", _eval_json("rope", {}, 16, 0, [16, 32], rng))):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "eval.json").write_text(json.dumps(data))
+        (tmp_path / name / "config.json").write_text(json.dumps(_config_json("rope", {}, 16, 0)))
+    registry.register(ToyKind)
+    try:
+        _TOY_CALLS.clear()
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # nothing is left out
+            paths = report.write_report(str(tmp_path))
+        assert _TOY_CALLS == [(["toy"], None)]  # --metric left at its default: the writer's
+        md = (tmp_path / "report.md").read_text()
+        assert md.startswith("# toy: toy_score\n") and "# Language-model runs: " in md, md
+        assert {"report-lm.csv", "runs-lm.csv"} <= {os.path.basename(p) for p in paths}
+        report.write_report(str(tmp_path), metric="toy_score")
+        assert _TOY_CALLS[-1] == (["toy"], "toy_score")
+    finally:
+        registry.unregister(ToyKind.name)
+    with pytest.raises(ValueError, match="--metric must be one of"):
+        report.write_report(str(tmp_path), metric="toy_score")

@@ -291,3 +291,55 @@ class RunKind:
         return None
 
     # -- report
+
+    #: The function that writes this kind's report section, named as an entry point is
+    #: (``"package.module:function"``; :mod:`posenc.report` imports it when a report needs it, so
+    #: a kind never imports the report): ``writer(sweep_dir, runs, metric) -> paths``, with
+    #: ``runs`` the kind's evaluated runs (:class:`posenc.report.runs.Run`), ``metric`` the one
+    #: asked for (None: ``--metric`` left at its default, the writer's choice) and ``paths`` the
+    #: files written, ``report.md`` first. None (the default): the kind's runs are tabled in the
+    #: common tables by evaluation length (the language models').
+    report_writer: ClassVar[str | None] = None
+    #: A folder holding runs of several kinds with a writer is reported by the kind with the
+    #: lowest value; the others' runs are named as left out.
+    report_precedence: ClassVar[int] = 50
+    #: What a report calls the kind's runs (``"<report_runs> runs"``, in notes and errors); empty:
+    #: :attr:`name`.
+    report_runs: ClassVar[str] = ""
+    #: The metrics the kind's report offers (``posenc report --metric``).
+    report_metrics: ClassVar[tuple[str, ...]] = ()
+    #: The per-length metrics only this kind's runs have (named when ``--metric`` asks for one no
+    #: run under the report has).
+    report_own_metrics: ClassVar[tuple[str, ...]] = ()
+    #: ``{metric: heading}``: how the common tables head a metric of this kind's beyond their
+    #: own (perplexity, bits per byte, loss): the masked LM's ``accuracy``.
+    report_metric_text: ClassVar[dict[str, str]] = {}
+    #: Whether runs tabled in the common tables, found beside this kind's, follow its section
+    #: in ``report.md`` (their tables in ``report-lm.csv`` and ``runs-lm.csv``); False: they are
+    #: named as left out, like other kinds' runs.
+    report_lm_beside: ClassVar[bool] = True
+
+    def owns_eval(self, report: dict[str, Any]) -> bool:
+        """Whether an evaluation report (``eval.json``'s record) is of a run of this kind, from
+        what :meth:`record` wrote into it; kinds are asked in :attr:`precedence` order, the
+        first that owns a report reports it. By default: its ``objective`` is
+        :attr:`objective`."""
+        return report.get("objective") == self.objective
+
+    def report_notes(self, reports: list[dict[str, Any]]) -> list[str]:
+        """Lines the description of what was measured (the list heading ``report.md``) adds
+        about this kind's runs among the evaluation ``reports`` it describes, after the line on
+        entries (the masked LM states its objective); by default none."""
+        return []
+
+    def report_evaluation(self, reports: list[dict[str, Any]]) -> str | None:
+        """The description's evaluation line (up to its final period) when ``reports`` are all
+        this kind's and are not scored on windows of a token stream (the tasks' generated
+        examples per input length); None (the default): windows."""
+        return None
+
+    def report_refusal(self, metric: str, reports: list[dict[str, Any]], where: str) -> str | None:
+        """Why the common tables of the evaluation ``reports`` (under the folder ``where``)
+        cannot show ``metric``, where this kind says it better than the general refusal (the
+        masked LM: accuracy without a masked-LM run); None (the default): nothing to say."""
+        return None

@@ -324,6 +324,15 @@ class CausalLM(RunKind):
 
     # -- report
 
+    report_runs = "causal-LM"
+    report_metrics = ("perplexity", "bits_per_byte", "loss")
+    report_own_metrics = ("bits_per_byte",)
+
+    def owns_eval(self, report: dict[str, Any]) -> bool:
+        """Every report no kind asked before owns (asked last, as for configs; an older report
+        without an ``objective`` too)."""
+        return True
+
 
 def validate_positions(
     config: ml_collections.ConfigDict, encoding: encodings.Encoding, lengths: bool = True

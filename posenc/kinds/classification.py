@@ -465,3 +465,12 @@ class Classification(RunKind):
         )
 
     # -- report
+
+    report_writer = "posenc.report.classify:write_classify_report"
+    report_precedence = 20
+    report_runs = "classification"
+    report_metrics = tuple(
+        dict.fromkeys(
+            (*classify_metrics.CLASSIFICATION_METRICS, *classify_metrics.REGRESSION_METRICS)
+        )
+    )

@@ -94,3 +94,32 @@ class MaskedLM(CausalLM):
         return masked_lm(config)
 
     # -- report
+
+    report_runs = "masked-LM"
+    report_metrics = ("perplexity", "loss", "accuracy")
+    report_own_metrics = ("accuracy",)
+    report_metric_text = {"accuracy": "masked-LM accuracy (share of the masked tokens predicted)"}
+
+    def owns_eval(self, report: dict[str, Any]) -> bool:
+        return report.get("objective") == self.objective
+
+    def report_notes(self, reports: list[dict[str, Any]]) -> list[str]:
+        """The objective, and over which tokens loss, perplexity and accuracy are."""
+        masked = [r for r in reports if self.owns_eval(r)]
+        if not masked:
+            return []
+        some = "" if len(masked) == len(reports) else " (where the column says so)"
+        return [
+            f"- Objective: masked LM{some} (BERT's: 15 % of the tokens chosen, 80 % of those "
+            "masked, 10 % random, 10 % kept); loss, perplexity and accuracy are over the chosen "
+            "tokens."
+        ]
+
+    def report_refusal(self, metric: str, reports: list[dict[str, Any]], where: str) -> str | None:
+        """Accuracy without a masked-LM run (causal LMs are scored by perplexity)."""
+        if metric not in self.report_own_metrics or any(self.owns_eval(r) for r in reports):
+            return None
+        return (
+            f"--metric {metric}: no masked-LM run (train.objective=masked_lm) under {where}; "
+            "causal-LM runs have perplexity, bits_per_byte and loss"
+        )

@@ -408,3 +408,27 @@ class SyntheticTask(CausalLM):
         )
 
     # -- report
+
+    report_writer = "posenc.report.tasks:write_task_report"
+    report_precedence = 30
+    report_runs = "algorithmic-task"
+    report_metrics = ("accuracy", "exact_match", "sequence_accuracy", "loss")
+    report_own_metrics = ("exact_match", "sequence_accuracy")
+    report_metric_text = {
+        "exact_match": "exact match of greedy generation (algorithmic tasks)",
+        "sequence_accuracy": "per-token accuracy averaged per example (algorithmic tasks)",
+    }
+    report_lm_beside = False  # a task report covers task runs only
+
+    def owns_eval(self, report: dict[str, Any]) -> bool:
+        return bool(report.get("task"))
+
+    def report_evaluation(self, reports: list[dict[str, Any]]) -> str | None:
+        """Generated examples per input length, not windows."""
+        if not all(self.owns_eval(r) for r in reports):
+            return None
+        examples = sorted({x["examples"] for r in reports for x in r["results"] if "examples" in x})
+        return (
+            f"{'/'.join(map(str, examples))} generated examples per input length"
+            " (drawn from a seed of their own, not training's)"
+        )

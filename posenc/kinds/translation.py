@@ -723,3 +723,8 @@ class Translation(RunKind):
         )
 
     # -- report
+
+    report_writer = "posenc.report.translation:write_translation_report"
+    report_precedence = 10
+    report_runs = "translation"
+    report_metrics = ("bleu", "bleu_intl", "chrf", "length_ratio")

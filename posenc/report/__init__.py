@@ -29,13 +29,19 @@ evidence flags of :mod:`posenc.report.evidence` follow it: runs still learning a
 step (``‡``, by a stated rule), lengths scored on few windows, tokens ``eval.max_tokens`` left
 unscored; the plots caption their error bars.
 
-A folder holding translation runs is reported as translation runs
-(:mod:`posenc.report.translation`), one holding classification runs as classification runs
-(:mod:`posenc.report.classify`: the GLUE metrics at the training length, and by example length);
-language-model runs beside them (a sweep mixing translation and LM points) follow in
-``report.md`` as a section of their own, their tables in ``report-lm.csv`` and ``runs-lm.csv``.
-A folder holding algorithmic-task runs is reported as task runs. Runs a report leaves out are
-named in a warning and at the end of ``report.md``.
+The tables above are the common ones, of the language-model runs (causal and masked LM). Each
+run belongs to the first run kind (:mod:`posenc.kinds`) that owns its evaluation report
+(:meth:`~posenc.kinds.base.RunKind.owns_eval`); a kind may write a report of its own
+(:attr:`~posenc.kinds.base.RunKind.report_writer`): a folder holding translation runs is
+reported as translation runs (:mod:`posenc.report.translation`), one holding classification
+runs as classification runs (:mod:`posenc.report.classify`: the GLUE metrics at the training
+length, and by example length), one holding algorithmic-task runs as task runs
+(:mod:`posenc.report.tasks`); with several such kinds, the one of the lowest
+:attr:`~posenc.kinds.base.RunKind.report_precedence`. Language-model runs beside them (a sweep
+mixing translation and LM points) follow in ``report.md`` as a section of their own, their
+tables in ``report-lm.csv`` and ``runs-lm.csv``, where the kind has them
+(:attr:`~posenc.kinds.base.RunKind.report_lm_beside`; not beside task runs). Runs a report
+leaves out are named in a warning and at the end of ``report.md``.
 
 Columns are named by encoder; two configurations of one encoder in the same table (a sweep over
 RoPE's base, say) get the config fields that tell them apart appended to the name, and an
@@ -44,13 +50,15 @@ evaluation under changed settings what it changed (``rope (yarn x8)``).
 
 from __future__ import annotations
 
+import importlib
 import os
 import warnings
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
+from posenc.kinds.base import RunKind
+from posenc.kinds.registry import kinds
 from posenc.report import evidence
-from posenc.report.classify import CLASSIFY_METRICS, is_classify_run, write_classify_report
 from posenc.report.plots import bucket, line_colors, plot_metric, plot_positions, position_curve
 from posenc.report.retrieval import retrieval_section
 from posenc.report.runs import METRICS, Cell, Column, Run, cell, find_runs, group_runs
@@ -65,12 +73,6 @@ from posenc.report.tables import (
     unfinished_notes,
     write_csv,
     write_runs_csv,
-)
-from posenc.report.tasks import TASK_METRICS, is_task_run, write_task_report
-from posenc.report.translation import (
-    TRANSLATION_METRICS,
-    is_translation_run,
-    write_translation_report,
 )
 from posenc.workdir import EVAL_FILE, EVAL_PREFIX
 
@@ -127,7 +129,12 @@ def _table_section(
     return md + [""], plots
 
 
-def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
+# The metric ``posenc report`` asks for unless told: a kind with a report of its own then tables
+# its own default (its writer is given None).
+DEFAULT_METRIC = "perplexity"
+
+
+def write_report(sweep_dir: str, metric: str = DEFAULT_METRIC) -> list[str]:
     """Writes the tables and plots of ``sweep_dir`` (see the module docstring), and the
     retrieval section (:mod:`posenc.report.retrieval`) where runs have ``posenc retrieval``
     records; a folder with retrieval records only gets that section alone.
@@ -151,16 +158,18 @@ def write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     return paths + [os.path.join(sweep_dir, name) for name in files]
 
 
-def _write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
+def _write_report(sweep_dir: str, metric: str = DEFAULT_METRIC) -> list[str]:
     """Writes the tables and plots of ``sweep_dir`` (see the module docstring).
 
     Args:
       sweep_dir: a directory written by ``posenc sweep`` (or any folder of work directories,
         or one work directory).
-      metric: ``perplexity``, ``bits_per_byte``, ``loss`` or ``accuracy`` (masked-LM runs,
-        ``train.objective = "masked_lm"``: the share of masked tokens predicted). Runs of
-        algorithmic tasks get :func:`posenc.report.tasks.write_task_report` instead, with
-        ``accuracy`` (the default for them), ``exact_match``, ``sequence_accuracy`` or ``loss``.
+      metric: one of the common tables' (``perplexity``, ``bits_per_byte``, ``loss``;
+        ``accuracy`` of masked-LM runs, ``train.objective = "masked_lm"``: the share of masked
+        tokens predicted), or one a run kind's report offers
+        (:attr:`~posenc.kinds.base.RunKind.report_metrics`: algorithmic tasks get
+        :func:`posenc.report.tasks.write_task_report` instead, with ``accuracy`` (the default
+        for them), ``exact_match``, ``sequence_accuracy`` or ``loss``).
 
     Returns:
       The paths written (report.md first).
@@ -173,7 +182,9 @@ def _write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     import matplotlib
 
     matplotlib.use("Agg")
-    known = tuple(dict.fromkeys(METRICS + TASK_METRICS + TRANSLATION_METRICS + CLASSIFY_METRICS))
+    # The metrics every report knows, the most general kind's (asked last) first.
+    offered = tuple(m for k in reversed(kinds()) for m in k.report_metrics)
+    known = tuple(dict.fromkeys(METRICS + offered))
     if metric not in known:
         raise ValueError(f"--metric must be one of {list(known)}, got {metric!r}")
     runs = find_runs(sweep_dir)
@@ -182,21 +193,17 @@ def _write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
             f"no evaluation ({EVAL_FILE} or {EVAL_PREFIX}*.json) under {sweep_dir}; run "
             "`posenc sweep` (or `posenc train`, `posenc eval`) first"
         )
-    if any(is_translation_run(r) for r in runs):  # BLEU tables, BLEU by source length
-        chosen = [r for r in runs if is_translation_run(r)]
-        paths = write_translation_report(
-            sweep_dir, chosen, "bleu" if metric == "perplexity" else metric
-        )
-        others = [r for r in runs if not is_translation_run(r)]
-        return paths + _with_text_runs(paths[0], sweep_dir, others, metric, "translation")
-    if any(is_classify_run(r) for r in runs):  # classification: GLUE metrics, by length
-        chosen = [r for r in runs if is_classify_run(r)]
-        paths = write_classify_report(sweep_dir, chosen, None if metric == "perplexity" else metric)
-        others = [r for r in runs if not is_classify_run(r)]
-        return paths + _with_text_runs(paths[0], sweep_dir, others, metric, "classification")
-    if any(is_task_run(r) for r in runs):  # algorithmic tasks: accuracy per input length
-        paths = write_task_report(sweep_dir, runs, "accuracy" if metric == "perplexity" else metric)
-        _name_left_out(paths[0], sweep_dir, [r for r in runs if not is_task_run(r)])
+    owners = [_owner(r) for r in runs]
+    writers = [k for k in kinds() if k.report_writer is not None and k in owners]
+    if writers:  # a report of the kind's own (BLEU by source length, GLUE metrics, ...)
+        kind = min(writers, key=lambda k: k.report_precedence)
+        chosen = [r for r, k in zip(runs, owners, strict=True) if k is kind]
+        others = [r for r, k in zip(runs, owners, strict=True) if k is not kind]
+        paths = _writer(kind)(sweep_dir, chosen, None if metric == DEFAULT_METRIC else metric)
+        what = kind.report_runs or kind.name
+        if kind.report_lm_beside:
+            return paths + _with_text_runs(paths[0], sweep_dir, others, metric, what)
+        _name_left_out(paths[0], sweep_dir, others, what)
         return paths
     md, paths = _text_report(sweep_dir, runs, metric)
     paths.insert(0, os.path.join(sweep_dir, "report.md"))
@@ -205,25 +212,41 @@ def _write_report(sweep_dir: str, metric: str = "perplexity") -> list[str]:
     return paths
 
 
+def _owner(run: Run) -> RunKind | None:
+    """The run's kind: the first (in :attr:`~posenc.kinds.base.RunKind.precedence` order) that
+    owns its evaluation report; None: no registered kind does (its tables are the common
+    ones)."""
+    return next((k for k in kinds() if k.owns_eval(run.eval)), None)
+
+
+def _writer(kind: RunKind) -> Callable[[str, list[Run], str | None], list[str]]:
+    """The function :attr:`~posenc.kinds.base.RunKind.report_writer` names
+    (``"module:function"``), imported."""
+    module, _, name = kind.report_writer.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def _is_text_run(run: Run) -> bool:
-    """A language-model run (causal or masked), scored by window length."""
-    return not (is_translation_run(run) or is_classify_run(run) or is_task_run(run))
+    """A run tabled in the common tables by window length (a language model's)."""
+    owner = _owner(run)
+    return owner is None or owner.report_writer is None
 
 
 def _with_text_runs(
     report_md: str, sweep_dir: str, others: Sequence[Run], metric: str, kind: str
 ) -> list[str]:
     """Appends to ``report_md`` the section of the language-model runs among ``others`` (the
-    runs a translation or classification report does not cover), writing its tables as
-    ``report-lm.csv`` and ``runs-lm.csv``, and names the rest as left out; returns the files
-    written. ``metric`` is the LM tables' when the LM runs have it, else perplexity."""
+    runs a kind's own report does not cover), writing its tables as ``report-lm.csv`` and
+    ``runs-lm.csv``, and names the rest as left out (``kind``: what the report's runs are
+    called); returns the files written. ``metric`` is the LM tables' when the LM runs have it,
+    else perplexity."""
     text = [r for r in others if _is_text_run(r)]
     _name_left_out(report_md, sweep_dir, [r for r in others if not _is_text_run(r)], kind)
     if not text:
         return []
     have = {m for run in text for r in run.eval["results"] for m in METRICS if m in r}
     md, paths = _text_report(
-        sweep_dir, text, metric if metric in have else "perplexity", suffix="-lm"
+        sweep_dir, text, metric if metric in have else DEFAULT_METRIC, suffix="-lm"
     )
     md[0] = f"# Language-model runs: {md[0].split(': ', 1)[-1]}"
     with open(report_md, "a") as f:
@@ -236,17 +259,21 @@ def _text_report(
 ) -> tuple[list[str], list[str]]:
     """The markdown of language-model runs' tables (title first) and the files written:
     ``report<suffix>.csv``, ``runs<suffix>.csv`` and the plots."""
-    if metric == "accuracy" and not any(r.eval.get("objective") == "masked_lm" for r in runs):
-        raise ValueError(
-            f"--metric accuracy: no masked-LM run (train.objective=masked_lm) under {sweep_dir}; "
-            "causal-LM runs have perplexity, bits_per_byte and loss"
-        )
+    reports = [r.eval for r in runs]
+    for kind in kinds():  # a kind that says better why its metric is missing
+        refusal = kind.report_refusal(metric, reports, sweep_dir)
+        if refusal:
+            raise ValueError(refusal)
     have = sorted({m for run in runs for r in run.eval["results"] for m in METRICS if m in r})
-    if metric not in have:  # exact_match of a masked LM, bits per byte of a masked LM, ...
+    if metric not in have:  # a metric of other kinds' runs only
+        whose = "; ".join(
+            f"{' and '.join(k.report_own_metrics)}: {k.report_runs or k.name} runs"
+            for k in kinds()
+            if k.report_own_metrics
+        )
         raise ValueError(
-            f"--metric {metric}: no run under {sweep_dir} has it (exact_match and "
-            "sequence_accuracy: algorithmic-task runs; accuracy: masked-LM runs; bits_per_byte: "
-            f"causal-LM runs); these runs have {', '.join(have)}"
+            f"--metric {metric}: no run under {sweep_dir} has it ({whose}); these runs have "
+            f"{', '.join(have)}"
         )
     tables = group_runs(runs)
     colors = line_colors(tables)
@@ -276,12 +303,10 @@ class ReportWarning(UserWarning):
     """Runs under a report's directory were left out of it (the message says which and why)."""
 
 
-def _name_left_out(
-    report_md: str, sweep_dir: str, runs: Sequence[Run], kind: str = "algorithmic-task"
-) -> None:
-    """Says in a warning and at the end of ``report.md`` which runs a task or translation
-    report left out: a report covers one kind of run (task runs: accuracy per input length;
-    translation runs: BLEU; text runs: perplexity per window length)."""
+def _name_left_out(report_md: str, sweep_dir: str, runs: Sequence[Run], kind: str) -> None:
+    """Says in a warning and at the end of ``report.md`` which runs a kind's own report (of
+    ``kind`` runs) left out: a report covers one kind of run (task runs: accuracy per input
+    length; translation runs: BLEU; text runs: perplexity per window length)."""
     if not runs:
         return
     names = ", ".join(os.path.relpath(r.dir, sweep_dir) for r in runs)
@@ -301,7 +326,7 @@ def sweep_and_report(
     *,
     overrides: Sequence[str] = (),
     jobs: int = 1,
-    metric: str = "perplexity",
+    metric: str = DEFAULT_METRIC,
     compile_cache: str | None = None,
 ) -> tuple[list[dict[str, Any]], list[str]]:
     """Runs a sweep (skipping finished points, resuming interrupted ones) and writes its report:

@@ -30,10 +30,6 @@ from posenc.report.translation import bucket_table, plot_buckets, write_overall_
 CLASSIFY_METRICS = tuple(dict.fromkeys((*CLASSIFICATION_METRICS, *REGRESSION_METRICS)))
 
 
-def is_classify_run(run: Run) -> bool:
-    return run.eval.get("objective") == "classification"
-
-
 def _stat(values: Sequence[float], scale: float) -> str:
     if not values:
         return "—"
@@ -95,7 +91,7 @@ def _describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
     return lines
 
 
-def write_classify_report(sweep_dir: str, runs: Sequence[Run], metric: str) -> list[str]:
+def write_classify_report(sweep_dir: str, runs: Sequence[Run], metric: str | None) -> list[str]:
     """Writes the classification report of ``runs`` under ``sweep_dir`` (module docstring);
     ``metric`` (None: the runs' headline metric) is the one tabled by length. Returns the paths
     written, ``report.md`` first."""

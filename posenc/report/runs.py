@@ -35,7 +35,8 @@ from posenc.workdir import (
     upgrade,
 )
 
-# accuracy: masked-LM runs only (the share of masked tokens predicted).
+# The per-length metrics of the common tables; a run has those of its kind
+# (:attr:`posenc.kinds.base.RunKind.report_metrics`).
 METRICS = ("perplexity", "bits_per_byte", "loss", "accuracy")
 # Config fields that do not change what a run's numbers mean (left out of column identity).
 _IGNORED = (
@@ -350,7 +351,7 @@ def cell(column: Column, length: int, metric: str) -> Cell | None:
             continue
         if "error" in r:
             error = r["error"]
-        elif metric in r:  # a causal-LM run has no accuracy, a masked-LM run no bits per byte
+        elif metric in r:  # a run of one kind may lack another kind's metric
             values.append(float(r[metric]))
     if not values and error is None:
         return None

@@ -9,6 +9,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
+from posenc.kinds.registry import kinds
 from posenc.report import evidence
 from posenc.report.runs import Column, Run, cell, table_lengths
 from posenc.workdir import EVAL_FILE, SWEEP_FILE, read_json
@@ -22,24 +23,32 @@ _DIGITS = {
     "exact_match": 4,
     "sequence_accuracy": 4,
 }
+# The common tables' headings of their metrics; the run kinds add theirs
+# (:attr:`posenc.kinds.base.RunKind.report_metric_text`).
 METRIC_TEXT = {
     "perplexity": "perplexity (per token; tokens are bytes)",
     "bits_per_byte": "bits per byte",
     "loss": "loss (nats per token)",
-    "accuracy": "masked-LM accuracy (share of the masked tokens predicted)",
-    "exact_match": "exact match of greedy generation (algorithmic tasks)",
-    "sequence_accuracy": "per-token accuracy averaged per example (algorithmic tasks)",
 }
 
 
+def metric_text(metric: str) -> str:
+    """How a table heads ``metric``: :data:`METRIC_TEXT`, else the heading the first run kind
+    that gives one gives it (a KeyError for neither)."""
+    texts = dict(METRIC_TEXT)
+    for kind in kinds():
+        texts = {**kind.report_metric_text, **texts}
+    return texts[metric]
+
+
 def metric_heading(metric: str, runs: Sequence[Run]) -> str:
-    """:data:`METRIC_TEXT` of ``metric``, its tokens named after the runs' own (a perplexity
+    """:func:`metric_text` of ``metric``, its tokens named after the runs' own (a perplexity
     per token of an imported model's BPE tokenizer is not per byte)."""
-    kinds = sorted({r.tokens for r in runs})
-    if metric != "perplexity" or kinds == ["bytes"]:
-        return METRIC_TEXT[metric]
-    if len(kinds) == 1:
-        return f"perplexity (per token; tokens are the model's {kinds[0]} tokens)"
+    tokens = sorted({r.tokens for r in runs})
+    if metric != "perplexity" or tokens == ["bytes"]:
+        return metric_text(metric)
+    if len(tokens) == 1:
+        return f"perplexity (per token; tokens are the model's {tokens[0]} tokens)"
     return "perplexity (per token; the runs' tokens differ: see Tokens)"
 
 
@@ -108,7 +117,7 @@ def describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
         text = f"- Data: `{source}`"
         if d.get("content_sha256"):
             text += f", content sha256 `{d['content_sha256'][:16]}`"
-        if d.get("split"):  # an algorithmic task generates its examples: no split
+        if d.get("split"):  # generated examples have no split
             text += f"; scored split `{d.get('split')}`"
         if split_info.get("tokens"):
             text += f" ({split_info['tokens']:,} tokens"
@@ -142,20 +151,14 @@ def describe(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
         )
     else:
         lines.append("- Entries: one run each (n = 1): no spread over seeds is measured.")
-    masked = [e for e in evals if e.get("objective") == "masked_lm"]
-    if masked:
-        some = "" if len(masked) == len(evals) else " (where the column says so)"
-        lines.append(
-            f"- Objective: masked LM{some} (BERT's: 15 % of the tokens chosen, 80 % of those "
-            "masked, 10 % random, 10 % kept); loss, perplexity and accuracy are over the chosen "
-            "tokens."
-        )
+    for kind in kinds():
+        lines += kind.report_notes(evals)
     mode = _common([e["mode"] for e in evals])
     tokens = [r["tokens"] for e in evals for r in e["results"] if "tokens" in r]
-    examples = sorted({r["examples"] for e in evals for r in e["results"] if "examples" in r})
-    if all(e.get("task") for e in evals):  # algorithmic tasks: examples, not windows
-        text = f"- Evaluation: {'/'.join(map(str, examples))} generated examples per input length"
-        text += " (drawn from a seed of their own, not training's)"
+    # A kind whose runs are not scored on windows says how they are.
+    scored = next(filter(None, (k.report_evaluation(evals) for k in kinds())), None)
+    if scored:
+        text = f"- Evaluation: {scored}"
         mode = tokens = split = None
     else:
         text = f"- Evaluation: {mode or 'mixed'} windows"
@@ -215,11 +218,12 @@ def _training(runs: Sequence[Run], columns: Sequence[Column]) -> list[str]:
             + "."
         )
     if any(r.tokens != "bytes" for r in runs):
-        kinds = {label[id(r)]: r.tokens for r in runs}
+        tokenizers = {label[id(r)]: r.tokens for r in runs}
         said = {
-            k: "bytes" if k == "bytes" else f"the model's own {k} tokenizer" for k in kinds.values()
+            k: "bytes" if k == "bytes" else f"the model's own {k} tokenizer"
+            for k in tokenizers.values()
         }
-        tokens = "; ".join(f"{name}: {said[kind]}" for name, kind in kinds.items())
+        tokens = "; ".join(f"{name}: {said[t]}" for name, t in tokenizers.items())
         lines.append(f"- Tokens: {tokens}.")
     return lines
 

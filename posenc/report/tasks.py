@@ -28,10 +28,11 @@ import os
 import statistics
 from collections.abc import Sequence
 
+from posenc.kinds.tasks import SyntheticTask
 from posenc.report.runs import Column, Run, cell, group_runs, table_lengths
 from posenc.report.tables import describe, format_table, markdown_table
 
-TASK_METRICS = ("accuracy", "exact_match", "sequence_accuracy", "loss")
+TASK_METRICS = SyntheticTask.report_metrics
 TASK_METRIC_TEXT = {
     "accuracy": "per-token accuracy on the target (teacher forcing)",
     "exact_match": "exact match of greedy generation",
@@ -182,9 +183,12 @@ def _summary_section(grouped: dict[str, dict[int, list[Column]]], metric: str):
     return summary, mrr, md
 
 
-def write_task_report(sweep_dir: str, runs: Sequence[Run], metric: str = "accuracy") -> list[str]:
+def write_task_report(
+    sweep_dir: str, runs: Sequence[Run], metric: str | None = "accuracy"
+) -> list[str]:
     """Writes ``report.md``, ``report.csv`` and one plot per task (see the module docstring)
-    for the task runs ``runs`` found under ``sweep_dir``; returns the paths (report.md first).
+    for the task runs ``runs`` found under ``sweep_dir`` (``metric`` None: accuracy); returns
+    the paths (report.md first).
 
     Raises:
       ValueError: an unknown metric, or no task run.
@@ -192,6 +196,7 @@ def write_task_report(sweep_dir: str, runs: Sequence[Run], metric: str = "accura
     import matplotlib
 
     matplotlib.use("Agg")
+    metric = metric or "accuracy"
     if metric not in TASK_METRICS:
         raise ValueError(
             f"--metric must be one of {list(TASK_METRICS)} for task runs, got {metric!r}"

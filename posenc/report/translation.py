@@ -30,20 +30,17 @@ import os
 import statistics
 from collections.abc import Callable, Sequence
 
+from posenc.kinds.translation import Translation
 from posenc.report.runs import Column, Run, cell, group_runs, table_lengths
 from posenc.report.tables import describe, format_table, write_runs_csv
 
-TRANSLATION_METRICS = ("bleu", "bleu_intl", "chrf", "length_ratio")
+TRANSLATION_METRICS = Translation.report_metrics
 _METRIC_TEXT = {
     "bleu": "BLEU (sacreBLEU, 13a)",
     "bleu_intl": "BLEU (intl tokenisation)",
     "chrf": "chrF",
     "length_ratio": "length ratio (output / reference)",
 }
-
-
-def is_translation_run(run: Run) -> bool:
-    return run.eval.get("objective") == "translation"
 
 
 def _stat(values: Sequence[float]) -> str:
@@ -235,12 +232,13 @@ def _data_names(keys: Sequence[tuple]) -> dict[tuple, tuple[str, str]]:
 
 
 def write_translation_report(
-    sweep_dir: str, runs: Sequence[Run], metric: str = "bleu"
+    sweep_dir: str, runs: Sequence[Run], metric: str | None = "bleu"
 ) -> list[str]:
     """Writes the translation report of ``runs`` under ``sweep_dir`` (module docstring);
-    ``metric`` is the one tabled and plotted by source length. Runs scored on different data
-    get a section each (``## Data: ...``): their numbers are not comparable. Returns the paths
-    written, ``report.md`` first."""
+    ``metric`` (None: BLEU) is the one tabled and plotted by source length. Runs scored on
+    different data get a section each (``## Data: ...``): their numbers are not comparable.
+    Returns the paths written, ``report.md`` first."""
+    metric = metric or "bleu"
     if metric not in TRANSLATION_METRICS:
         raise ValueError(
             f"--metric {metric}: translation runs have {', '.join(TRANSLATION_METRICS)}"

@@ -340,7 +340,7 @@ def summarize_point(point_dir: str) -> dict[str, Any]:
         out["longest"] = longest
         out["checkpoint_step"] = report.get("checkpoint_step")
         buckets = sorted((r for r in ok if "bleu" in r), key=lambda r: r["length"])
-        if buckets:  # a translation run: BLEU per source-length bucket
+        if buckets:  # scored by BLEU per source-length bucket
             within = [r for r in buckets if r.get("label") == "<=1x"]
             out["bleu_train_len"] = within[0]["bleu"] if within else None
             out["bleu_longest"] = buckets[-1]["bleu"]
@@ -646,7 +646,7 @@ def format_summary(entries: Sequence[Mapping[str, Any]], seconds: float | None =
     point is scored by: ``BLEU`` within the training length and in the longest source-length
     bucket for those, ``ppl`` for the others (not ``—`` under a perplexity header)."""
     width = max([len(e["name"]) for e in entries] + [5])
-    bleu = any(_translated(e) for e in entries)
+    bleu = any(_scored_by_bleu(e) for e in entries)
     at_train, at_longest = ("at train", "at longest") if bleu else ("ppl@train", "ppl@longest")
     columns = (14, 22) if bleu else (10, 12)
     lines = [
@@ -654,7 +654,7 @@ def format_summary(entries: Sequence[Mapping[str, Any]], seconds: float | None =
         f"{at_longest:>{columns[1]}} {'seconds':>8}"
     ]
     for e in entries:
-        if _translated(e):
+        if _scored_by_bleu(e):
             train = f"BLEU {_fmt(e.get('bleu_train_len'), 2)}"
             longest = f"BLEU {_fmt(e.get('bleu_longest'), 2)} @{e.get('longest_label')}"
         else:
@@ -678,8 +678,9 @@ def format_summary(entries: Sequence[Mapping[str, Any]], seconds: float | None =
     return "\n".join(lines)
 
 
-def _translated(entry: Mapping[str, Any]) -> bool:
-    """Whether a summary entry is a translation point's (scored by BLEU per bucket)."""
+def _scored_by_bleu(entry: Mapping[str, Any]) -> bool:
+    """Whether a summary entry is scored by BLEU per source-length bucket (a translation
+    point's, :func:`summarize_point`), not by perplexity."""
     return entry.get("bleu_longest") is not None or entry.get("bleu_train_len") is not None
 
 
