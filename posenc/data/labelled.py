@@ -20,12 +20,8 @@ the training split, integers in numeric order or names in sorted order (a TFDS d
 
 from __future__ import annotations
 
-import abc
 import csv
-import dataclasses
-import hashlib
 import io
-import json
 import math
 import warnings
 from collections.abc import Sequence
@@ -34,10 +30,10 @@ from typing import Any
 
 import numpy as np
 
-from posenc.data.base import SOURCE_FIELD, DataNotFoundError, check_split
+from posenc.data.base import SOURCE_FIELD, DataNotFoundError
+from posenc.data.labelled_base import DEFAULT_SPEC, Example, LabelledSource, examples_sha256
 
 TSV_PREFIX = "tsv:"
-DEFAULT_SPEC = "labelled:default"
 SPLITS = ("train", "validation", "test")
 # The columns a tsv: folder's header names (text_b only for sentence pairs).
 TEXT, TEXT_B, LABEL = "text", "text_b", "label"
@@ -46,63 +42,6 @@ TEXT, TEXT_B, LABEL = "text", "text_b", "label"
 class RepeatedHeaderWarning(UserWarning):
     """A ``.tsv`` file repeats its header row inside its body (files concatenated with
     ``cat``); the row was skipped, not read as an example labelled with the column's name."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Example:
-    """One labelled example.
-
-    Attributes:
-      text: the (first) text.
-      text_b: the second text of a pair, or None.
-      label: the label as read (class name, integer or real number); None when unlabelled.
-      where: where it was read, for errors (``"<path>, line 7"``).
-    """
-
-    text: str
-    text_b: str | None
-    label: str | None
-    where: str
-
-
-class LabelledSource(abc.ABC):
-    """A labelled data set addressed by a ``data.source`` spec.
-
-    Attributes:
-      spec: the spec string.
-      splits: the splits it has (``train`` and ``validation`` always; ``test`` optionally).
-      pair: whether examples are sentence pairs (``text_b``).
-    """
-
-    spec: str
-    splits: tuple[str, ...]
-    pair: bool
-
-    @abc.abstractmethod
-    def examples(self, split: str) -> list[Example]:
-        """The split's examples in file order."""
-
-    def classes(self) -> tuple[str, ...] | None:
-        """The class names in label-id order when the source declares them (a TFDS
-        ``ClassLabel``), else None: :func:`label_classes` derives them from the training split."""
-        return None
-
-    def check_split(self, split: str) -> str:
-        return check_split(self.spec, split, self.splits)
-
-    @abc.abstractmethod
-    def info(self) -> dict[str, Any]:
-        """The source's identity for ``data.json``: spec, kind and a hash of its examples."""
-
-
-def examples_sha256(splits: Sequence[tuple[str, Sequence[Example]]]) -> str:
-    """A hash of splits' texts and labels (not of where they were read)."""
-    h = hashlib.sha256()
-    for split, examples in splits:
-        h.update(split.encode())
-        for e in examples:
-            h.update(json.dumps([e.text, e.text_b, e.label]).encode())
-    return h.hexdigest()
 
 
 # --- labels -------------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from posenc.data.labelled import DEFAULT_SPEC, Example, LabelledSource, examples_sha256
+from posenc.data.labelled_base import DEFAULT_SPEC, Example, LabelledSource, examples_sha256
 from posenc.data.pystdlib import PyStdlibSource
 from posenc.data.tokenizer import SEP_ID
 

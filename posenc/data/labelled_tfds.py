@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from posenc.data.base import SOURCE_FIELD, DataNotFoundError
-from posenc.data.labelled import Example, LabelledSource, examples_sha256
+from posenc.data.labelled_base import Example, LabelledSource, examples_sha256
 from posenc.data.tfds_source import (
     field_bytes,
     import_tfds,

@@ -14,7 +14,7 @@ from typing import Any
 
 from posenc.data import storage
 from posenc.data.base import SOURCE_FIELD
-from posenc.data.parallel import (
+from posenc.data.parallel_base import (
     SRC_LANG_FIELD,
     TGT_LANG_FIELD,
     Pair,
