@@ -96,7 +96,7 @@ def _cmd_train(args, overrides) -> int:
     if args.init_from:
         overrides = [*overrides, f"train.init_from={os.path.abspath(args.init_from)!r}"]
     config = _load(args.config, overrides)
-    config = kinds.kind_of(config).prepare(config)  # e.g. a classifier from an imported BERT
+    config = kinds.kind_of(config).prepare(config)  # as train completes it, for the evaluation
     kind = kinds.kind_of(config)
     result = train(config, args.workdir, stop_at=args.stop_at)
     if result.resumed_from is not None:

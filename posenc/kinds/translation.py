@@ -18,6 +18,8 @@ vocabulary ``data.vocab`` (bytes, or SentencePiece trained once on the training 
   tokenised BLEU) and chrF overall and per source-length bucket (within the training length,
   1x-2x, 2x-4x, ...: where extrapolation breaks), with the output/reference length ratio
   (truncated or runaway outputs).
+- ``posenc translate`` (:data:`TRANSLATE`, the verb this kind adds to the command line): a
+  trained run's translations of the lines of a file (:func:`translate_workdir`).
 """
 
 from __future__ import annotations
