@@ -38,9 +38,10 @@ import time
 import numpy as np
 
 from posenc.analysis.recl import context_losses, recl, relative_gains
+from posenc.models.restore import load_model
 from posenc.report import write_report
 from posenc.runs.config import apply_overrides, load_config, open_source
-from posenc.runs.evaluate import evaluate_workdir, load_model
+from posenc.runs.evaluate import evaluate_workdir
 from posenc.runs.train import train
 
 CONFIG = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "configs", "base.py")

@@ -2,7 +2,7 @@
 
 Per encoder, at one model size: training with ``posenc.runs.train.Trainer`` (tokens/s, step time,
 MFU, peak memory) and scoring one window at each evaluation length with
-``posenc.runs.evaluate.Scorer``. What is measured and how (the MFU formula and its citation, where
+``posenc.kinds.stream.Scorer``. What is measured and how (the MFU formula and its citation, where
 the memory figures come from): :mod:`posenc.benchmark`.
 
     python experiments/throughput.py --size small --out runs/throughput          # GPU

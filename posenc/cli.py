@@ -89,43 +89,36 @@ def _length(text: str) -> int:
 
 
 def _cmd_train(args, overrides) -> int:
-    from posenc.kinds.classification import inherit_model
+    from posenc import kinds
     from posenc.runs.evaluate import evaluate_workdir
     from posenc.runs.train import train
 
     if args.init_from:
         overrides = [*overrides, f"train.init_from={os.path.abspath(args.init_from)!r}"]
-    config = inherit_model(_load(args.config, overrides))  # a classifier from an imported BERT
+    config = _load(args.config, overrides)
+    config = kinds.kind_of(config).prepare(config)  # as train completes it, for the evaluation
+    kind = kinds.kind_of(config)
     result = train(config, args.workdir, stop_at=args.stop_at)
     if result.resumed_from is not None:
         print(f"resumed from step {result.resumed_from}")
     if result.history:
         print(f"step {result.step}: train loss {result.history[-1]['loss']:.4f}")
     if not args.no_eval and result.step == config.train.steps:
-        print(f"evaluating {args.workdir} at {_lengths_text(config)}")
+        print(f"evaluating {args.workdir} at {kind.describe_evaluation(config)}")
         report = evaluate_workdir(
             args.workdir, overrides=config, model=result.model, step=result.step
         )
-        if report.get("objective") == "classification":
-            print(_classification_summary(report))
+        _print_summary(kind.eval_summary(report, args.workdir, "train"))
     return 0
 
 
-def _lengths_text(config) -> str:
-    """What an evaluation scores: the lengths, or a translation run's decoding."""
-    from posenc.kinds.translation import is_translation
-    from posenc.runs.config import eval_lengths
-
-    if is_translation(config):
-        e = config.eval
-        return f"the {e.split} split (beam {e.beam_size}, alpha {e.alpha}; BLEU, chrF)"
-    if config.model.get("assembly") == "classifier":
-        lengths = ", ".join(str(x) for x in eval_lengths(config))
-        return f"the {config.eval.split} split, length buckets up to {lengths} tokens"
-    return ", ".join(str(x) for x in eval_lengths(config))
+def _print_summary(summary: str | None) -> None:
+    if summary is not None:
+        print(summary)
 
 
 def _cmd_eval(args, overrides) -> int:
+    from posenc import kinds
     from posenc.runs.config import apply_overrides
     from posenc.runs.evaluate import evaluate_workdir
     from posenc.workdir import RunDir
@@ -148,11 +141,8 @@ def _cmd_eval(args, overrides) -> int:
         from posenc.retrieval.rundir import check_retrieval
 
         check_retrieval(args.workdir, tasks=args.tasks, lengths=args.lengths, overrides=overrides)
-    what = "input lengths" if config.data.source.startswith("synthetic:") else config.eval.mode
-    if config.model.get("assembly") in ("encoder_decoder", "classifier"):
-        print(f"evaluating {args.workdir} on {_lengths_text(config)}")
-    else:
-        print(f"evaluating {args.workdir} at {_lengths_text(config)} ({what})")
+    kind = kinds.kind_of(config)
+    print(kind.announce_evaluation(config, args.workdir))
     report = evaluate_workdir(args.workdir, overrides=config, output=args.output)
     if not report["finished"]:
         print(
@@ -160,17 +150,9 @@ def _cmd_eval(args, overrides) -> int:
             f"{report['train_steps']} (training has not finished)"
         )
     print(f"wrote {os.path.join(args.workdir, report['file'])}")
-    if report.get("objective") == "classification":
-        print(_classification_summary(report))
+    _print_summary(kind.eval_summary(report, args.workdir, "eval"))
     if args.tasks:
         _eval_retrieval(args, overrides, report["file"])
-    if "hypotheses" in report:
-        overall = report["overall"]
-        print(
-            f"BLEU {overall['bleu']:.2f} (intl {overall['bleu_intl']:.2f}), chrF "
-            f"{overall['chrf']:.2f} over {overall['sentences']} sentences; outputs in "
-            f"{os.path.join(args.workdir, report['hypotheses'])}"
-        )
     return 0
 
 
@@ -186,23 +168,6 @@ def _eval_retrieval(args, overrides, report_name: str) -> None:
     attach_to_eval(args.workdir, report_name, record)
     print("\n".join(summary_lines(record, args.workdir)))
     print(f"added the retrieval scores to {os.path.join(args.workdir, report_name)}")
-
-
-def _classification_summary(report: dict) -> str:
-    """One line per bucket of a classification report: its headline metric and examples."""
-    metric = report["metric"]
-    overall = report["overall"]
-    lines = [
-        f"{metric} {overall[metric]:.4f} over {overall['examples']} examples at the training "
-        f"length ({overall['truncated']} truncated)"
-    ]
-    for row in report["results"]:
-        value = f"{row[metric]:.4f}" if metric in row else "—"
-        lines.append(
-            f"  {row['label']:>8} (<= {row['length']} tokens): {metric} {value} over "
-            f"{row['examples']} examples"
-        )
-    return "\n".join(lines)
 
 
 def _cmd_analyze(args, overrides) -> int:
@@ -247,31 +212,6 @@ def _cmd_retrieval(args, overrides) -> int:
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(x for x in text.replace(" ", "").split(",") if x)
-
-
-def _cmd_translate(args, overrides) -> int:
-    from posenc.kinds import translation
-
-    # Both files are checked before the model decodes anything (minutes for a large input).
-    if args.output:
-        translation.check_output_file(args.output, args.workdir)
-    lines = translation.read_source_file(args.input)
-    outputs = translation.translate_workdir(
-        args.workdir,
-        lines,
-        beam_size=args.beam,
-        alpha=args.alpha,
-        max_len_offset=args.offset,
-        progress=True,
-    )
-    # One line per input line: a newline decoded inside an output becomes a space.
-    text = "".join(line.replace("\n", " ") + "\n" for line in outputs)
-    if args.output:
-        with open(args.output, "w", encoding="utf-8") as f:
-            f.write(text)
-    else:
-        sys.stdout.write(text)
-    return 0
 
 
 def _cmd_data_prepare(args, overrides) -> int:
@@ -423,6 +363,20 @@ def _cmd_export_hf(args, overrides) -> int:
         f"{len(result['files'])} files); transformers loads it with from_pretrained({args.out!r})"
     )
     return 0
+
+
+def _add_kind_commands(sub) -> None:
+    """The verbs the run kinds add (:meth:`posenc.kinds.RunKind.commands`), after the common
+    verbs that read a trained run."""
+    from posenc import kinds
+
+    for kind in kinds.kinds():
+        for command in kind.commands():
+            p = sub.add_parser(command.name, help=command.help, description=command.description)
+            command.add_arguments(p)
+            p.set_defaults(
+                func=command.run, writes=command.writes, takes_overrides=command.overrides
+            )
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -621,23 +575,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.set_defaults(func=_cmd_retrieval)
 
-    p = sub.add_parser(
-        "translate",
-        help="translate sentences with a trained translation run (beam search)",
-        description="Translate one sentence per line of --input (default: standard input) with "
-        "the newest intact checkpoint of a translation run (model.assembly=encoder_decoder), "
-        "writing one detokenised line per input line, in order, to --output (default: standard "
-        "output). Defaults: the run's eval.beam_size, eval.alpha and eval.max_len_offset.",
-    )
-    p.add_argument("--workdir", required=True, help="a trained translation run directory")
-    p.add_argument("--input", default=None, help="a text file, one source sentence per line")
-    p.add_argument("--output", default=None, help="file to write (default: standard output)")
-    p.add_argument("--beam", type=_count, default=None, help="beam size (1: greedy)")
-    p.add_argument("--alpha", type=float, default=None, help="GNMT length penalty exponent")
-    p.add_argument(
-        "--offset", type=_count, default=None, help="outputs stop at source length + this"
-    )
-    p.set_defaults(func=_cmd_translate)
+    _add_kind_commands(sub)
 
     dtypes = ("float32", "bfloat16", "float16")
     p = sub.add_parser(
@@ -839,13 +777,15 @@ def _one_line_warning(message, category, filename, lineno, file=None, line=None)
 _show_warning = warnings.showwarning
 
 
+# The common verbs that take --config.<field>=<value> overrides (a kind's verb says itself).
+_TAKE_OVERRIDES = ("train", "eval", "sweep", "analyze", "import-hf", "retrieval", "plan")
+
 _NOT_WRITABLE = (errno.EACCES, errno.EPERM, errno.EROFS)
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 # What each command writes where, for the message about a directory it cannot write to.
 _WRITES = {
     "train": "its config, checkpoints, metrics and lock file in the work directory",
     "eval": "its lock file and its report in the work directory",
-    "translate": "its lock file in the work directory",
     "sweep": "its records, and each point's run, in the sweep directory",
     "report": "its tables and plots in the directory it reports on",
     "analyze": "its lock file, tables and plots in the work directory",
@@ -855,8 +795,9 @@ _WRITES = {
 }
 
 
-def _os_error_line(command: str, error: OSError) -> str | None:
-    """One line for an operating system refusing a write: not writable, or out of space."""
+def _os_error_line(command: str, error: OSError, writes: str | None = None) -> str | None:
+    """One line for an operating system refusing a write: not writable, or out of space;
+    ``writes``: what the command writes where (default from :data:`_WRITES`)."""
     if error.errno not in _NOT_WRITABLE + _FULL or not error.filename:
         return None
     path = os.path.abspath(os.fsdecode(error.filename))
@@ -874,7 +815,7 @@ def _os_error_line(command: str, error: OSError) -> str | None:
     )
     return (
         f"cannot write {name} in {folder} ({error.strerror}): posenc {command} writes "
-        f"{_WRITES.get(command, 'there')}; {fix}"
+        f"{writes or _WRITES.get(command, 'there')}; {fix}"
     )
 
 
@@ -896,15 +837,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     rest, overrides = _split_overrides(argv)
     parser = build_parser()
     args = parser.parse_args(rest)
-    if overrides and args.command not in (
-        "train",
-        "eval",
-        "sweep",
-        "analyze",
-        "import-hf",
-        "retrieval",
-        "plan",
-    ):
+    if overrides and not getattr(args, "takes_overrides", args.command in _TAKE_OVERRIDES):
         parser.error(f"--config.* overrides do not apply to `posenc {args.command}`")
     if not os.environ.get("POSENC_TRACEBACK"):
         warnings.showwarning = _one_line_warning
@@ -921,7 +854,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"posenc {args.command}: training diverged: {e}", file=sys.stderr)
         return 3
     except OSError as e:  # a directory that is not writable, a full disk
-        line = _os_error_line(args.command, e)
+        line = _os_error_line(args.command, e, getattr(args, "writes", None))
         if os.environ.get("POSENC_TRACEBACK") or line is None:
             raise
         print(f"posenc {args.command}: error: {line}", file=sys.stderr)

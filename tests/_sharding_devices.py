@@ -119,7 +119,7 @@ def context_parallel_split_off(names: list[str]) -> dict[str, dict[str, str]]:
     """The check's teeth: with the evaluation's window sharding ignoring ``mesh.context`` (every
     device scores whole windows), per encoder the check's verdict (``"check"``) and the verdict
     of the check without its split assertion (``"losses_only"``, what it used to be)."""
-    from posenc.runs.evaluate import Scorer
+    from posenc.kinds.stream import Scorer
     from posenc.testing import context
 
     Scorer._window_sharding = lambda self, shape: self.batch_sharding  # the split switched off

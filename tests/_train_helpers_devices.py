@@ -18,7 +18,7 @@ import jax
 import numpy as np
 
 from posenc.devices.distributed import make_mesh
-from posenc.runs.evaluate import evaluate
+from posenc.kinds.stream import evaluate
 from posenc.runs.train import train
 
 # Global batch 16: two rows per device on 8 devices.

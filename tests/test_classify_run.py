@@ -148,7 +148,7 @@ def test_fine_tune_from_a_masked_lm_run_resumes_evaluates_and_reports(tmp_path):
     init = json.load(open(os.path.join(resumed, "init.json")))
     assert init["step"] == 2 and any(k.startswith("['head']") for k in init["fresh"])
     config = RunDir(straight).read_config()
-    from posenc.runs.evaluate import load_model
+    from posenc.models.restore import load_model
 
     tuned = helpers.param_leaves(load_model(straight, config))
     assert helpers.param_leaves(load_model(resumed, config)).keys() == tuned.keys()

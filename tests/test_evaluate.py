@@ -13,7 +13,9 @@ import _train_helpers as helpers
 import numpy as np
 import pytest
 
-from posenc.runs.evaluate import evaluate, evaluate_workdir, load_eval, load_model
+from posenc.kinds.stream import evaluate
+from posenc.models.restore import load_model
+from posenc.runs.evaluate import evaluate_workdir, load_eval
 from posenc.runs.train import train
 from posenc.workdir import EVAL_FILE
 

@@ -27,7 +27,8 @@ from safetensors.numpy import load_file
 
 from posenc import data as data_lib
 from posenc.hf import load_pretrained, read_spec
-from posenc.runs.evaluate import load_eval, load_model
+from posenc.models.restore import load_model
+from posenc.runs.evaluate import load_eval
 from posenc.workdir import RunDir
 
 GOLDEN = Path(__file__).resolve().parent / "hf" / "golden"

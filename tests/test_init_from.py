@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from posenc import data as data_lib
-from posenc.runs.evaluate import load_model
+from posenc.models.restore import load_model
 from posenc.runs.train import train
 from posenc.workdir import RunDir, read_json
 from posenc.workdir.metrics import read_metrics

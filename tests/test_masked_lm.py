@@ -23,7 +23,8 @@ from posenc import data as data_lib
 from posenc import report
 from posenc.kinds.common import masked_lm
 from posenc.kinds.masked_lm import MaskedWindows
-from posenc.runs.evaluate import evaluate, evaluate_workdir
+from posenc.kinds.stream import evaluate
+from posenc.runs.evaluate import evaluate_workdir
 from posenc.runs.train import Trainer, train
 
 MAX_POSITION = 64

@@ -23,7 +23,7 @@ from flax import nnx
 
 from posenc.data import get_source
 from posenc.models import build
-from posenc.runs.evaluate import load_model
+from posenc.models.restore import load_model
 from posenc.workdir import RunDir
 from posenc.workdir.metrics import read_metrics
 

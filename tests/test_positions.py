@@ -14,8 +14,9 @@ import pytest
 from flax import nnx
 
 from posenc import data as data_lib
+from posenc.kinds.stream import Positions, evaluate
 from posenc.runs.config import validate
-from posenc.runs.evaluate import Positions, evaluate, evaluate_workdir
+from posenc.runs.evaluate import evaluate_workdir
 from posenc.runs.train import train
 from posenc.workdir.metrics import read_metrics
 

@@ -48,7 +48,7 @@ def test_the_python_api_section_runs_on_a_trained_run(tmp_path, monkeypatch):
     from _train_helpers import build_pystdlib, tiny_config
 
     import posenc
-    from posenc.runs.evaluate import load_model
+    from posenc.models.restore import load_model
     from posenc.runs.train import train
     from posenc.workdir import eval_file_name
 

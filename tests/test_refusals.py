@@ -200,12 +200,12 @@ def test_an_allocation_failure_is_one_line(run_copy, monkeypatch):
     """What an estimate misses still ends in one line: XLA's RESOURCE_EXHAUSTED."""
     import jax
 
-    from posenc.runs import evaluate
+    from posenc.kinds import stream
 
     def exhausted(*args, **kwargs):
         raise jax.errors.JaxRuntimeError("RESOURCE_EXHAUSTED: Out of memory allocating 1 bytes.")
 
-    monkeypatch.setattr(evaluate, "evaluate", exhausted)
+    monkeypatch.setattr(stream, "evaluate", exhausted)
     code, _, err = helpers.run_cli("eval", "--workdir", run_copy, "--lengths", "16")
     assert code == 2
     line = _one_line_error(err, "eval")

@@ -22,9 +22,10 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from posenc.models.restore import load_model
 from posenc.report import write_report
 from posenc.runs import sweep
-from posenc.runs.evaluate import evaluate_workdir, load_model
+from posenc.runs.evaluate import evaluate_workdir
 from posenc.runs.train import train
 from posenc.workdir import CORRUPT_DIR, RunDir, WorkdirBusyError, WorkdirError
 from posenc.workdir import lock as lock_lib

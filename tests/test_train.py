@@ -20,8 +20,9 @@ import pytest
 
 from posenc import data as data_lib
 from posenc import encodings
+from posenc.kinds.stream import evaluate
+from posenc.models.restore import load_model
 from posenc.runs.config import apply_overrides
-from posenc.runs.evaluate import evaluate, load_model
 from posenc.runs.train import NonFiniteLossError, Trainer, make_optimizer, train
 from posenc.workdir import RunDir
 from posenc.workdir.metrics import read_metrics

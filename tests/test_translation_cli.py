@@ -12,7 +12,7 @@ from pathlib import Path
 import _train_helpers as helpers
 import pytest
 
-from posenc.runs.evaluate import load_model
+from posenc.models.restore import load_model
 from posenc.workdir.metrics import read_metrics
 
 pytestmark = pytest.mark.slow

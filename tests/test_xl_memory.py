@@ -18,12 +18,13 @@ from flax import nnx
 
 from posenc import data as data_lib
 from posenc import encodings
+from posenc.kinds.stream import evaluate
 from posenc.layers.config import ModelConfig
 from posenc.models import memory as memory_lib
 from posenc.models.lm import Transformer
 from posenc.models.losses import token_loss
 from posenc.runs.config import validate
-from posenc.runs.evaluate import evaluate, evaluate_workdir
+from posenc.runs.evaluate import evaluate_workdir
 from posenc.runs.train import Trainer, train
 from posenc.workdir.metrics import read_metrics
 

@@ -6,7 +6,7 @@ For each encoder, at one model size, measures what a user runs:
   :class:`posenc.data.TrainWindows` and sharded by ``Trainer.global_batch``): compile time, then
   ``steps`` steady-state steps after ``warmup`` steps, timed with ``jax.block_until_ready``;
   tokens/s, step time, MFU and peak memory (:func:`~posenc.benchmark.measure.measure_train`);
-- evaluation with :class:`posenc.runs.evaluate.Scorer` of one window (batch 1) at each of
+- evaluation with :class:`posenc.kinds.stream.Scorer` of one window (batch 1) at each of
   ``eval_lengths``, with the model's ``attention_impl`` (``auto`` picks the blocked path or
   cuDNN for long windows): compile time, steady-state seconds, tokens/s and peak memory
   (:func:`~posenc.benchmark.measure.measure_eval`).

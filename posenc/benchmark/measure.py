@@ -20,11 +20,11 @@ from posenc import data as data_lib
 from posenc.attention.core import choose_implementation
 from posenc.benchmark.settings import Settings, make_config, train_windows
 from posenc.devices import sharding
+from posenc.kinds.stream import Scorer
 from posenc.layers.params import EncoderParam
 from posenc.models import build
 from posenc.models.lm import Transformer
 from posenc.runs.config import open_source
-from posenc.runs.evaluate import Scorer
 from posenc.runs.train import Trainer
 
 # bf16 dense peak TFLOP/s per device (datasheet figures with sparsity, halved), matched in order

@@ -39,9 +39,9 @@ from posenc.benchmark import peer as peer_lib
 from posenc.benchmark.measure import short_error
 from posenc.benchmark.settings import Settings, make_config, train_windows
 from posenc.devices import sharding
+from posenc.kinds.stream import Scorer
 from posenc.models import build
 from posenc.runs.config import open_source
-from posenc.runs.evaluate import Scorer
 from posenc.runs.train import Trainer
 from posenc.workdir import write_json
 

@@ -327,7 +327,7 @@ def export_hf(workdir: str, out: str, *, dtype: str = "float32") -> dict[str, An
     """
     from flax import nnx
 
-    from posenc.runs.evaluate import restore_model
+    from posenc.models.restore import restore_model
 
     check_dtypes(dtype, None)
     run = RunDir(workdir)

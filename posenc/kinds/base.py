@@ -20,9 +20,16 @@ runs the config. A kind answers for:
 - **the step**: :meth:`~RunKind.loss` (the mean that is differentiated, the sum and counts that
   are logged), :meth:`~RunKind.step_batch` (the batch shapes a step is compiled for) and
   :meth:`~RunKind.describe_step` (what a step computes, what to lower if it does not fit);
-- **evaluation**: :meth:`~RunKind.evaluate` (what is scored; the fields of ``eval.json``) and
-  :meth:`~RunKind.record` (what every report says about the kind);
-- **plan, analysis, report, CLI**: see the methods' own documentation.
+- **evaluation**: :meth:`~RunKind.open_evaluation` (what is read and checked before the run is
+  locked), :meth:`~RunKind.evaluate` (what is scored; the fields of ``eval.json``),
+  :meth:`~RunKind.write_outputs` (files kept beside the report) and :meth:`~RunKind.record`
+  (what every report says about the kind); :attr:`~RunKind.retrieval`, whether retrieval
+  applies;
+- **the command line**: :meth:`~RunKind.describe_evaluation` and
+  :meth:`~RunKind.announce_evaluation` (what ``posenc train`` and ``posenc eval`` say they
+  score), :meth:`~RunKind.eval_summary` (what they print after) and :meth:`~RunKind.commands`
+  (the kind's own verbs, :class:`Command`);
+- **plan, analysis, report**: see the methods' own documentation.
 
 The training loop keeps one step function shape for every kind: ``(state, batch[, memory
 tokens]) -> (state, metrics)``, with the kind's :meth:`~RunKind.loss` inside. Evaluation keeps
@@ -31,12 +38,15 @@ exact sums and counts.
 
 from __future__ import annotations
 
+import argparse
 import dataclasses
 from collections.abc import Callable
 from typing import Any, ClassVar
 
 import ml_collections
 import numpy as np
+
+from posenc.kinds.common import eval_lengths
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,7 +88,8 @@ class StepLoss:
 
 @dataclasses.dataclass
 class EvalContext:
-    """What the evaluation driver hands a kind's :meth:`RunKind.evaluate`.
+    """What the evaluation driver (:func:`posenc.runs.evaluate.evaluate_workdir`) hands a kind's
+    :meth:`RunKind.open_evaluation`, :meth:`RunKind.evaluate` and :meth:`RunKind.write_outputs`.
 
     Attributes:
       run: the run directory (:class:`posenc.workdir.RunDir`).
@@ -86,11 +97,14 @@ class EvalContext:
       changes: ``{field: value}`` the evaluation changes from the trained config.
       name: the report's file name (``eval.json`` or ``eval-<changes>.json``).
       restore: ``restore(mesh) -> (model, step)``: the newest intact checkpoint's model placed
-        on ``mesh`` (None: replicated on this process's devices); the kind calls it when
-        :attr:`model` is None, and sets :attr:`model` and :attr:`step`.
-      mesh: the evaluation's mesh (``config.mesh``).
+        on ``mesh`` (None: replicated on this process's devices); :meth:`model_on` calls it.
       progress: print a line per length.
-      model, step: the trained model and its checkpoint step, if the caller has them.
+      is_main: whether this is the main process (which prints and writes the run's files).
+      model, step: the trained model and its checkpoint step, if the caller has them; else set
+        by :meth:`model_on`.
+      inputs: what :meth:`RunKind.open_evaluation` opened, before the run was locked.
+      outputs: what :meth:`RunKind.evaluate` keeps for :meth:`RunKind.write_outputs` beside the
+        report's fields (a translation run's hypotheses).
     """
 
     run: Any
@@ -98,16 +112,46 @@ class EvalContext:
     changes: dict[str, Any]
     name: str
     restore: Callable[[Any], tuple[Any, int | None]]
-    mesh: Any
     progress: bool = True
+    is_main: bool = True
     model: Any = None
     step: int | None = None
+    inputs: Any = None
+    outputs: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     def model_on(self, mesh: Any = None) -> Any:
-        """The model (restored on ``mesh`` the first time it is asked for)."""
+        """The model (restored on ``mesh`` the first time it is asked for, unless the caller
+        gave one)."""
         if self.model is None:
             self.model, self.step = self.restore(mesh)
         return self.model
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """A verb a kind adds to the ``posenc`` command line (:meth:`RunKind.commands`): the CLI
+    adds it to its parser with the common verbs and runs it as it runs them (errors in one
+    line, the same exit statuses).
+
+    Attributes:
+      name: the verb (``translate``).
+      help: its line in ``posenc --help``.
+      description: what ``posenc <name> --help`` says of it.
+      add_arguments: ``add_arguments(parser)``: adds its flags to its ``argparse`` parser.
+      run: ``run(args, overrides) -> exit status``; ``overrides``: the ``--config.<field>=
+        <value>`` overrides given (none unless :attr:`overrides`).
+      writes: what it writes where, for the one-line error about a directory it cannot write
+        to ("its lock file in the work directory").
+      overrides: whether it takes ``--config.<field>=<value>`` overrides (refused otherwise).
+    """
+
+    name: str
+    help: str
+    description: str
+    add_arguments: Callable[[argparse.ArgumentParser], None]
+    run: Callable[[argparse.Namespace, list[str]], int]
+    writes: str = "there"
+    overrides: bool = False
 
 
 class RunKind:
@@ -228,12 +272,54 @@ class RunKind:
         }
 
     def evaluate(self, context: EvalContext) -> dict[str, Any]:
-        """Scores a trained run (under the run's lock; the driver adds the common fields and
-        writes ``eval.json``). Returns the report's kind-specific fields (``data``,
-        ``results``, ...)."""
+        """Scores a trained run, under the run's lock (the model: ``context.model_on(mesh)``).
+        Returns the report's kind-specific fields (``data``, ``results``, ...), in the order
+        ``eval.json`` keeps them; the driver puts the run's record (:meth:`record` among the
+        common fields), ``file`` and ``changes`` before them and ``time`` after, and writes the
+        report. A field the record has too replaces the record's value in its place (a
+        translation run's ``train_seq_len``: its longest training source)."""
         raise NotImplementedError
 
     # -- evaluation: what is scored, eval.json, CLI verbs and summaries
+
+    #: Whether retrieval (``posenc retrieval``, ``posenc eval --tasks``: passkey and needle in a
+    #: haystack, greedy generation by a decoder-only LM) applies to runs of this kind.
+    retrieval: ClassVar[bool] = False
+
+    def open_evaluation(self, context: EvalContext) -> Any:
+        """Opens and checks what the evaluation reads before the run is locked and its checkpoint
+        read (a split's token stream, a parallel source and the run's vocabulary), so that a
+        bad split or length is refused first; the driver keeps it as ``context.inputs`` for
+        :meth:`evaluate`. By default None."""
+        return None
+
+    def write_outputs(self, context: EvalContext) -> dict[str, Any]:
+        """Writes the files an evaluation keeps beside its report, after the report (on the main
+        process, under the run's lock: a translation run's outputs). Returns the fields they add
+        to the report :func:`posenc.runs.evaluate.evaluate_workdir` returns, not to the file
+        (their names); by default writes nothing and adds none."""
+        return {}
+
+    def describe_evaluation(self, config: ml_collections.ConfigDict) -> str:
+        """What an evaluation of ``config`` scores, as ``posenc train`` says before it evaluates
+        (``evaluating W at ...``): by default the lengths, ``"64, 256, 1024"``."""
+        return ", ".join(str(x) for x in eval_lengths(config))
+
+    def announce_evaluation(self, config: ml_collections.ConfigDict, workdir: str) -> str:
+        """The line ``posenc eval`` prints before it evaluates ``workdir``: by default
+        ``evaluating W at <lengths> (<eval.mode>)``."""
+        return f"evaluating {workdir} at {self.describe_evaluation(config)} ({config.eval.mode})"
+
+    def eval_summary(self, report: dict[str, Any], workdir: str, command: str) -> str | None:
+        """What ``posenc <command>`` (``"train"`` or ``"eval"``) prints after an evaluation wrote
+        ``report`` in ``workdir`` (a classification run's metric per length bucket), as one
+        string of lines; None (the default): nothing."""
+        return None
+
+    def commands(self) -> tuple[Command, ...]:
+        """The verbs this kind adds to the ``posenc`` command line (a translation run's
+        ``translate``); by default none."""
+        return ()
 
     # -- config, plan and analysis
 

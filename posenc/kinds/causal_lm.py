@@ -9,6 +9,7 @@ Transformer-XL memory (``model.mem_len``) or ``train.order="consecutive"``; with
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any, ClassVar
 
 import jax
@@ -20,12 +21,15 @@ from posenc import data as data_lib
 from posenc import encodings
 from posenc.attention import linear as linear_attention
 from posenc.attention.core import IMPLEMENTATIONS
-from posenc.kinds.base import RunKind, StepLoss, TrainingData
+from posenc.devices.distributed import make_mesh
+from posenc.kinds import stream
+from posenc.kinds.base import EvalContext, RunKind, StepLoss, TrainingData
 from posenc.kinds.common import (
     EVAL_MODES,
     EVAL_POSITIONS,
     EVAL_SPLITS,
     TRAIN_ORDERS,
+    check_eval_lengths,
     check_source,
     consecutive_segments,
     eval_lengths,
@@ -35,6 +39,7 @@ from posenc.kinds.common import (
     open_source,
     require_choice,
     require_int,
+    short_info,
     validate_batch_split,
     validate_optim,
 )
@@ -61,6 +66,17 @@ def training_windows(
         process_index=jax.process_index(),
         process_count=jax.process_count(),
     )
+
+
+@dataclasses.dataclass(frozen=True)
+class StreamInputs:
+    """What a stream's evaluation reads (:meth:`CausalLM.open_evaluation`): the data source,
+    its evaluation split's tokens and the evaluation's mesh (``config.mesh``; it may differ
+    from training's)."""
+
+    source: data_lib.Source
+    tokens: np.ndarray | None
+    mesh: jax.sharding.Mesh
 
 
 @register
@@ -127,6 +143,47 @@ class CausalLM(RunKind):
         return StepLoss(losses.mean(), losses.sum(), tokens, tokens, memory)
 
     # -- evaluation: what is scored, eval.json, CLI verbs and summaries
+
+    retrieval = True
+
+    def masking(self, config: ml_collections.ConfigDict) -> data_lib.MaskedLM | None:
+        """How evaluation windows are corrupted before they are scored: None, a causal LM
+        scores them as they are."""
+        return None
+
+    def open_evaluation(self, context: EvalContext) -> StreamInputs:
+        """The evaluation split's tokens, checked against the lengths, and the mesh."""
+        config = context.config
+        e = config.eval
+        source = open_source(config)
+        tokens = source.split_stream(e.split)
+        check_eval_lengths(len(tokens), eval_lengths(config), e.split)
+        return StreamInputs(source, tokens, make_mesh(config))
+
+    def evaluate(self, context: EvalContext) -> dict[str, Any]:
+        """The split scored exactly in windows at each length (:func:`posenc.kinds.stream.
+        evaluate`), with randomized positions and Transformer-XL memory as the config says,
+        the windows corrupted by :meth:`masking`."""
+        config, inputs = context.config, context.inputs
+        e = config.eval
+        results = stream.evaluate(
+            context.model_on(inputs.mesh),
+            inputs.tokens,
+            eval_lengths(config),
+            mode=e.mode,
+            stride=e.stride,
+            batch_tokens=e.batch_tokens,
+            max_tokens=e.max_tokens,
+            split=e.split,
+            mesh=inputs.mesh,
+            progress=context.progress,
+            positions=stream.random_positions(config),
+            masked_lm=self.masking(config),
+            mem_len=eval_mem_len(config),
+            byte_level=config.data.get("tokenizer", "bytes") == "bytes",
+        )
+        data = {"source": config.data.source, "split": e.split, **short_info(inputs.source.info())}
+        return {"data": data, "results": results}
 
     # -- config, plan and analysis
 

@@ -41,8 +41,14 @@ from posenc.data.classify_batching import (
 )
 from posenc.data.labelled import LabelledSource, encode_labels, get_labelled_source, label_classes
 from posenc.kinds import classification_metrics as classify_metrics
-from posenc.kinds.base import RunKind, StepLoss, TrainingData
-from posenc.kinds.common import eval_lengths, require_int, validate_batch_split, validate_optim
+from posenc.kinds.base import EvalContext, RunKind, StepLoss, TrainingData
+from posenc.kinds.common import (
+    eval_lengths,
+    require_int,
+    short_info,
+    validate_batch_split,
+    validate_optim,
+)
 from posenc.kinds.registry import register
 from posenc.models.build import HEAD_FIELDS, assembly, head_config, make_encoding, model_config
 from posenc.models.classifier import OWN_PARTS, Classifier
@@ -432,6 +438,50 @@ class Classification(RunKind):
         return StepLoss(mean, loss_sum, batch["mask"].sum(), scored)
 
     # -- evaluation: what is scored, eval.json, CLI verbs and summaries
+
+    def open_evaluation(
+        self, context: EvalContext
+    ) -> tuple[LabelledSource, tuple[str, ...] | None]:
+        """The labelled source and its classes, checked against ``model.num_labels``."""
+        return open_data(context.config)
+
+    def evaluate(self, context: EvalContext) -> dict[str, Any]:
+        """The split's metrics at the training length and per length bucket
+        (:func:`evaluate_classifier`)."""
+        config = context.config
+        source, classes = context.inputs
+        fields = evaluate_classifier(
+            context.model_on(None),
+            config,
+            source,
+            classes,
+            eval_lengths(config),
+            split=config.eval.split,
+        )
+        return {"data": {"source": config.data.source, **short_info(source.info())}, **fields}
+
+    def describe_evaluation(self, config: ml_collections.ConfigDict) -> str:
+        lengths = ", ".join(str(x) for x in eval_lengths(config))
+        return f"the {config.eval.split} split, length buckets up to {lengths} tokens"
+
+    def announce_evaluation(self, config: ml_collections.ConfigDict, workdir: str) -> str:
+        return f"evaluating {workdir} on {self.describe_evaluation(config)}"
+
+    def eval_summary(self, report: dict[str, Any], workdir: str, command: str) -> str | None:
+        """One line per bucket: its headline metric and examples."""
+        metric = report["metric"]
+        overall = report["overall"]
+        lines = [
+            f"{metric} {overall[metric]:.4f} over {overall['examples']} examples at the training "
+            f"length ({overall['truncated']} truncated)"
+        ]
+        for row in report["results"]:
+            value = f"{row[metric]:.4f}" if metric in row else "—"
+            lines.append(
+                f"  {row['label']:>8} (<= {row['length']} tokens): {metric} {value} over "
+                f"{row['examples']} examples"
+            )
+        return "\n".join(lines)
 
     # -- config, plan and analysis
 

@@ -38,6 +38,12 @@ def open_source(config: ml_collections.ConfigDict) -> data_lib.Source:
     return TokenizedSource(source, make_tokenizer(tokenizer), resolve_data_dir(d.data_dir))
 
 
+def short_info(info: dict[str, Any]) -> dict[str, Any]:
+    """The identifying parts of a source's info (hashes, counts), without long file lists (what
+    an evaluation report records of its data)."""
+    return {k: v for k, v in info.items() if not isinstance(v, list | dict) or len(v) <= 16}
+
+
 def eval_lengths(config: ml_collections.ConfigDict) -> tuple[int, ...]:
     """``eval.lengths``, or ``eval.multiples`` times ``train.seq_len`` when that is empty."""
     if config.eval.lengths:

@@ -76,6 +76,10 @@ class MaskedLM(CausalLM):
 
     # -- evaluation: what is scored, eval.json, CLI verbs and summaries
 
+    def masking(self, config: ml_collections.ConfigDict) -> data_lib.MaskedLM:
+        """BERT's rule, drawn from the seed, the length and the window's place in the stream."""
+        return masked_lm(config)
+
     # -- config, plan and analysis
 
     weighted = True

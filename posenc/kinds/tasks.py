@@ -40,9 +40,11 @@ from flax import nnx
 from posenc.data import synthetic
 from posenc.data.task_source import PREFIX, task_name
 from posenc.devices import fits
-from posenc.kinds.base import TrainingData
-from posenc.kinds.causal_lm import CausalLM
-from posenc.kinds.common import check_source, eval_lengths, objective, open_source
+from posenc.devices.distributed import make_mesh
+from posenc.kinds import stream
+from posenc.kinds.base import EvalContext, TrainingData
+from posenc.kinds.causal_lm import CausalLM, StreamInputs
+from posenc.kinds.common import check_source, eval_lengths, objective, open_source, short_info
 from posenc.kinds.masked_lm import validate_masked_objective
 from posenc.kinds.registry import register
 from posenc.models.build import assembly, make_encoding
@@ -189,7 +191,7 @@ def evaluate_task(
       seed: the run's seed (examples are drawn with :func:`eval_seed` of it).
       batch_size: examples per compiled batch.
       generate: also score greedy generation (exact match).
-      positions: randomized positions (:class:`posenc.runs.evaluate.Positions`, one draw per
+      positions: randomized positions (:class:`posenc.kinds.stream.Positions`, one draw per
         batch); None: ``0 .. W - 1``.
       progress: print one line per length.
 
@@ -344,6 +346,34 @@ class SyntheticTask(CausalLM):
         return {**super().record(config), "task": task_of(config)}
 
     # -- evaluation: what is scored, eval.json, CLI verbs and summaries
+
+    def open_evaluation(self, context: EvalContext) -> StreamInputs:
+        """The data source; no split is read (examples are generated). The mesh is made as a
+        text run's is (a ``config.mesh`` the devices cannot hold is refused), though the
+        examples are scored on a replicated model."""
+        config = context.config
+        return StreamInputs(open_source(config), None, make_mesh(config))
+
+    def evaluate(self, context: EvalContext) -> dict[str, Any]:
+        """Fresh examples at each input length: accuracy, exact match and loss
+        (:func:`evaluate_task`)."""
+        config = context.config
+        e = config.eval
+        results = evaluate_task(
+            context.model_on(None),
+            task_of(config),
+            eval_lengths(config),
+            examples=e.examples,
+            seed=config.seed,
+            generate=e.generate,
+            positions=stream.random_positions(config),
+            progress=context.progress,
+        )
+        data = {"source": config.data.source, **short_info(context.inputs.source.info())}
+        return {"data": data, "results": results}
+
+    def announce_evaluation(self, config: ml_collections.ConfigDict, workdir: str) -> str:
+        return f"evaluating {workdir} at {self.describe_evaluation(config)} (input lengths)"
 
     # -- config, plan and analysis
 

@@ -18,10 +18,13 @@ vocabulary ``data.vocab`` (bytes, or SentencePiece trained once on the training 
   tokenised BLEU) and chrF overall and per source-length bucket (within the training length,
   1x-2x, 2x-4x, ...: where extrapolation breaks), with the output/reference length ratio
   (truncated or runaway outputs).
+- ``posenc translate`` (:data:`TRANSLATE`, the verb this kind adds to the command line): a
+  trained run's translations of the lines of a file (:func:`translate_workdir`).
 """
 
 from __future__ import annotations
 
+import argparse
 import functools
 import math
 import os
@@ -50,12 +53,13 @@ from posenc.decoding.beam import beam_search
 from posenc.decoding.greedy import greedy_search
 from posenc.devices import sharding
 from posenc.kinds import translation_metrics
-from posenc.kinds.base import RunKind, StepLoss, TrainingData
+from posenc.kinds.base import Command, EvalContext, RunKind, StepLoss, TrainingData
 from posenc.kinds.common import EVAL_SPLITS, require_choice, require_int, validate_optim
 from posenc.kinds.registry import register
 from posenc.models.build import assembly, make_encoding, model_config
 from posenc.models.encdec import EncoderDecoder, bind_sides
 from posenc.models.losses import smoothed_token_loss, token_loss
+from posenc.models.restore import restore_model
 from posenc.workdir import PRETRAINED_FILE, RunDir
 from posenc.workdir.files import is_run_record
 
@@ -526,8 +530,6 @@ def translate_workdir(
     """Translations of ``lines`` (one source sentence each) by a trained translation run's
     newest intact checkpoint; decoding settings default to the run's ``eval`` section;
     ``progress``: a bar on stderr counting the sentences decoded."""
-    from posenc.runs.evaluate import restore_model
-
     if alpha is not None and not 0 <= alpha < math.inf:
         raise ValueError(f"--alpha must be a finite number >= 0, got {alpha!r}")
     run = RunDir(workdir)
@@ -552,6 +554,70 @@ def translate_workdir(
         bucket_step=eval_bucket_step(config),
         progress=progress,
     )
+
+
+# --- posenc translate ---------------------------------------------------------------------------
+
+
+def _count(text: str) -> int:
+    """An argument that is an integer >= 1 (``--beam``, ``--offset``)."""
+    try:
+        value = int(text)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {text!r}")
+    return value
+
+
+def _translate_arguments(p: argparse.ArgumentParser) -> None:
+    """The flags of ``posenc translate``."""
+    p.add_argument("--workdir", required=True, help="a trained translation run directory")
+    p.add_argument("--input", default=None, help="a text file, one source sentence per line")
+    p.add_argument("--output", default=None, help="file to write (default: standard output)")
+    p.add_argument("--beam", type=_count, default=None, help="beam size (1: greedy)")
+    p.add_argument("--alpha", type=float, default=None, help="GNMT length penalty exponent")
+    p.add_argument(
+        "--offset", type=_count, default=None, help="outputs stop at source length + this"
+    )
+
+
+def _translate_command(args: argparse.Namespace, overrides: Sequence[str]) -> int:
+    """``posenc translate``: one detokenised line per input line, to ``--output`` or standard
+    output."""
+    # Both files are checked before the model decodes anything (minutes for a large input).
+    if args.output:
+        check_output_file(args.output, args.workdir)
+    lines = read_source_file(args.input)
+    outputs = translate_workdir(
+        args.workdir,
+        lines,
+        beam_size=args.beam,
+        alpha=args.alpha,
+        max_len_offset=args.offset,
+        progress=True,
+    )
+    # One line per input line: a newline decoded inside an output becomes a space.
+    text = "".join(line.replace("\n", " ") + "\n" for line in outputs)
+    if args.output:
+        with open(args.output, "w", encoding="utf-8") as f:
+            f.write(text)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
+TRANSLATE = Command(
+    name="translate",
+    help="translate sentences with a trained translation run (beam search)",
+    description="Translate one sentence per line of --input (default: standard input) with "
+    "the newest intact checkpoint of a translation run (model.assembly=encoder_decoder), "
+    "writing one detokenised line per input line, in order, to --output (default: standard "
+    "output). Defaults: the run's eval.beam_size, eval.alpha and eval.max_len_offset.",
+    add_arguments=_translate_arguments,
+    run=_translate_command,
+    writes="its lock file in the work directory",
+)
 
 
 def _pair_fields(s: int, t: int) -> list[tuple[str, int, Any]]:
@@ -682,6 +748,67 @@ class Translation(RunKind):
         return {**super().record(config), "max_src_len": config.data.get("max_src_len")}
 
     # -- evaluation: what is scored, eval.json, CLI verbs and summaries
+
+    def open_evaluation(self, context: EvalContext) -> tuple[ParallelSource, Vocab]:
+        """The parallel source and the vocabulary the run was trained with."""
+        return open_parallel(context.config), run_vocab(context.run, context.config)
+
+    def evaluate(self, context: EvalContext) -> dict[str, Any]:
+        """The split's teacher-forced loss, its beam-search outputs (kept for
+        :meth:`write_outputs`) and their BLEU and chrF overall and per source-length bucket
+        (:func:`evaluate_translation`); ``train_seq_len`` is the longest training source."""
+        config = context.config
+        source, vocab = context.inputs
+        model = context.model_on(None)
+        pairs = source.pairs("train")
+        if context.progress and context.is_main:
+            # A subword tokenizer takes a minute over a large training split: say what it does.
+            print(f"tokenizing the {len(pairs):,} training pairs (their longest source) ...")
+        train_pairs = encode_pairs(pairs, vocab)
+        fields, hypotheses = evaluate_translation(
+            model,
+            config,
+            source,
+            vocab,
+            split=config.eval.split,
+            train_max_src_len=longest_training_source(config, train_pairs),
+        )
+        context.outputs["hypotheses"] = hypotheses
+        return {
+            # Tables group translation runs by their training source length.
+            "train_seq_len": fields["train_max_src_len"],
+            "data": {"source": config.data.source, "split": config.eval.split, **source.info()},
+            "vocab": vocab.identity(),
+            **fields,
+        }
+
+    def write_outputs(self, context: EvalContext) -> dict[str, Any]:
+        """The outputs, one line per source line, beside the report
+        (:meth:`posenc.workdir.RunDir.write_hypotheses`)."""
+        path = context.run.write_hypotheses(context.outputs["hypotheses"], context.name)
+        return {"hypotheses": os.path.basename(path)}
+
+    def describe_evaluation(self, config: ml_collections.ConfigDict) -> str:
+        e = config.eval
+        return f"the {e.split} split (beam {e.beam_size}, alpha {e.alpha}; BLEU, chrF)"
+
+    def announce_evaluation(self, config: ml_collections.ConfigDict, workdir: str) -> str:
+        return f"evaluating {workdir} on {self.describe_evaluation(config)}"
+
+    def eval_summary(self, report: dict[str, Any], workdir: str, command: str) -> str | None:
+        """``posenc eval``: BLEU, chrF and where the outputs are (``posenc train`` prints
+        none)."""
+        if command != "eval" or "hypotheses" not in report:
+            return None
+        overall = report["overall"]
+        return (
+            f"BLEU {overall['bleu']:.2f} (intl {overall['bleu_intl']:.2f}), chrF "
+            f"{overall['chrf']:.2f} over {overall['sentences']} sentences; outputs in "
+            f"{os.path.join(workdir, report['hypotheses'])}"
+        )
+
+    def commands(self) -> tuple[Command, ...]:
+        return (TRANSLATE,)
 
     # -- config, plan and analysis
 

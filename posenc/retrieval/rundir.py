@@ -162,6 +162,7 @@ def check_retrieval(
         prompt and answer do not fit the model's positions (a learned table) or that is too
         short for a task's prompt, naming it.
     """
+    from posenc import kinds
     from posenc.runs.config import apply_overrides, eval_lengths, evaluation_changes, validate
     from posenc.workdir import RunDir
 
@@ -172,11 +173,10 @@ def check_retrieval(
     config = apply_overrides(trained, list(overrides))
     evaluation_changes(trained, config)  # refuses a change to what was trained
     validate(config)
-    kind = config.model.get("assembly", "lm")
-    if kind != "lm":
+    if not kinds.kind_of(config).retrieval:
         raise ValueError(
-            f"{workdir} is a model.assembly={kind!r} run; retrieval needs a decoder-only LM "
-            "(model.assembly='lm')"
+            f"{workdir} is a model.assembly={config.model.get('assembly', 'lm')!r} run; "
+            "retrieval needs a decoder-only LM (model.assembly='lm')"
         )
     lengths = tuple(int(n) for n in (lengths or eval_lengths(config)))
     _run.check_request(tasks, lengths, depths, trials, threshold)

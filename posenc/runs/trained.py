@@ -32,6 +32,7 @@ from posenc.data.hf_tokenizer import make_tokenizer
 from posenc.models.build import assembly
 from posenc.models.lm import Transformer
 from posenc.models.losses import token_loss
+from posenc.models.restore import restore_model
 from posenc.runs.config import (
     apply_overrides,
     evaluation_changes,
@@ -40,7 +41,7 @@ from posenc.runs.config import (
     set_field,
     validate,
 )
-from posenc.runs.evaluate import evaluate_workdir, restore_model
+from posenc.runs.evaluate import evaluate_workdir
 from posenc.workdir import RunDir
 
 __all__ = ["TrainedRun", "load_run"]

@@ -3,7 +3,7 @@ scores what one device scores.
 
 :func:`check_context_parallel` builds the battery's tiny model on the ``blocked`` path (tiles of
 :data:`BLOCK` tokens) and scores the same random token stream in windows of :data:`LENGTH`
-tokens with :func:`posenc.runs.evaluate.evaluate`, once on one device and once on a mesh whose
+tokens with :func:`posenc.kinds.stream.evaluate`, once on one device and once on a mesh whose
 ``context`` axis (4 devices, or 2 where there are only 2 or 3) splits every window, one or two
 tiles per device: XLA's partitioner then gathers the keys and values each query tile needs, and
 every hook (biases by distance, contextual logits, value terms, decays, input terms) must come
@@ -52,7 +52,7 @@ def _window_shardings() -> Iterator[list[tuple[tuple[int, ...], jax.sharding.Sha
     """Records ``(shape, sharding)`` of the token windows each scoring step is compiled for: the
     sharding XLA gives the compiled step's input (``jax.debug.inspect_array_sharding``), i.e.
     where the windows really are, whatever chose it."""
-    from posenc.runs.evaluate import Scorer
+    from posenc.kinds.stream import Scorer
 
     seen: list[tuple[tuple[int, ...], jax.sharding.Sharding]] = []
     original = Scorer._score_batch
@@ -78,7 +78,7 @@ def _split(shape: tuple[int, ...], where: jax.sharding.Sharding, context: int) -
 
 def check_context_parallel(encoder: str | Encoding, settings: Settings | None = None) -> None:
     """Evaluation split over ``mesh.context`` equals one device's (module docstring)."""
-    from posenc.runs.evaluate import evaluate  # the evaluation stack, only when the check runs
+    from posenc.kinds.stream import evaluate  # the evaluation stack, only when the check runs
 
     settings = settings or Settings()
     enc = resolve(encoder)

@@ -50,7 +50,7 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository, fo
 import _train_helpers as helpers  # noqa: E402
 
 from posenc.hf.rundir import export_hf, import_hf  # noqa: E402
-from posenc.runs.evaluate import load_model  # noqa: E402
+from posenc.models.restore import load_model  # noqa: E402
 
 GOLDEN = os.path.join(HERE, "golden")
 TOLERANCE = 1e-5
