@@ -44,7 +44,9 @@ from posenc.analysis.output import write_analysis
 from posenc.analysis.stats import AttentionSums, model_attention_sums
 from posenc.attention import linear as linear_attention
 from posenc.devices import fits
+from posenc.kinds.stream import Positions
 from posenc.models.lm import Transformer
+from posenc.models.restore import restore_model
 from posenc.runs.config import (
     apply_overrides,
     check_eval_lengths,
@@ -55,7 +57,7 @@ from posenc.runs.config import (
     open_source,
     validate,
 )
-from posenc.runs.evaluate import Positions, device_description, restore_model
+from posenc.runs.evaluate import device_description
 from posenc.workdir import RunDir, analysis_names
 
 # Tokens analysed per length by default: max(1, DEFAULT_TOKENS // L) windows.

@@ -285,6 +285,9 @@ class RunKind:
     #: Whether retrieval (``posenc retrieval``, ``posenc eval --tasks``: passkey and needle in a
     #: haystack, greedy generation by a decoder-only LM) applies to runs of this kind.
     retrieval: ClassVar[bool] = False
+    #: Whether the model predicts each token from those before it, so that a window's
+    #: next-token losses are the run's loss (``posenc.load_run(...).token_losses``).
+    predicts_next: ClassVar[bool] = False
 
     def open_evaluation(self, context: EvalContext) -> Any:
         """Opens and checks what the evaluation reads before the run is locked and its checkpoint
@@ -372,7 +375,7 @@ class RunKind:
     def window_masking(self, config: ml_collections.ConfigDict) -> Any:
         """How the kind corrupts an evaluation window before the model reads it (a masked LM's
         :class:`posenc.data.MaskedLM`: ``eval_batch(batch, length)``), or None (read as
-        they are); what ``posenc analyze`` applies. By default None."""
+        they are); what evaluation and ``posenc analyze`` apply. By default None."""
         del config
         return None
 

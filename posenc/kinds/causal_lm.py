@@ -88,6 +88,7 @@ class CausalLM(RunKind):
     chosen_by = "model.assembly='lm' (the default), train.objective='causal_lm' (the default)"
     precedence = 90  # asked last: every decoder-only config another kind does not claim
     objective = "causal_lm"
+    predicts_next = True
 
     def claims(self, config: ml_collections.ConfigDict) -> bool:
         return assembly(config) == "lm"
@@ -146,11 +147,6 @@ class CausalLM(RunKind):
 
     retrieval = True
 
-    def masking(self, config: ml_collections.ConfigDict) -> data_lib.MaskedLM | None:
-        """How evaluation windows are corrupted before they are scored: None, a causal LM
-        scores them as they are."""
-        return None
-
     def open_evaluation(self, context: EvalContext) -> StreamInputs:
         """The evaluation split's tokens, checked against the lengths, and the mesh."""
         config = context.config
@@ -178,7 +174,7 @@ class CausalLM(RunKind):
             mesh=inputs.mesh,
             progress=context.progress,
             positions=stream.random_positions(config),
-            masked_lm=self.masking(config),
+            masked_lm=self.window_masking(config),
             mem_len=eval_mem_len(config),
             byte_level=config.data.get("tokenizer", "bytes") == "bytes",
         )

@@ -67,6 +67,7 @@ class MaskedLM(CausalLM):
     chosen_by = "train.objective='masked_lm' with model.causal=False"
     precedence = 40
     objective = "masked_lm"
+    predicts_next = False
 
     def claims(self, config: ml_collections.ConfigDict) -> bool:
         return assembly(config) == "lm" and objective(config) == "masked_lm"
@@ -75,10 +76,6 @@ class MaskedLM(CausalLM):
         return MaskedWindows(super().windows(config, stream), masked_lm(config))
 
     # -- evaluation: what is scored, eval.json, CLI verbs and summaries
-
-    def masking(self, config: ml_collections.ConfigDict) -> data_lib.MaskedLM:
-        """BERT's rule, drawn from the seed, the length and the window's place in the stream."""
-        return masked_lm(config)
 
     # -- config, plan and analysis
 
@@ -94,7 +91,8 @@ class MaskedLM(CausalLM):
         masked_lm(config)
 
     def window_masking(self, config: ml_collections.ConfigDict) -> data_lib.MaskedLM | None:
-        """The windows corrupted as training corrupts them (a function of the run's seed)."""
+        """BERT's rule, drawn from the seed, the length and the window's place in the stream, as
+        training corrupts windows; what evaluation and ``posenc analyze`` apply."""
         return masked_lm(config)
 
     # -- report

@@ -34,8 +34,6 @@ from posenc.kinds.common import (
     eval_lengths,
     eval_mem_len,
     eval_positions,
-    masked_lm,
-    objective,
     open_source,
 )
 from posenc.workdir import diff_fields, flatten, matches, parse_value
@@ -57,8 +55,6 @@ __all__ = [
     "evaluation_changes",
     "load_config",
     "load_module",
-    "masked_lm",
-    "objective",
     "open_source",
     "parse_value",
     "set_field",

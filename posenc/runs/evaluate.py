@@ -27,11 +27,6 @@ from flax import nnx
 
 from posenc import kinds
 from posenc.kinds.common import eval_mem_len, eval_positions
-
-# Positions, Scorer (now in posenc.kinds.stream) and restore_model (now in posenc.models.restore)
-# are still imported from here by posenc.runs.plan and posenc.analysis.run; drop them from this
-# module when those import them from their new homes.
-from posenc.kinds.stream import Positions, Scorer  # noqa: F401
 from posenc.models.restore import restore_model
 from posenc.runs.config import evaluation_changes, validate
 from posenc.workdir import EVAL_FILE, RunDir

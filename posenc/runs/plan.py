@@ -438,9 +438,9 @@ def _compile(
 
     from posenc import kinds
     from posenc.devices import sharding
+    from posenc.kinds.stream import Scorer
     from posenc.models import build
     from posenc.runs.config import eval_lengths, validate
-    from posenc.runs.evaluate import Scorer
     from posenc.runs.train import Trainer
 
     mesh = sharding.make_mesh(config)

@@ -357,7 +357,7 @@ def _params_of(
     with other.lock():
         step, params = other.restore_params(abstract_on(theirs_abstract, sharding))
     pretrained: list[str] = []
-    if theirs != mine:  # keep the shared parts; the classifier's own parts start fresh
+    if theirs != mine:  # keep the shared parts; the kind's own parts start fresh
         start = nnx.split(build(config), nnx.Param, ...)[1]
         start, pretrained = _pretrained_parts(other, start, fresh)
         params = _merge_params(params, start, fresh)

@@ -28,6 +28,7 @@ import ml_collections
 import numpy as np
 from flax import nnx
 
+from posenc import kinds
 from posenc.data.hf_tokenizer import make_tokenizer
 from posenc.models.build import assembly
 from posenc.models.lm import Transformer
@@ -36,7 +37,6 @@ from posenc.models.restore import restore_model
 from posenc.runs.config import (
     apply_overrides,
     evaluation_changes,
-    objective,
     open_source,
     set_field,
     validate,
@@ -133,9 +133,10 @@ class TrainedRun:
         Raises:
           ValueError: a masked-LM run (its loss is over masked tokens: use :meth:`evaluate`).
         """
-        if objective(self.config) != "causal_lm":
+        kind = kinds.kind_of(self.config)
+        if not kind.predicts_next:
             raise ValueError(
-                f"{self.workdir} is a {objective(self.config)} run: next-token losses are not "
+                f"{self.workdir} is a {kind.objective} run: next-token losses are not "
                 "its loss; use run.evaluate() (masked tokens, as it was trained) or run.logits()"
             )
         tokens = np.asarray(tokens)

@@ -169,7 +169,7 @@ def _trained(config: ml_collections.ConfigDict, folder: Path) -> str:
 
 
 def check_resumes(kind: RunKind, config: ml_collections.ConfigDict, folder: Path) -> None:
-    from posenc.runs.evaluate import load_model
+    from posenc.models.restore import load_model
     from posenc.runs.train import train
 
     full = _trained(config, folder)
