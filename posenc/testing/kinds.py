@@ -227,6 +227,8 @@ def check_reports(kind: RunKind, config: ml_collections.ConfigDict, folder: Path
     paths = write_report(workdir)
     text = Path(paths[0]).read_text()
     assert paths[0].endswith("report.md") and text.strip(), f"{kind.name}: no report written"
+    encoding = config.encoding.name
+    assert encoding in text, f"{kind.name}: the report does not name the run's encoder {encoding}"
 
 
 def check_refuses_others(kind: RunKind, config: ml_collections.ConfigDict, folder: Path) -> None:

@@ -52,6 +52,8 @@ class Counting(RunKind):
     chosen_by = "train.objective='counting'"
     precedence = 20
     objective = "counting"
+    report_writer = "toy_kind:write_counting_report"
+    report_metrics = ("accuracy",)
 
     def claims(self, config: ml_collections.ConfigDict) -> bool:
         return config.train.get("objective") == "counting"
@@ -105,3 +107,21 @@ class Counting(RunKind):
                 "eval.lengths=16,32",
             ],
         )
+
+
+def write_counting_report(sweep_dir: str, runs: list, metric: str | None) -> list[str]:
+    """``report.md``: next-token accuracy per evaluation length, one row per run."""
+    lengths = sorted({r["length"] for run in runs for r in run.eval["results"]})
+    lines = [
+        "# Counting: next-token accuracy by length",
+        "",
+        "| run | encoding | " + " | ".join(f"L={n}" for n in lengths) + " |",
+        "|---|---|" + "---|" * len(lengths),
+    ]
+    for run in runs:
+        by_length = {r["length"]: r["accuracy"] for r in run.eval["results"]}
+        cells = [f"{by_length[n]:.3f}" if n in by_length else "-" for n in lengths]
+        lines.append(f"| {Path(run.dir).name} | {run.encoding} | " + " | ".join(cells) + " |")
+    path = Path(sweep_dir) / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return [str(path)]
