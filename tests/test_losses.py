@@ -9,15 +9,14 @@ written out, and the training step's mean leaves the padded target positions out
 
 from __future__ import annotations
 
-import types
-
 import jax
 import jax.numpy as jnp
+import ml_collections
 import numpy as np
 import pytest
 
+from posenc import kinds
 from posenc.models.losses import smoothed_token_loss, token_loss
-from posenc.runs.train import Trainer
 
 
 def _log_softmax64(row: np.ndarray) -> np.ndarray:
@@ -96,8 +95,8 @@ def test_plain_token_loss_is_the_float64_cross_entropy():
 
 
 def test_the_translation_step_averages_the_smoothed_loss_over_real_target_tokens_only():
-    # Trainer._pair_loss with a stand-in model returning fixed logits: the padded positions
-    # (tgt_mask 0) must not count, whatever their logits and targets.
+    # The translation kind's loss with a stand-in model returning fixed logits: the padded
+    # positions (tgt_mask 0) must not count, whatever their logits and targets.
     logits, targets = _inputs(seed=4, shape=(2, 6, 9))
     mask = np.array([[1, 1, 1, 1, 0, 0], [1, 1, 1, 1, 1, 1]], np.int32)
     logits[0, 4:] = 50.0 * np.random.default_rng(5).standard_normal((2, 9))  # huge, if read
@@ -108,9 +107,10 @@ def test_the_translation_step_averages_the_smoothed_loss_over_real_target_tokens
         "tgt_out": jnp.asarray(targets),
         "tgt_mask": jnp.asarray(mask),
     }
-    stub = types.SimpleNamespace(smoothing=0.1)
+    config = ml_collections.ConfigDict({"train": {"label_smoothing": 0.1}})
     model = lambda src, tgt_in, src_mask, rng: jnp.asarray(logits)  # noqa: E731
-    loss, (loss_sum, _) = Trainer._pair_loss(stub, model, batch, jax.random.key(0))
+    step = kinds.get("translation").loss(config, model, batch, jax.random.key(0))
+    loss, loss_sum = step.mean, step.loss_sum
     real = mask.astype(bool)
     expected = _naive_smoothed(logits, targets, 0.1)[real].mean()
     plain = np.array(

@@ -355,10 +355,10 @@ class RunKind:
         ``length``; ``source`` too for pairs, ``length`` then being the target's).
 
         By default the batch a run compiles for (:meth:`step_batch` of :meth:`training_data`'s
-        batches: the data is read) with ``rows`` x ``length`` of its ``inputs``; a kind whose
-        batch follows from the config alone gives it without reading data."""
+        batches: the data is read) with ``rows`` x ``length`` of its first field (``inputs``);
+        a kind whose batch follows from the config alone gives it without reading data."""
         batch = self.step_batch(config, self.training_data(config, mesh).batches)
-        rows, length = batch["inputs"][0][:2]
+        rows, length = next(iter(batch.values()))[0][:2]
         return batch, {"rows": int(rows), "length": int(length)}
 
     def analysis_refusal(self, config: ml_collections.ConfigDict) -> str | None:
