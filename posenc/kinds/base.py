@@ -29,7 +29,15 @@ runs the config. A kind answers for:
   :meth:`~RunKind.announce_evaluation` (what ``posenc train`` and ``posenc eval`` say they
   score), :meth:`~RunKind.eval_summary` (what they print after) and :meth:`~RunKind.commands`
   (the kind's own verbs, :class:`Command`);
-- **plan, analysis, report**: see the methods' own documentation.
+- **plan**: :meth:`~RunKind.plan_refusal` (what ``posenc plan`` cannot plan),
+  :meth:`~RunKind.plan_step` (the training batch it compiles, from the config where it can),
+  :meth:`~RunKind.plan_lengths` and :attr:`~RunKind.plan_eval` (the evaluation it compiles);
+- **analysis**: :meth:`~RunKind.analysis_refusal` (whether ``posenc analyze`` reads the run) and
+  :meth:`~RunKind.window_masking` (how a window is corrupted before it is read);
+- **report**: :meth:`~RunKind.owns_eval` (which ``eval.json`` records are the kind's),
+  :attr:`~RunKind.report_writer` (the function writing its section, named as an entry point,
+  or the common tables), its metrics, notes and refusals;
+- **the battery**: :meth:`~RunKind.example_config` (a tiny config of a plugin's kind).
 
 The training loop keeps one step function shape for every kind: ``(state, batch[, memory
 tokens]) -> (state, metrics)``, with the kind's :meth:`~RunKind.loss` inside. Evaluation keeps
