@@ -44,8 +44,14 @@ def test_the_entry_point_registers_the_kind_and_it_is_chosen_by_its_config(plugi
         assert kinds.kind_of(own).name == name
 
 
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory):
+    """One folder for every check, so that the run trained by the first is read by the rest."""
+    return tmp_path_factory.mktemp("counting")
+
+
 @pytest.mark.parametrize("check", list(battery.CHECKS))
-def test_the_plugin_kind_passes_the_battery(plugin, check):
+def test_the_plugin_kind_passes_the_battery(plugin, folder, check):
     kind = kinds.get("counting")
-    config = battery.example_config(kind, plugin / "run")
-    battery.CHECKS[check](kind, config, plugin / "run")
+    config = battery.example_config(kind, folder)
+    battery.CHECKS[check](kind, config, folder)
