@@ -88,3 +88,14 @@ def test_empty_sources_fall_in_the_first_bucket():
     for key in ("bleu", "bleu_intl", "chrf", "length_ratio"):
         assert first[key] == table["overall"][key]
     assert sum(b["sentences"] for b in table["buckets"]) == len(refs)
+
+
+def test_an_empty_length_bucket_is_reported_without_scores():
+    # sacreBLEU states no signature for a metric that scored nothing; a bucket with no sentence
+    # (a long bucket past every evaluated source) must not stop the table.
+    table = length_bucket_table([3, 30], ["a b c", "d e"], ["a b c", "d e f"], 4)
+    counts = {row["label"]: row["sentences"] for row in table["buckets"]}
+    assert counts == {"<=1x": 1, "1x-2x": 0, "2x-4x": 0, "4x-8x": 1}
+    empty = [row for row in table["buckets"] if row["sentences"] == 0]
+    assert empty and all(row["bleu"] is None and row["chrf"] is None for row in empty)
+    assert table["overall"]["sentences"] == 2 and table["overall"]["signatures"]["bleu"]

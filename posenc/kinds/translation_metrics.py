@@ -53,19 +53,21 @@ def corpus_scores(
     Returns:
       {"sentences", "bleu", "bleu_intl", "chrf" (0-100 floats), "length_ratio" (hypothesis over
       reference length in 13a tokens, the ratio in BLEU's brevity penalty), "brevity_penalty",
-      "signatures": {"bleu", "bleu_intl", "chrf"}}; scores are None for no sentences.
+      "signatures": {"bleu", "bleu_intl", "chrf"}}; scores and signatures are None for no
+      sentences (sacreBLEU states a signature only once a metric has scored a corpus).
     """
     _check(hypotheses, references)
     metrics = _metrics(tgt_lang)
     out: dict[str, Any] = {"sentences": len(hypotheses)}
     if not hypotheses:
         out.update(bleu=None, bleu_intl=None, chrf=None, length_ratio=None, brevity_penalty=None)
-    else:
-        refs = [list(references)]
-        scores = {name: m.corpus_score(list(hypotheses), refs) for name, m in metrics.items()}
-        out.update({name: float(s.score) for name, s in scores.items()})
-        out["length_ratio"] = float(scores["bleu"].ratio)
-        out["brevity_penalty"] = float(scores["bleu"].bp)
+        out["signatures"] = None
+        return out
+    refs = [list(references)]
+    scores = {name: m.corpus_score(list(hypotheses), refs) for name, m in metrics.items()}
+    out.update({name: float(s.score) for name, s in scores.items()})
+    out["length_ratio"] = float(scores["bleu"].ratio)
+    out["brevity_penalty"] = float(scores["bleu"].bp)
     out["signatures"] = {name: str(m.get_signature()) for name, m in metrics.items()}
     return out
 

@@ -351,8 +351,8 @@ def cell(column: Column, length: int, metric: str) -> Cell | None:
             continue
         if "error" in r:
             error = r["error"]
-        elif metric in r:  # a run of one kind may lack another kind's metric
-            values.append(float(r[metric]))
+        elif r.get(metric) is not None:  # a run of one kind may lack another kind's metric,
+            values.append(float(r[metric]))  # and an empty length bucket has no score
     if not values and error is None:
         return None
     return Cell(values, error)

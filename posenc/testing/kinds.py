@@ -87,6 +87,7 @@ EXAMPLES: dict[str, tuple[str, tuple[str, ...]]] = {
             "model.num_encoder_layers=1",
             "data.data_dir={data}",
             "train.tokens_per_batch=512",
+            "data.max_src_len=24",
             "data.bucket_step=4",
             "eval.bucket_step=4",
             "eval.beam_size=2",
