@@ -139,7 +139,7 @@ class CausalLM(RunKind):
         if "weights" in batch:
             scored = batch["weights"].sum()
             loss_sum = (losses * batch["weights"]).sum()
-            mean = loss_sum / jax.numpy.maximum(scored, 1.0)
+            mean = loss_sum / jnp.maximum(scored, 1.0)
             return StepLoss(mean, loss_sum, tokens, scored, memory)
         return StepLoss(losses.mean(), losses.sum(), tokens, tokens, memory)
 

@@ -415,7 +415,7 @@ class Classification(RunKind):
     init_from_hint = " (a classifier takes them with train.inherit_model=True)"
 
     def claims(self, config: ml_collections.ConfigDict) -> bool:
-        return assembly(config) == "classifier"
+        return is_classifier(config)
 
     def prepare(self, config: ml_collections.ConfigDict) -> ml_collections.ConfigDict:
         return inherit_model(config)

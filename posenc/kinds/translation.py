@@ -692,7 +692,7 @@ class Translation(RunKind):
     objective = "translation"
 
     def claims(self, config: ml_collections.ConfigDict) -> bool:
-        return assembly(config) == "encoder_decoder"
+        return is_translation(config)
 
     def training_data(self, config: ml_collections.ConfigDict, mesh: Any) -> TrainingData:
         source, vocab = open_data(config)

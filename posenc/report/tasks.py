@@ -28,6 +28,7 @@ import os
 import statistics
 from collections.abc import Sequence
 
+from posenc import kinds
 from posenc.kinds.tasks import SyntheticTask
 from posenc.report.runs import Column, Run, cell, group_runs, table_lengths
 from posenc.report.tables import describe, format_table, markdown_table
@@ -39,10 +40,6 @@ TASK_METRIC_TEXT = {
     "sequence_accuracy": "per-token accuracy, averaged per example",
     "loss": "loss on the target tokens (nats per token)",
 }
-
-
-def is_task_run(run: Run) -> bool:
-    return bool(run.eval.get("task"))
 
 
 def unseen_mean(column: Column, metric: str) -> tuple[float | None, float | None, int]:
@@ -201,7 +198,7 @@ def write_task_report(
         raise ValueError(
             f"--metric must be one of {list(TASK_METRICS)} for task runs, got {metric!r}"
         )
-    runs = [r for r in runs if is_task_run(r)]
+    runs = [r for r in runs if kinds.get("task").owns_eval(r.eval)]
     if not runs:
         raise ValueError(
             f"no algorithmic-task run (data.source=synthetic:<task>) under {sweep_dir}"
