@@ -89,6 +89,27 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # intermediate), "full" (keep each block's input, recompute the block) or "dots" (keep the
     # weight matmuls' outputs, recompute attention). Memory and time only; the numbers stay.
     config.model.remat = "none"
+    # Attention options of every layer (posenc/attention/options.py); a layer kind of
+    # config.layers may override each. The defaults change nothing.
+    # Window: "full", "sliding:W" (the last W keys: Mistral, Gemma's local layers), "banded:W"
+    # (|i - j| < W on both sides) or "chunked:C" (the query's own chunk of C: Llama 4).
+    config.model.window = "full"
+    # A learned sink logit per head in the softmax's denominator (gpt-oss).
+    config.model.sinks = False
+    # QK-norm: "none", "rms" (learned scale per channel: Qwen3, Gemma 3) or "l2" (Llama 4's,
+    # no scale), "before_rotate" (Qwen3, Gemma 3) or "after_rotate" (Llama 4) the encoder's rotation.
+    config.model.qk_norm = "none"
+    config.model.qk_norm_placement = "before_rotate"
+    # Logit soft-capping cap * tanh(z / cap) (Gemma 2: 50); 0: none.
+    config.model.softcap = 0.0
+    # The logits' scale; 0: 1 / sqrt(head_dim) (Gemma 2 sets query_pre_attn_scalar ** -0.5).
+    config.model.logit_scale = 0.0
+    # Llama 4's query temperature: q * (log(floor((pos + 1) / floor) + 1) * scale + 1); floor 0:
+    # none (Llama 4: 8192 and 0.1).
+    config.model.temperature_floor = 0
+    config.model.temperature_scale = 0.1
+    # Scalable-Softmax (Nakanishi 2025): queries times s_h * log(keys seen), s_h learned per head.
+    config.model.ssmax = False
 
     config.encoding = ml_collections.ConfigDict()
     # Registered encoder name: any of posenc.encodings.names() (alibi, learned, nope, rope, shaw,
@@ -97,6 +118,15 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # Encoder hyperparameters, passed to posenc.encodings.get(name, **hparams); e.g.
     # --config.encoding.hparams.base=500000 for RoPE. Unknown names are rejected.
     config.encoding.hparams = ml_collections.ConfigDict()
+
+    config.layers = ml_collections.ConfigDict()
+    # Per-layer differences (posenc/layers/pattern.py): a repeating pattern of layer kinds, layer
+    # i of kind pattern[i % len(pattern)]; empty: every layer with config.encoding and the
+    # model's attention options. Presets of published patterns: configs/architectures.py.
+    config.layers.pattern = ()
+    # Each kind: an "encoding" name with its "hparams" (none: config.encoding's) and any of the
+    # attention options above (window, sinks, qk_norm, ...; none: config.model's).
+    config.layers.kinds = ml_collections.ConfigDict()
 
     config.data = ml_collections.ConfigDict()
     # "pystdlib" (embedded default), "textdir:<path>", "tfds:<name>[/<config>]", or an

@@ -31,7 +31,8 @@ def tiny():
 def _flat_fields(config: ml_collections.ConfigDict, prefix: str = "") -> set[str]:
     out = set()
     for key, value in config.items():
-        if isinstance(value, ml_collections.ConfigDict) and key != "hparams":
+        # hparams and the layer kinds are maps the user fills: one field each.
+        if isinstance(value, ml_collections.ConfigDict) and key not in ("hparams", "kinds"):
             out |= _flat_fields(value, f"{prefix}{key}.")
         else:
             out.add(prefix + key)

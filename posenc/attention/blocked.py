@@ -33,13 +33,21 @@ of attention per layer rather than every tile's probabilities.
 
 from __future__ import annotations
 
-import math
 from typing import NamedTuple
 
 import jax
 import jax.numpy as jnp
 
-from posenc.attention.terms import NEG, bias_from_table, contextual, decay_bias, distance_table
+from posenc.attention.options import visible as visible_pairs
+from posenc.attention.terms import (
+    NEG,
+    LayerTerms,
+    bias_from_table,
+    contextual,
+    decay_bias,
+    distance_table,
+    finish_logits,
+)
 from posenc.encodings.base import Encoding, Params
 from posenc.encodings.relative import is_contiguous
 
@@ -59,17 +67,20 @@ class _Probes(NamedTuple):
 
 
 def blocked(
-    q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, block_size, k_valid=None
+    q, k, v, encoding, params, q_pos, k_pos, causal, terms, decay, block_size, k_valid=None
 ):
     """Attention over ``block_size x block_size`` tiles (module docstring); the arguments are
-    :func:`posenc.attention.core.attend`'s after ``rotate``, ``decay`` the cumulative decays
+    :func:`posenc.attention.core.attend`'s after ``rotate``, ``terms`` the layer's
+    :class:`~posenc.attention.terms.LayerTerms`, ``decay`` the cumulative decays
     ``([B, T, H], [B, S, H])`` or None. Returns ``[B, T, H, Dh]`` in ``q.dtype``."""
     t, s = q.shape[1], k.shape[1]
     n_q, n_k = -(-t // block_size), -(-s // block_size)
     q, q_pos = _pad_rows(q, q_pos, n_q * block_size)
     k, k_pos = _pad_rows(k, k_pos, n_k * block_size)
     v = _pad_to(v, n_k * block_size)
-    window = _Window(encoding, params, causal, head_dim, block_size, t, s, q_pos.shape[1], v.dtype)
+    window = _Window(
+        encoding, params, causal, terms, block_size, t, s, q_pos.shape[1], v.dtype, n_k
+    )
     tiles = _tiles(q, k, v, q_pos, k_pos, decay, k_valid, block_size)
     if not (encoding.bias_by_distance and "bias" in encoding.hooks):
         out = window.attend(tiles, table=None)
@@ -131,12 +142,24 @@ class _Window(NamedTuple):
     encoding: Encoding
     params: Params
     causal: bool
-    head_dim: int
+    terms: LayerTerms
     block: int
     t: int
     s: int
     padded_t: int
     out_dtype: jnp.dtype
+    n_k: int
+
+    def band(self) -> int:
+        """How many key tiles a query block can see under the window (all of them without
+        one): its keys span at most ``block - 1`` plus the window's reach on each side, so at
+        most ``(block - 1 + before + after) // block + 2`` tiles."""
+        window = self.terms.window
+        before = window.size - 1 if window.kind != "full" else None
+        after = window.reach_after(self.causal)
+        if before is None or after is None:
+            return self.n_k
+        return min(self.n_k, (self.block - 1 + before + after) // self.block + 2)
 
     def attend(self, tiles: _Tiles, table: jax.Array | None) -> jax.Array:
         """``[N, B, blk, H, Dh]``: each query block (``lax.map``) over the key blocks
@@ -168,15 +191,28 @@ class _Window(NamedTuple):
                     kind = jnp.where((kind == _NEAR) & jnp.all(carry[4] >= limit), saturated, kind)
                 return jax.lax.switch(kind, branches, carry, ys), None
 
+            sinks = self.terms.sinks
+            if sinks is None:
+                m0, l0 = jnp.full((b, h, blk), NEG, jnp.float32), jnp.zeros((b, h, blk))
+            else:  # the sink logit enters as one key of value zero: m = s_h, l = exp(0)
+                m0 = jnp.broadcast_to(sinks[None, :, None], (b, h, blk)).astype(jnp.float32)
+                l0 = jnp.ones((b, h, blk), jnp.float32)
             init = (
-                jnp.full((b, h, blk), NEG, jnp.float32),  # running maximum m
-                jnp.zeros((b, h, blk), jnp.float32),  # normaliser l
+                m0,  # running maximum m
+                l0.astype(jnp.float32),  # normaliser l
                 jnp.zeros((b, blk, h, d), jnp.float32),  # unnormalised output
                 jnp.zeros((b, blk, h, d), jnp.float32),  # unnormalised value term
                 # The contextual sum over the keys after the current block, per query and head.
                 jnp.zeros((b, h, blk), jnp.float32) if contextual_hook else None,
             )
             keys = (tiles.k, tiles.v, tiles.k_pos, tiles.k_start, tiles.decay_k, tiles.valid_k)
+            band = self.band()
+            if band < self.n_k:  # only the key tiles the window can reach: cost L x W, not L^2
+                lowest = q_start + (self.s - self.t) - (self.terms.window.size - 1)
+                start = jnp.clip(jnp.maximum(lowest, 0) // self.block, 0, self.n_k - band)
+                keys = jax.tree.map(
+                    lambda x: jax.lax.dynamic_slice_in_dim(x, start, band, axis=0), keys
+                )
             (_, l, acc, extra, _), _ = jax.lax.scan(key_block, init, keys, reverse=contextual_hook)
             return ((acc + extra) / l.transpose(0, 2, 1)[..., None]).astype(self.out_dtype)
 
@@ -188,10 +224,25 @@ class _Window(NamedTuple):
         return jax.lax.map(query_block, (tiles.q, tiles.q_pos, tiles.q_start, tiles.decay_q))
 
     def _kind(self, q_start, qpos_blk, kpos_blk, k_start) -> jax.Array:
-        """The branch for a key tile: ``_SKIP``, ``_NEAR``, ``_FAR_BEFORE`` (every key more
-        than the reach before every query, in every row), ``_FAR_AFTER`` (bidirectional)."""
+        """The branch for a key tile: ``_SKIP`` (no pair visible under the mask and the
+        window), ``_NEAR``, ``_FAR_BEFORE`` (every key more than the reach before every query,
+        in every row), ``_FAR_AFTER`` (bidirectional)."""
         last_visible = q_start + self.block - 1 + (self.s - self.t) if self.causal else self.s - 1
-        kind = jnp.where(k_start <= last_visible, _NEAR, _SKIP)
+        seen = k_start <= last_visible
+        window = self.terms.window
+        if not window.full:
+            first = q_start + (self.s - self.t)  # the key index of the block's first query
+            last_key = k_start + self.block - 1
+            if window.kind == "chunked":
+                seen = seen & (last_key >= (first // window.size) * window.size)
+                if not self.causal:
+                    end = ((first + self.block - 1) // window.size + 1) * window.size
+                    seen = seen & (k_start < end)
+            else:
+                seen = seen & (last_key > first - window.size)
+                if window.kind == "banded":
+                    seen = seen & (k_start < first + self.block - 1 + window.size)
+        kind = jnp.where(seen, _NEAR, _SKIP)
         reach = self.encoding.reach
         if reach is None:
             return kind
@@ -231,7 +282,7 @@ class _Window(NamedTuple):
                 else probe.content
             )
             logits = logits + content.astype(jnp.float32)
-        logits = logits / math.sqrt(self.head_dim)
+        logits = logits / self.terms.denom
         if "bias" in hooks:
             if probe is not None:
                 bias = probe.bias
@@ -242,11 +293,11 @@ class _Window(NamedTuple):
             logits = logits + bias.astype(jnp.float32)
         if decay_q_blk is not None:
             logits = logits + decay_bias((decay_q_blk, decay_k_blk))
+        logits = finish_logits(logits, self.terms)
         rows = jnp.arange(self.block)
         j = k_start + rows[None, :]  # key indices [1, blk]
-        visible = j < self.s
-        if self.causal:
-            visible = visible & (j <= q_start + rows[:, None] + (self.s - self.t))
+        i = q_start + rows[:, None] + (self.s - self.t)  # the queries' key indices [blk, 1]
+        visible = (j < self.s) & visible_pairs(i, j, self.causal, self.terms.window)
         visible = visible[None, None]  # [1, 1, blk, blk]
         if valid_k_blk is not None:
             visible = visible & valid_k_blk[:, None, None, :]  # [B|1, 1, blk, blk]

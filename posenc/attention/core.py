@@ -47,6 +47,7 @@ query (a padded source in an encoder).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import jax
@@ -54,11 +55,23 @@ import jax.numpy as jnp
 
 from posenc.attention import linear as linear_attention
 from posenc.attention.blocked import blocked
-from posenc.attention.terms import NEG, causal_mask, contextual, decay_bias, window_bias
+from posenc.attention.options import AttentionOptions, qk_normalize, query_factor
+from posenc.attention.terms import (
+    NEG,
+    LayerTerms,
+    contextual,
+    decay_bias,
+    finish_logits,
+    plain_terms,
+    softmax,
+    visibility,
+    window_bias,
+)
 from posenc.encodings.base import Encoding, Params
 
 IMPLEMENTATIONS = ("auto", "einsum", "blocked", "xla", "cudnn", *linear_attention.PATHS)
 _FUSED = ("xla", "cudnn")
+_PLAIN = AttentionOptions()
 
 
 def cudnn_supports(head_dim: int, dtype: jnp.dtype, q_len: int, k_len: int, bias: bool) -> bool:
@@ -78,8 +91,10 @@ def choose_implementation(
     platform: str | None = None,
     head_dim: int | None = None,
     k_len: int | None = None,
+    options: AttentionOptions | None = None,
 ) -> str:
-    """The path ``"auto"`` picks for this encoder, query length, dtype and platform.
+    """The path ``"auto"`` picks for this encoder, query length, dtype, platform and attention
+    options.
 
     - Encoders with a value term need the probabilities, with contextual logits the logits:
       ``einsum``, or ``blocked`` past one block.
@@ -88,12 +103,15 @@ def choose_implementation(
       queries, since a dense ``[H, T, S]`` bias would make long windows quadratic in memory.
     - Otherwise ``xla`` for windows of up to one block and ``blocked`` for longer ones (XLA's
       attention materialises ``[B, H, T, S]`` logits).
+    - Attention sinks and soft-capping act inside the softmax, which the fused kernels do not
+      expose: ``einsum`` or ``blocked``, as for a value term.
     """
     platform = platform or jax.default_backend()
     hooks = encoding.hooks
     long = q_len > block_size
     has_bias = "bias" in hooks or "log_decay" in hooks
-    if "value_term" in hooks or "contextual_logits" in hooks:
+    inside = bool((options or _PLAIN).changes_logits())
+    if "value_term" in hooks or "contextual_logits" in hooks or inside:
         return "blocked" if long else "einsum"
     gpu = platform in ("gpu", "cuda")
     if gpu and "content_logits" not in hooks and (not has_bias or not long):
@@ -104,10 +122,14 @@ def choose_implementation(
     return "blocked" if long else "xla"
 
 
-def check_implementation(encoding: Encoding, implementation: str) -> None:
+def check_implementation(
+    encoding: Encoding, implementation: str, options: AttentionOptions | None = None
+) -> None:
     """Raises a ``ValueError`` naming ``model.attention_impl`` if the path is unknown or cannot
     run ``encoding`` (a value term needs the probabilities and contextual logits need the logits,
-    which the fused kernels never form)."""
+    which the fused kernels never form) or the attention ``options`` (sinks and soft-capping act
+    inside the softmax; linear attention has neither a softmax nor a window)."""
+    options = options or _PLAIN
     if implementation not in IMPLEMENTATIONS:
         raise ValueError(
             f"model.attention_impl must be one of {list(IMPLEMENTATIONS)}, got {implementation!r}"
@@ -122,12 +144,30 @@ def check_implementation(encoding: Encoding, implementation: str) -> None:
             f"model.attention_impl={implementation!r} cannot run encoding {encoding.name!r}: "
             "its contextual logits need the attention logits; use 'auto', 'einsum' or 'blocked'"
         )
+    inside = options.changes_logits()
+    if implementation in _FUSED and inside:
+        raise ValueError(
+            f"model.attention_impl={implementation!r} cannot take {options.prefix}."
+            f"{inside[0]}: the fused kernels do not expose the softmax; use 'auto', 'einsum' or "
+            "'blocked'"
+        )
     if implementation in linear_attention.PATHS:
         reason = linear_attention.refusal(encoding)
         if reason:
             raise ValueError(
                 f"model.attention_impl={implementation!r} cannot run encoding {encoding.name!r}: "
                 f"{reason}"
+            )
+        changed = [
+            f.name
+            for f in dataclasses.fields(AttentionOptions)
+            if f.name != "prefix" and getattr(options, f.name) != getattr(_PLAIN, f.name)
+        ]
+        if changed:
+            raise ValueError(
+                f"model.attention_impl={implementation!r} takes no attention options (it has no "
+                f"softmax over keys); got {options.prefix}.{changed[0]}="
+                f"{getattr(options, changed[0])!r}"
             )
 
 
@@ -147,8 +187,13 @@ def attend(
     layer: int = 0,
     performer_features: int = 256,
     k_valid: jax.Array | None = None,
+    options: AttentionOptions | None = None,
+    learned: Params | None = None,
+    q_index: jax.Array | int | None = None,
+    norm_eps: float = 1e-6,
 ) -> jax.Array:
-    """Multi-head attention with a positional encoder's hooks applied.
+    """Multi-head attention with a positional encoder's hooks and a layer's attention options
+    applied.
 
     Args:
       q: ``[B, T, H, Dh]`` queries (already projected).
@@ -168,21 +213,32 @@ def attend(
       performer_features: ``linear_performer``'s number of random features ``m``.
       k_valid: ``[B|1, S]`` bool, the keys that exist (None: all); invalid keys are removed
         exactly (module docstring). Only on ``einsum`` and ``blocked`` (``auto`` picks one).
+      options: the layer's :class:`~posenc.attention.options.AttentionOptions` (window, sinks,
+        QK-norm, temperature, Scalable-Softmax, soft cap, logit scale); None: none.
+      learned: the options' learned parameters (``q_norm``, ``k_norm``, ``sinks``, ``ssmax``:
+        :meth:`AttentionOptions.learned`); ``{}`` or None when they have none.
+      q_index: the key index of the first query (the mask's alignment); None: ``S - T``, the
+        last query at the last key. A cache's query sits at its slot (``einsum`` only).
+      norm_eps: QK-norm's epsilon.
 
     Returns:
       ``[B, T, H, Dh]`` in ``q.dtype``.
     """
-    check_implementation(encoding, implementation)
+    options = options or _PLAIN
+    learned = learned or {}
+    check_implementation(encoding, implementation, options)
     if not isinstance(block_size, int) or block_size < 1:
         raise ValueError(f"model.attention_block_size must be a positive integer, got {block_size}")
     q_pos = jnp.atleast_2d(q_pos).astype(jnp.int32)  # [B|1, T]
     k_pos = jnp.atleast_2d(k_pos).astype(jnp.int32)  # [B|1, S]
-    if k_valid is not None:
+    if k_valid is not None or q_index is not None:
         if implementation not in ("auto", "einsum", "blocked"):
+            what = "k_valid" if k_valid is not None else "q_index"
             raise ValueError(
-                f"attend(k_valid=...) runs on 'einsum', 'blocked' or 'auto', not "
+                f"attend({what}=...) runs on 'einsum', 'blocked' or 'auto', not "
                 f"implementation={implementation!r}"
             )
+    if k_valid is not None:
         k, v, k_pos, inputs, k_valid = _remove_invalid(k, v, k_pos, inputs, k_valid)
     if implementation in linear_attention.PATHS:  # `rotate` applies to the features there
         return linear_attention.attend_linear(
@@ -199,23 +255,91 @@ def attend(
             layer=layer,
             performer_features=performer_features,
         )
+    t, s = q.shape[1], k.shape[1]
+    first = s - t if q_index is None else q_index
     # The logit scale belongs to the projected width, also when `rotate` widens q and k (PoPE).
     head_dim = q.shape[-1]
-    if "rotate" in encoding.hooks:
-        q, k = encoding.rotate(params, q, k, q_pos, k_pos)
-    decay = cumulative_decay(encoding, params, inputs, q.shape[1], k.shape[1], k_valid)
+    q, k = prepare_qk(
+        q, k, encoding, params, q_pos, k_pos, options, learned, causal, first, norm_eps
+    )
+    decay = cumulative_decay(encoding, params, inputs, t, s, k_valid)
     if implementation == "auto":
         implementation = choose_implementation(
-            encoding, q.shape[1], q.dtype, block_size, head_dim=q.shape[-1], k_len=k.shape[1]
+            encoding,
+            t,
+            q.dtype,
+            block_size,
+            head_dim=q.shape[-1],
+            k_len=s,
+            options=options,
         )
-        if k_valid is not None and implementation in _FUSED:  # the kernels take no key mask
-            implementation = "einsum"
-    args = (encoding, params, q_pos, k_pos, causal, head_dim, decay)
+        if (k_valid is not None or q_index is not None) and implementation in _FUSED:
+            implementation = "einsum"  # the kernels take no key mask and one alignment
+    terms = layer_terms(options, learned, head_dim)
+    if q_index is not None and implementation == "blocked":
+        implementation = "einsum"  # a cache's single query: one block
+    args = (encoding, params, q_pos, k_pos, causal, terms, decay)
     if implementation in _FUSED:
         return _fused(q, k, v, *args, implementation)
-    if implementation == "blocked" and q.shape[1] > block_size:
+    if implementation == "blocked" and t > block_size:
         return blocked(q, k, v, *args, block_size, k_valid)
-    return _reference(q, k, v, *args, k_valid)
+    return _reference(q, k, v, *args, k_valid, first)
+
+
+def layer_terms(options: AttentionOptions, learned: Params, head_dim: int) -> LayerTerms:
+    """The :class:`~posenc.attention.terms.LayerTerms` of a layer's options: its window, the
+    logits' divisor (``sqrt(head_dim)``, or ``1 / logit_scale``), soft cap and sink logits."""
+    if options is _PLAIN or options.default:
+        return plain_terms(head_dim)
+    denom = 1.0 / options.logit_scale if options.logit_scale else math.sqrt(head_dim)
+    sinks = learned["sinks"].astype(jnp.float32) if options.sinks else None
+    return LayerTerms(options.parsed_window, denom, float(options.softcap), sinks)
+
+
+def prepare_qk(
+    q: jax.Array,
+    k: jax.Array,
+    encoding: Encoding,
+    params: Params,
+    q_pos: jax.Array,
+    k_pos: jax.Array,
+    options: AttentionOptions,
+    learned: Params,
+    causal: bool,
+    first: jax.Array | int,
+    norm_eps: float,
+) -> tuple[jax.Array, jax.Array]:
+    """The queries and keys that meet in the logits: QK-norm before or after the encoder's
+    ``rotate`` (as the options place it), then the query factor of the temperature and
+    Scalable-Softmax (:func:`~posenc.attention.options.query_factor`).
+
+    ``first``: the key index of the first query (the alignment of the mask)."""
+    norm = options.qk_norm
+    if norm != "none" and options.qk_norm_placement == "before_rotate":
+        q, k = _qk_norm(q, k, norm, learned, norm_eps)
+    if "rotate" in encoding.hooks:
+        q, k = encoding.rotate(params, q, k, q_pos, k_pos)
+    if norm != "none" and options.qk_norm_placement == "after_rotate":
+        q, k = _qk_norm(q, k, norm, learned, norm_eps)
+    q_index = first + jnp.arange(q.shape[1])
+    factor = query_factor(options, learned, q_pos, q_index, k.shape[1], causal)
+    if factor is not None:
+        q = (q.astype(jnp.float32) * factor).astype(q.dtype)
+    return q, k
+
+
+def _qk_norm(q, k, norm, learned, eps):
+    """QK-norm of ``q`` and ``k`` over their channels (``"rms"`` with the learned scales)."""
+    if norm == "rms" and learned["q_norm"].shape[-1] != q.shape[-1]:
+        raise ValueError(
+            f"qk_norm='rms' has scales of width {learned['q_norm'].shape[-1]}, but the queries "
+            f"have {q.shape[-1]} channels here (an encoder whose rotate widens them needs "
+            "qk_norm_placement='before_rotate')"
+        )
+    return (
+        qk_normalize(q, norm, learned.get("q_norm"), eps),
+        qk_normalize(k, norm, learned.get("k_norm"), eps),
+    )
 
 
 def _remove_invalid(k, v, k_pos, inputs, k_valid):
@@ -267,19 +391,19 @@ def cumulative_decay(
     return c[:, s - t :], c
 
 
-def _logits(q, k, encoding, params, q_pos, k_pos, head_dim, decay):
-    """Float32 logits ``[B, H, T, S]`` with the encoder's content logits, bias and decay,
-    unmasked."""
+def _logits(q, k, encoding, params, q_pos, k_pos, terms, decay):
+    """Float32 logits ``[B, H, T, S]`` with the encoder's content logits, bias and decay, and
+    the layer's soft cap, unmasked."""
     hooks = encoding.hooks
     logits = jnp.einsum("BTHD,BSHD->BHTS", q, k, preferred_element_type=jnp.float32)
     if "content_logits" in hooks:
         logits = logits + encoding.content_logits(params, q, k, q_pos, k_pos).astype(jnp.float32)
-    logits = logits / math.sqrt(head_dim)
+    logits = logits / terms.denom
     if "bias" in hooks:
         logits = logits + encoding.bias(params, q_pos, k_pos).astype(jnp.float32)
     if decay is not None:
         logits = logits + decay_bias(decay)
-    return logits
+    return finish_logits(logits, terms)
 
 
 def reference_logits(
@@ -296,39 +420,47 @@ def reference_logits(
     k_valid: jax.Array | None = None,
     q_start: int | jax.Array = 0,
     total_t: int | None = None,
+    terms: LayerTerms | None = None,
+    q_index: int | jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """The logits the reference path's softmax reads, for some or all of a window's queries.
 
-    Scaled, with the encoder's content logits, bias, decay and contextual logits, masked pairs
-    at ``-1e30``; the queries' rows are independent, so a block of them gives the rows of the
-    whole window exactly (:mod:`posenc.analysis` reads long windows so, in query blocks).
+    Scaled, with the encoder's content logits, bias, decay and contextual logits and the layer's
+    soft cap, masked pairs (the causal mask, the window, invalid keys) at ``-1e30``; the queries'
+    rows are independent, so a block of them gives the rows of the whole window exactly
+    (:mod:`posenc.analysis` reads long windows so, in query blocks). A layer's sinks enter the
+    softmax (:func:`posenc.attention.terms.softmax`), not the logits.
 
     Args:
       q: ``[B, t, H, Dh']`` queries ``q_start .. q_start + t - 1`` of the window's ``total_t``,
-        after ``rotate`` (applied to the whole window: some rotations read all its positions).
-      k: ``[B, S, H, Dh']`` keys after ``rotate``.
+        after :func:`prepare_qk` (applied to the whole window: some rotations read all its
+        positions).
+      k: ``[B, S, H, Dh']`` keys after :func:`prepare_qk`.
       encoding, params: the bound encoder and its parameters.
       q_pos: ``[B|1, t]`` the queries' positions; k_pos: ``[B|1, S]``.
       causal: mask keys after the query (the window's last query sees the last key).
-      head_dim: the projected width (the logit scale is ``1/sqrt(head_dim)``).
+      head_dim: the projected width (the logit scale is ``1/sqrt(head_dim)`` unless ``terms``
+        say otherwise).
       decay: :func:`cumulative_decay` sliced to these queries, or None.
       k_valid: ``[B|1, S]`` bool, the keys that exist (None: all).
       q_start: the first query's index in the window (an int or a traced scalar).
       total_t: the window's queries (default ``t``).
+      terms: the layer's :class:`~posenc.attention.terms.LayerTerms` (None: no options).
+      q_index: the key index of the window's first query (None: ``S - total_t``).
 
     Returns:
       ``[B, H, t, S]`` float32 logits and the ``[B|1, 1, t, S]`` bool mask of visible pairs.
     """
     t, s = q.shape[1], k.shape[1]
     total_t = t if total_t is None else total_t
-    logits = _logits(q, k, encoding, params, q_pos, k_pos, head_dim, decay)
-    if causal:
-        visible = causal_mask(t, s, total_t, q_start)[None, None]
-    else:
-        visible = jnp.ones((1, 1, t, s), bool)
+    terms = plain_terms(head_dim) if terms is None else terms
+    first = (s - total_t if q_index is None else q_index) + q_start
+    logits = _logits(q, k, encoding, params, q_pos, k_pos, terms, decay)
+    pairs = visibility(t, s, first, causal, terms.window)
+    visible = jnp.ones((1, 1, t, s), bool) if pairs is None else pairs[None, None]
     if k_valid is not None:
         visible = visible & k_valid[:, None, None, :]  # [B|1, 1, t, S]
-    if causal or k_valid is not None:
+    if pairs is not None or k_valid is not None:
         logits = jnp.where(visible, logits, NEG)
     if "contextual_logits" in encoding.hooks:
         carry = jnp.zeros((q.shape[0], q.shape[2], t), jnp.float32)  # [B, H, t]
@@ -336,7 +468,9 @@ def reference_logits(
     return logits, visible
 
 
-def _reference(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, k_valid=None):
+def _reference(
+    q, k, v, encoding, params, q_pos, k_pos, causal, terms, decay, k_valid=None, first=None
+):
     """Explicit logits and probabilities; the definition every other path is tested against."""
     logits, _ = reference_logits(
         q,
@@ -346,18 +480,20 @@ def _reference(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay,
         q_pos=q_pos,
         k_pos=k_pos,
         causal=causal,
-        head_dim=head_dim,
+        head_dim=q.shape[-1],
         decay=decay,
         k_valid=k_valid,
+        terms=terms,
+        q_index=first,
     )
-    probs = jax.nn.softmax(logits, axis=-1)  # [B, H, T, S] float32
+    probs = softmax(logits, terms.sinks)  # [B, H, T, S] float32
     out = jnp.einsum("BHTS,BSHD->BTHD", probs.astype(v.dtype), v)
     if "value_term" in encoding.hooks:
         out = out + encoding.value_term(params, probs, q_pos, k_pos).astype(out.dtype)
     return out.astype(q.dtype)
 
 
-def _fused(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, implementation):
+def _fused(q, k, v, encoding, params, q_pos, k_pos, causal, terms, decay, implementation):
     """``jax.nn.dot_product_attention`` with the encoder's logits as its bias input.
 
     The bias is summed in float32. XLA's implementation adds it to its float32 logits as it is;
@@ -365,13 +501,16 @@ def _fused(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, imp
     The kernels take one width for ``q``, ``k`` and ``v``: when ``rotate`` changed the width of
     ``q`` and ``k``, the narrower side is padded with zero channels, which change neither
     ``q . k`` nor ``p . v``, and the output is cut back to ``v``'s width.
+
+    A window enters as the kernel's local window where it has one (a sliding window over a
+    square causal window: cuDNN's sliding-window attention) and as a mask otherwise.
     """
     hooks = encoding.hooks
     t, s = q.shape[1], k.shape[1]
     bias = None
     if "content_logits" in hooks:
         content = encoding.content_logits(params, q, k, q_pos, k_pos).astype(jnp.float32)
-        bias = content / math.sqrt(head_dim)
+        bias = content / terms.denom
     if "bias" in hooks:
         extra = window_bias(encoding, params, q_pos, k_pos)
         bias = extra if bias is None else bias + extra
@@ -380,9 +519,13 @@ def _fused(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, imp
         bias = extra if bias is None else bias + extra
     if bias is not None and implementation == "cudnn":
         bias = bias.astype(q.dtype)
-    mask = None
-    if causal and t != s:
-        mask = causal_mask(t, s, t, 0)[None, None]  # [1, 1, T, S]
+    window = terms.window
+    mask, local, is_causal = None, None, causal and t == s
+    if is_causal and window.kind in ("sliding", "banded"):
+        local = (window.size - 1, 0)  # the kernel's own local window
+    elif (causal and t != s) or not window.full:
+        mask = visibility(t, s, s - t, causal, window)[None, None]  # [1, 1, T, S]
+        is_causal = False
     width, v_width = max(q.shape[-1], v.shape[-1]), v.shape[-1]
     q, k, v = (_pad_channels(x, width) for x in (q, k, v))
     out = jax.nn.dot_product_attention(
@@ -391,8 +534,9 @@ def _fused(q, k, v, encoding, params, q_pos, k_pos, causal, head_dim, decay, imp
         v,
         bias=bias,
         mask=mask,
-        scale=1.0 / math.sqrt(head_dim),
-        is_causal=causal and t == s,
+        scale=1.0 / terms.denom,
+        is_causal=is_causal,
+        local_window_size=local,
         implementation=implementation,
     )
     return out if width == v_width else out[..., :v_width]

@@ -13,9 +13,13 @@ positions) call the bias per pair, chosen once per window with ``lax.cond``.
 
 from __future__ import annotations
 
+import math
+from typing import NamedTuple
+
 import jax
 import jax.numpy as jnp
 
+from posenc.attention.options import Window, visible
 from posenc.encodings.base import Encoding, Params
 from posenc.encodings.relative import is_contiguous, rel_shift
 
@@ -24,11 +28,57 @@ from posenc.encodings.relative import is_contiguous, rel_shift
 NEG = -1e30
 
 
+class LayerTerms(NamedTuple):
+    """What a layer's attention options (:mod:`posenc.attention.options`) add on every path
+    beside the encoder's hooks: the ``window``, the logits' divisor ``denom`` (``sqrt(head_dim)``,
+    or ``1 / logit_scale``), the ``softcap`` (0: none) and the per-head sink logits ``sinks``
+    (``[H]`` float32, or None)."""
+
+    window: Window
+    denom: float
+    softcap: float = 0.0
+    sinks: jax.Array | None = None
+
+
+def plain_terms(head_dim: int) -> LayerTerms:
+    """The terms of attention without options: full window, ``1 / sqrt(head_dim)``."""
+    return LayerTerms(Window(), math.sqrt(head_dim))
+
+
 def causal_mask(t: int, s: int, total_t: int, q_start: jax.Array | int) -> jax.Array:
     """``[T, S]`` bool: query ``q_start + i`` of ``total_t`` queries may see key ``j``."""
     i = q_start + jnp.arange(t)[:, None]
     j = jnp.arange(s)[None, :]
     return j <= i + (s - total_t)
+
+
+def visibility(
+    t: int, s: int, first: jax.Array | int, causal: bool, window: Window
+) -> jax.Array | None:
+    """``[T, S]`` bool: the query at key index ``first + i`` may see key ``j`` (the causal mask
+    and the window), or None when every pair is visible (no causal mask, full window)."""
+    if not causal and window.full:
+        return None
+    i = first + jnp.arange(t)[:, None]
+    j = jnp.arange(s)[None, :]
+    return visible(i, j, causal, window)
+
+
+def finish_logits(logits: jax.Array, terms: LayerTerms) -> jax.Array:
+    """Scaled logits through the soft cap (``cap * tanh(z / cap)``), if any."""
+    if terms.softcap:
+        return terms.softcap * jnp.tanh(logits / terms.softcap)
+    return logits
+
+
+def softmax(logits: jax.Array, sinks: jax.Array | None) -> jax.Array:
+    """Softmax over the last axis of ``[B, H, T, S]`` float32 logits; with ``sinks [H]`` each
+    head's sink logit joins the denominator only (its probability is dropped)."""
+    if sinks is None:
+        return jax.nn.softmax(logits, axis=-1)
+    sink = jnp.broadcast_to(sinks[None, :, None, None], (*logits.shape[:3], 1))
+    both = jax.nn.softmax(jnp.concatenate([logits, sink.astype(logits.dtype)], axis=-1), axis=-1)
+    return both[..., :-1]
 
 
 def decay_bias(decay: tuple[jax.Array, jax.Array]) -> jax.Array:

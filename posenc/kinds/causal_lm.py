@@ -41,6 +41,7 @@ from posenc.kinds.common import (
     require_int,
     short_info,
     validate_batch_split,
+    validate_layers,
     validate_optim,
 )
 from posenc.kinds.registry import register
@@ -214,6 +215,7 @@ class CausalLM(RunKind):
 
         t = config.train
         require_int("train.seq_len", t.seq_len, 2)
+        validate_layers(config, model_cfg, t.seq_len)  # the layer pattern and its windows
         require_int("train.batch_size", t.batch_size)
         require_int("train.steps", t.steps, 1)  # 0 would train nothing and write nothing
         require_int("train.log_every", t.log_every)

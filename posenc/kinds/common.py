@@ -176,3 +176,27 @@ def check_source(
             f"model.vocab_size={config.model.vocab_size} is smaller than the {vocab} token ids "
             f"of data.source={config.data.source!r}'s tokenizer; use model.vocab_size >= {vocab}"
         )
+
+
+def validate_layers(config: ml_collections.ConfigDict, model: Any, seq_len: int) -> None:
+    """The ``layers`` section and the attention options (:mod:`posenc.layers.pattern`): known
+    kinds and fields, each kind's encoder bound to the model's shape and mask, and no window
+    larger than the training length ``seq_len`` (it would mask nothing the model trains on);
+    one-line errors naming the field."""
+    from posenc import encodings
+    from posenc.models.build import layer_kinds
+
+    kinds = layer_kinds(config, model)
+    named = [("model.window", model.attention_options())]
+    for kind in kinds:
+        named.append((f"layers.kinds.{kind.name}.window", kind.options))
+        if kind.encoding is not None:
+            with encodings.registry.fields_as_set(kind.encoding.name):
+                kind.encoding.bind(model.dims).check_causal(model.causal)
+    for field, options in named:
+        window = options.parsed_window
+        if not window.full and window.size > seq_len:
+            raise ValueError(
+                f"{field}={options.window!r} is larger than train.seq_len={seq_len}: it would "
+                f"mask nothing in training; use a size <= {seq_len} or 'full'"
+            )

@@ -34,6 +34,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from posenc.attention.options import AttentionOptions
 from posenc.devices import sharding
 from posenc.encodings.base import Encoding, Params
 from posenc.layers.attention import CrossAttention, SelfAttention
@@ -41,7 +42,7 @@ from posenc.layers.cache import CrossCache, LayerCache
 from posenc.layers.config import ModelConfig
 from posenc.layers.mlp import Mlp
 from posenc.layers.norms import make_norm
-from posenc.layers.params import encoder_params, values
+from posenc.layers.params import encoder_params, option_params, values
 
 # ``model.remat`` -> what ``jax.checkpoint`` keeps of a block for the backward pass ("none": no
 # checkpoint, every intermediate kept). "full" keeps the block's inputs only (MaxText's "full");
@@ -72,6 +73,10 @@ class Block(nnx.Module):
       layer: the block's index in its stack (fixes the ``linear_performer`` random features).
       cross: add cross-attention over an encoder output (an encoder-decoder's decoder).
       causal: mask keys after the query; None: ``config.causal``.
+      options: this layer's attention options (window, sinks, QK-norm, ...); None: the
+        model's (``config.attention_options()``).
+      kind: the name of the layer's kind in a pattern (:mod:`posenc.layers.pattern`), None
+        without one.
     """
 
     def __init__(
@@ -83,6 +88,8 @@ class Block(nnx.Module):
         layer: int = 0,
         cross: bool = False,
         causal: bool | None = None,
+        options: AttentionOptions | None = None,
+        kind: str | None = None,
     ):
         if cross and config.residual == "parallel":
             raise ValueError(
@@ -94,6 +101,8 @@ class Block(nnx.Module):
         self.config = config
         self.encoding = encoding
         self.layer = layer
+        self.kind = kind
+        self.options = config.attention_options() if options is None else options
         self.causal = config.causal if causal is None else causal
         self.pre_norm = config.norm_position == "pre"
         self.parallel = config.residual == "parallel"
@@ -129,6 +138,9 @@ class Block(nnx.Module):
         self.pos_params = (
             encoder_params(encoding, rngs) if encoding.param_scope == "layer" else None
         )
+        # The attention options' own parameters (QK-norm scales, sinks, SSMax's s): constants
+        # at initialisation, drawing no key, so the other parameters stay as they were.
+        self.attn_params = option_params(self.options, dims.num_heads, dims.head_dim)
 
     def __call__(
         self,
@@ -220,6 +232,7 @@ class Block(nnx.Module):
             layer=self.layer,
             performer_features=config.performer_features,
             k_valid=k_valid,
+            **self._options(),
         )
         out = sharding.constrain(self._finish(x, attn, rngs, cross), sharding.ACTIVATION)
         return out, LayerCache(h=h, k=k, v=v)
@@ -280,6 +293,8 @@ class Block(nnx.Module):
             inputs=cache.h,
             layer=self.layer,
             k_valid=k_valid,
+            q_index=slot,
+            **self._options(),
         )
         return self._finish(x, attn, (None, None, None), cross), cache
 
@@ -302,6 +317,15 @@ class Block(nnx.Module):
     def _params(self, shared_params: Params) -> Params:
         """This layer's encoder parameters."""
         return shared_params if self.pos_params is None else values(self.pos_params)
+
+    def _options(self) -> dict:
+        """:func:`~posenc.attention.core.attend`'s keywords for the layer's attention options
+        (none when it has the defaults, so the call is posenc's original one)."""
+        if self.options.default:
+            return {}
+        return dict(
+            options=self.options, learned=values(self.attn_params), norm_eps=self.config.norm_eps
+        )
 
     def _norm_in(self, norm: nnx.Module, x: jax.Array) -> jax.Array:
         """A sublayer's input in the compute dtype: ``norm(x)`` (pre-norm) or ``x`` (post)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 
 from posenc.attention.core import IMPLEMENTATIONS
+from posenc.attention.options import OPTION_FIELDS, AttentionOptions
 from posenc.encodings.base import Dims
 from posenc.layers.mlp import ACTIVATIONS as HEAD_ACTIVATIONS
 from posenc.layers.mlp import MLP_KINDS
@@ -72,6 +73,10 @@ class ModelConfig:
         intermediate; ``"full"`` only its input, recomputing the block in the backward pass;
         ``"dots"`` the outputs of the weight matmuls (projections and MLP), recomputing
         attention and the elementwise ops. It changes memory and time, never the numbers.
+      window, sinks, qk_norm, qk_norm_placement, softcap, logit_scale, temperature_floor,
+        temperature_scale, ssmax: every layer's attention options
+        (:class:`posenc.attention.options.AttentionOptions`; a layer kind of ``config.layers``
+        may override each); the defaults change nothing.
     """
 
     vocab_size: int = 257
@@ -104,6 +109,15 @@ class ModelConfig:
     head_transform: str | None = None
     output_bias: bool = False
     remat: str = "none"
+    window: str = "full"
+    sinks: bool = False
+    qk_norm: str = "none"
+    qk_norm_placement: str = "before_rotate"
+    softcap: float = 0.0
+    logit_scale: float = 0.0
+    temperature_floor: int = 0
+    temperature_scale: float = 0.1
+    ssmax: bool = False
 
     def __post_init__(self):
         positive = ("vocab_size", "num_layers", "model_dim", "num_heads", "mlp_dim")
@@ -161,11 +175,19 @@ class ModelConfig:
                 f"model.head_transform must be None or one of {list(HEAD_ACTIVATIONS)}, got "
                 f"{self.head_transform!r}"
             )
+        self.attention_options()  # checks the options, naming model.<field>
         if self.residual == "parallel" and self.norm_position == "post":
             raise ValueError(
                 "model.residual='parallel' needs model.norm_position='pre' (a parallel block "
                 "norms its input once for both branches)"
             )
+
+    def attention_options(self, **overrides: object) -> AttentionOptions:
+        """Every layer's attention options, with a layer kind's ``overrides`` (their errors name
+        ``prefix``, ``model`` by default)."""
+        fields = {name: getattr(self, name) for name in OPTION_FIELDS}
+        prefix = overrides.pop("prefix", "model")
+        return AttentionOptions(**{**fields, **overrides}, prefix=prefix)
 
     @property
     def dims(self) -> Dims:

@@ -12,8 +12,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import jax
+import jax.numpy as jnp
 from flax import nnx
 
+from posenc.attention.options import AttentionOptions
 from posenc.encodings.base import Encoding, Params
 
 # Metadata key of a parameter's logical axis names.
@@ -64,3 +66,26 @@ def encoder_params(encoding: Encoding, rngs: nnx.Rngs) -> nnx.Dict:
 def values(params: nnx.Dict | None) -> Params:
     """The plain arrays of :func:`encoder_params` (``{}`` for None), as the hooks take them."""
     return {} if params is None else {name: p[...] for name, p in params.items()}
+
+
+# The logical axes of the attention options' parameters.
+_OPTION_AXES = {
+    "q_norm": ("head_dim",),
+    "k_norm": ("head_dim",),
+    "sinks": ("heads",),
+    "ssmax": ("heads",),
+}
+
+
+def option_params(options: AttentionOptions, num_heads: int, head_dim: int) -> nnx.Dict | None:
+    """The learned parameters of a layer's attention options (QK-norm scales, sink logits,
+    Scalable-Softmax's ``s``) at their initial values, float32; None when there are none."""
+    learned = options.learned(num_heads, head_dim)
+    if not learned:
+        return None
+    return nnx.Dict(
+        {
+            name: param(jnp.full(shape, value, jnp.float32), _OPTION_AXES[name])
+            for name, (shape, value) in learned.items()
+        }
+    )

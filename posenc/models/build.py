@@ -10,6 +10,7 @@ from flax import nnx
 
 from posenc import encodings
 from posenc.layers.config import ModelConfig
+from posenc.layers.pattern import OPTION_FIELDS, LayerKind, check_pattern
 from posenc.layers.pool import HeadConfig
 from posenc.models.classifier import Classifier
 from posenc.models.encdec import EncoderDecoder
@@ -48,6 +49,39 @@ def make_encoding(config: ml_collections.ConfigDict) -> encodings.Encoding:
     return encodings.get(config.encoding.name, **config.encoding.hparams.to_dict())
 
 
+def layer_kinds(
+    config: ml_collections.ConfigDict, model: ModelConfig | None = None
+) -> tuple[LayerKind, ...]:
+    """The layer kinds of ``config.layers`` in pattern order, one entry per pattern slot (empty
+    without a pattern), each with its encoder (None: the model's) and its options (the model's,
+    with the kind's overrides); one-line errors naming ``layers.<field>``
+    (:mod:`posenc.layers.pattern`)."""
+    section = config.get("layers")
+    pattern = tuple(section.get("pattern", ())) if section is not None else ()
+    kinds = section.kinds.to_dict() if section is not None and "kinds" in section else {}
+    if not pattern and not kinds:
+        return ()
+    model = model_config(config) if model is None else model
+    check_pattern(pattern, kinds, model.num_layers)
+    built = {}
+    for name, fields in kinds.items():
+        overrides = {k: fields[k] for k in OPTION_FIELDS if k in fields}
+        options = model.attention_options(**overrides, prefix=f"layers.kinds.{name}")
+        encoding = None
+        if fields.get("encoding") is not None:
+            try:
+                encoding = encodings.get(fields["encoding"], **dict(fields.get("hparams") or {}))
+            except (KeyError, ValueError, TypeError) as error:
+                raise ValueError(f"layers.kinds.{name}: {error}") from None
+        elif fields.get("hparams"):
+            raise ValueError(
+                f"layers.kinds.{name}.hparams is set without layers.kinds.{name}.encoding; name "
+                "the kind's encoder (the model's takes encoding.hparams)"
+            )
+        built[name] = LayerKind(name, encoding, options)
+    return tuple(built[name] for name in pattern)
+
+
 def build(
     config: ml_collections.ConfigDict, seed: int | None = None
 ) -> Transformer | EncoderDecoder | Classifier:
@@ -57,6 +91,14 @@ def build(
     name = assembly(config)
     # The classifier's head is the one part an assembly adds beyond the shared ModelConfig.
     extra = (head_config(config),) if name == "classifier" else ()
-    return ASSEMBLIES[name](
-        model_config(config), make_encoding(config), *extra, rngs=nnx.Rngs(seed)
-    )
+    model = model_config(config)
+    layers = layer_kinds(config, model)
+    kwargs = {}
+    if layers:
+        if name == "encoder_decoder":
+            raise ValueError(
+                "layers.pattern applies to the decoder-only and classifier assemblies, not to "
+                "model.assembly='encoder_decoder'"
+            )
+        kwargs["layers"] = layers
+    return ASSEMBLIES[name](model, make_encoding(config), *extra, rngs=nnx.Rngs(seed), **kwargs)

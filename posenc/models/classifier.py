@@ -25,6 +25,7 @@ from posenc.layers.block import dropout
 from posenc.layers.config import ModelConfig
 from posenc.layers.embed import TokenEmbedding
 from posenc.layers.norms import make_norm
+from posenc.layers.pattern import LayerKind
 from posenc.layers.pool import HeadConfig, PooledHead, SegmentEmbedding
 from posenc.models.lm import Stack, bind_encoding, default_positions
 
@@ -44,7 +45,13 @@ class Classifier(Stack):
     """
 
     def __init__(
-        self, config: ModelConfig, encoding: Encoding, head: HeadConfig, *, rngs: nnx.Rngs
+        self,
+        config: ModelConfig,
+        encoding: Encoding,
+        head: HeadConfig,
+        *,
+        rngs: nnx.Rngs,
+        layers: tuple[LayerKind, ...] | None = None,
     ):
         if config.causal:
             raise ValueError(
@@ -65,7 +72,14 @@ class Classifier(Stack):
             if config.embed_norm
             else None
         )
-        super().__init__(config, encoding, num_layers=config.num_layers, causal=False, rngs=rngs)
+        super().__init__(
+            config,
+            encoding,
+            num_layers=config.num_layers,
+            causal=False,
+            rngs=rngs,
+            layers=layers,
+        )
         self.final_norm = (
             make_norm(config.norm, config.model_dim, eps=config.norm_eps, rngs=rngs)
             if config.norm_position == "pre"
@@ -127,9 +141,9 @@ class Classifier(Stack):
             x = self.embed_norm(x)
         rngs = jax.random.split(rng, config.num_layers + 1) if rng is not None else None
         x = dropout(x, config.dropout, None if rngs is None else rngs[-1])
-        positions, shared = given.astype(jnp.int32), self.shared()
+        positions, shared = given.astype(jnp.int32), self.layer_shared()
         for i, block in enumerate(self.blocks):
-            x = block(x, positions, shared, None if rngs is None else rngs[i], k_valid=mask)
+            x = block(x, positions, shared[i], None if rngs is None else rngs[i], k_valid=mask)
         return x if self.final_norm is None else self.final_norm(x)
 
     @staticmethod

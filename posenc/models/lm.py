@@ -42,23 +42,34 @@ from posenc.layers.embed import (
 )
 from posenc.layers.norms import make_norm
 from posenc.layers.params import encoder_params, values
+from posenc.layers.pattern import LayerKind, layer_of
 
 # Folded into the model's key for `augment_positions` (any constant; "CAPE" in ASCII).
 _AUGMENT_STREAM = 0x43415045
 
 
-def bind_encoding(encoding: Encoding, config: ModelConfig, causal: bool) -> Encoding:
+def bind_encoding(
+    encoding: Encoding, config: ModelConfig, causal: bool, kind: LayerKind | None = None
+) -> Encoding:
     """``encoding`` bound to the model's dimensions and checked against it: input terms need
-    shared parameters, the attention path must take the encoder, causal-only encoders refuse
-    ``causal=False``; one-line errors before anything is traced."""
+    shared parameters (and belong to the whole model, not to a layer ``kind``), the attention
+    path must take the encoder and the options, causal-only encoders refuse ``causal=False``;
+    one-line errors before anything is traced."""
     encoding = encoding.bind(config.dims)
     input_hooks = {"embed", "embed_tokens"} & set(encoding.hooks)
+    if input_hooks and kind is not None:
+        raise ValueError(
+            f"layers.kinds.{kind.name}.encoding={encoding.name!r} adds an input embedding, "
+            "which belongs to the whole model, not to a layer: set it as encoding.name and "
+            "give the kind an encoder that acts in attention (or none)"
+        )
     if input_hooks and encoding.param_scope != "shared":
         raise ValueError(
             f"encoding {encoding.name!r} adds an input embedding, so its parameters must be "
             "shared (param_scope='shared')"
         )
-    check_implementation(encoding, config.attention_impl)
+    options = config.attention_options() if kind is None else kind.options
+    check_implementation(encoding, config.attention_impl, options)
     encoding.check_causal(causal)
     return encoding
 
@@ -74,6 +85,9 @@ class Stack(nnx.Module):
       causal: mask keys after the query.
       cross: blocks with cross-attention (an encoder-decoder's decoder).
       rngs: initialisation streams.
+      layers: the layer kinds of a pattern, repeated over the blocks
+        (:mod:`posenc.layers.pattern`); None or empty: every block with ``encoding`` and the
+        config's attention options.
     """
 
     def __init__(
@@ -85,22 +99,57 @@ class Stack(nnx.Module):
         causal: bool,
         cross: bool = False,
         rngs: nnx.Rngs,
+        layers: tuple[LayerKind, ...] | None = None,
     ):
         self.config = config
         self.encoding = encoding
         self.shared_pos_params = (
             encoder_params(encoding, rngs) if encoding.param_scope == "shared" else None
         )
-        self.blocks = nnx.List(
-            [
-                Block(config, encoding, rngs=rngs, layer=i, cross=cross, causal=causal)
-                for i in range(num_layers)
-            ]
-        )
+        self.layers = tuple(layers or ())
+        # Each kind's bound encoder, and one set of parameters per kind for a shared-scope one.
+        bound = {
+            kind.name: encoding
+            if kind.encoding is None
+            else bind_encoding(kind.encoding, config, causal, kind)
+            for kind in self.layers
+        }
+        for kind in self.layers:
+            if kind.encoding is None:
+                check_implementation(encoding, config.attention_impl, kind.options)
+        own = {
+            kind.name: encoder_params(bound[kind.name], rngs)
+            for kind in self.layers
+            if kind.encoding is not None and bound[kind.name].param_scope == "shared"
+        }
+        self.kind_pos_params = nnx.Dict(own) if own else None
+        blocks = []
+        for i in range(num_layers):
+            kind = layer_of(self.layers, i) if self.layers else None
+            blocks.append(
+                Block(
+                    config,
+                    encoding if kind is None else bound[kind.name],
+                    rngs=rngs,
+                    layer=i,
+                    cross=cross,
+                    causal=causal,
+                    options=None if kind is None else kind.options,
+                    kind=None if kind is None else kind.name,
+                )
+            )
+        self.blocks = nnx.List(blocks)
 
     def shared(self) -> Params:
         """The encoder's shared parameters (``{}`` if none)."""
         return values(self.shared_pos_params)
+
+    def layer_shared(self, shared: Params | None = None) -> list[Params]:
+        """The shared encoder parameters each block reads: its kind's (a pattern's kind with a
+        shared-scope encoder of its own) or the model's (``shared``, default :meth:`shared`)."""
+        shared = self.shared() if shared is None else shared
+        own = {name: values(p) for name, p in (self.kind_pos_params or {}).items()}
+        return [own.get(block.kind, shared) for block in self.blocks]
 
     def input_terms(
         self, tokens_x: jax.Array, positions: jax.Array, rng: jax.Array | None
@@ -158,7 +207,14 @@ class Transformer(Stack):
       rngs: parameter initialisation RNG streams.
     """
 
-    def __init__(self, config: ModelConfig, encoding: Encoding, *, rngs: nnx.Rngs):
+    def __init__(
+        self,
+        config: ModelConfig,
+        encoding: Encoding,
+        *,
+        rngs: nnx.Rngs,
+        layers: tuple[LayerKind, ...] | None = None,
+    ):
         encoding = bind_encoding(encoding, config, config.causal)
         self.config = config
         self.encoding = encoding
@@ -173,7 +229,12 @@ class Transformer(Stack):
             else None
         )
         super().__init__(
-            config, encoding, num_layers=config.num_layers, causal=config.causal, rngs=rngs
+            config,
+            encoding,
+            num_layers=config.num_layers,
+            causal=config.causal,
+            rngs=rngs,
+            layers=layers,
         )
         self.final_norm = (
             make_norm(config.norm, config.model_dim, eps=config.norm_eps, rngs=rngs)
@@ -236,14 +297,14 @@ class Transformer(Stack):
         config = self.config
         given = default_positions(self.encoding, positions, tokens.shape[1])  # [B|1, T]
         positions = given.astype(jnp.int32)
-        shared = self.shared()
+        shared = self.layer_shared()
 
         x = self.embed_inputs(tokens, given, rng=rng)  # [B, T, D] float32
         rngs = jax.random.split(rng, config.num_layers + 1) if rng is not None else None
         x = dropout(x, config.dropout, None if rngs is None else rngs[-1])
         caches = []
         for i, block in enumerate(self.blocks):
-            x, cache = block.forward(x, positions, shared, None if rngs is None else rngs[i])
+            x, cache = block.forward(x, positions, shared[i], None if rngs is None else rngs[i])
             caches.append(cache)
         return self.head(x), caches
 
@@ -276,13 +337,13 @@ class Transformer(Stack):
                 "model.causal=False: decoding with a key/value cache needs a causal model"
             )
         positions = jnp.atleast_2d(positions).astype(jnp.int32)  # [B|1, S]
-        shared = self.shared()
+        shared = self.layer_shared()
         x = self.embed_inputs(tokens, positions)  # [B, S, D] float32
         x = jax.lax.dynamic_slice_in_dim(x, slot, 1, axis=1)  # [B, 1, D]
         k_valid = jnp.arange(tokens.shape[1])[None, :] <= slot  # [1, S]
         new_caches = []
-        for block, cache in zip(self.blocks, caches, strict=True):
-            x, cache = block.decode(x, cache, slot, positions, k_valid, shared)
+        for block, cache, own in zip(self.blocks, caches, shared, strict=True):
+            x, cache = block.decode(x, cache, slot, positions, k_valid, own)
             new_caches.append(cache)
         return self.head(x), new_caches
 

@@ -76,7 +76,7 @@ def forward(
             "model.mem_len=0 with it"
         )
     memory = jax.lax.stop_gradient(memory)  # the paper's SG(h^{n-1}_tau)
-    shared = model.shared()
+    shared = model.layer_shared()
 
     x = model.embed_inputs(tokens, given[:, m:], rng=rng)  # the segment's input terms
     rngs = jax.random.split(rng, config.num_layers + 1) if rng is not None else None
@@ -84,7 +84,7 @@ def forward(
     inputs = []  # the residual stream entering each layer, for the next memory
     for i, block in enumerate(model.blocks):
         inputs.append(x)
-        x = block(x, positions, shared, None if rngs is None else rngs[i], memory=memory[i])
+        x = block(x, positions, shared[i], None if rngs is None else rngs[i], memory=memory[i])
     logits = model.head(x)
     keep = config.mem_len if mem_len is None else mem_len
     states = jnp.concatenate([memory, jnp.stack(inputs)], axis=2)  # [L, B, M + T, D]

@@ -240,6 +240,18 @@ ADDED_FIELDS = {
     "model.head_transform": None,
     "model.output_bias": False,
     "model.remat": "none",
+    # The attention options (posenc.attention.options) and the layer pattern, off.
+    "model.window": "full",
+    "model.sinks": False,
+    "model.qk_norm": "none",
+    "model.qk_norm_placement": "before_rotate",
+    "model.softcap": 0.0,
+    "model.logit_scale": 0.0,
+    "model.temperature_floor": 0,
+    "model.temperature_scale": 0.1,
+    "model.ssmax": False,
+    "layers.pattern": (),
+    "layers.kinds": {},
 }
 
 
