@@ -97,7 +97,7 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # A learned sink logit per head in the softmax's denominator (gpt-oss).
     config.model.sinks = False
     # QK-norm: "none", "rms" (learned scale per channel: Qwen3, Gemma 3) or "l2" (Llama 4's,
-    # no scale), "before_rotate" (Qwen3, Gemma 3) or "after_rotate" (Llama 4) the encoder's rotation.
+    # no scale); "before_rotate" (Qwen3, Gemma 3) or "after_rotate" (Llama 4) the rotation.
     config.model.qk_norm = "none"
     config.model.qk_norm_placement = "before_rotate"
     # Logit soft-capping cap * tanh(z / cap) (Gemma 2: 50); 0: none.
