@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from posenc.attention.options import OPTION_FIELDS, AttentionOptions
 from posenc.hf.fields import HFConfig
 from posenc.layers.config import ModelConfig
 
@@ -377,6 +378,10 @@ def common_misfits(spec: Spec, family: str, **needs: Any) -> list[str]:
         out.append("model.mem_len (Transformer-XL memory)")
     if m.attention_impl in ("linear", "linear_performer"):
         out.append(f"model.attention_impl={m.attention_impl!r}")
+    options, plain = m.attention_options(), AttentionOptions()
+    for field in OPTION_FIELDS:
+        if field not in needs and getattr(options, field) != getattr(plain, field):
+            out.append(f"model.{field}={getattr(options, field)!r} (an attention option)")
     for field, allowed in needs.items():
         allowed = allowed if isinstance(allowed, tuple) else (allowed,)
         if getattr(m, field) not in allowed:

@@ -289,7 +289,14 @@ def _copy_tokenizer(src: str, dst: str) -> list[str]:
 
 
 def spec_of_run(config: ml_collections.ConfigDict, extra: dict[str, Any] | None = None) -> Spec:
-    """The :class:`Spec` of a run config (hyperparameters with their defaults filled in)."""
+    """The :class:`Spec` of a run config (hyperparameters with their defaults filled in); a
+    config with a layer pattern is refused in one line (no family posenc writes holds one)."""
+    layers = config.get("layers")
+    if layers is not None and tuple(layers.get("pattern", ())):
+        raise ValueError(
+            f"layers.pattern={tuple(layers.pattern)!r}: no Hugging Face family posenc writes "
+            "holds per-layer kinds; export a model without a layer pattern"
+        )
     hparams = encodings.get(config.encoding.name, **config.encoding.hparams.to_dict()).hparams()
     return Spec(
         model=model_config(config),

@@ -290,3 +290,44 @@ def test_a_run_whose_tokenizer_was_damaged_later_is_refused_in_one_line(tmp_path
         posenc.load_run(str(workdir))
     assert str(workdir / "tokenizer" / "tokenizer.json") in str(info.value)
     assert "\n" not in str(info.value)
+
+
+def _llama_like_config():
+    from configs.base import get_config
+
+    config = get_config("tiny")
+    config.model.update(
+        norm="rmsnorm",
+        mlp="swiglu",
+        mlp_bias=False,
+        scale_embeddings=False,
+        tie_embeddings=False,
+        norm_eps=1e-5,
+    )
+    return config
+
+
+@pytest.mark.parametrize(
+    "field, value",
+    [("softcap", 30.0), ("window", "sliding:32"), ("sinks", True), ("qk_norm", "rms")],
+)
+def test_export_refuses_attention_options_no_family_holds(field, value):
+    """A Llama-shaped model exports as llama; with an attention option llama's config cannot
+    state, no family is chosen and the option is named (the export would drop it silently)."""
+    from posenc.hf.rundir import choose_family, spec_of_run
+
+    config = _llama_like_config()
+    assert choose_family(spec_of_run(config)).name == "llama"
+    config.model[field] = value
+    with pytest.raises(ValueError, match=rf"model\.{field}=.*an attention option"):
+        choose_family(spec_of_run(config))
+
+
+def test_export_refuses_a_layer_pattern():
+    from posenc.hf.rundir import spec_of_run
+
+    config = _llama_like_config()
+    config.layers.pattern = ("a",)
+    config.layers.kinds = {"a": {"window": "sliding:16"}}
+    with pytest.raises(ValueError, match=r"layers\.pattern=.*per-layer kinds"):
+        spec_of_run(config)
