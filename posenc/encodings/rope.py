@@ -28,7 +28,7 @@ Partial rotation, in two conventions that must not be confused:
   ``i >= k``: the rotated channels are not a prefix of the head. ``p = 1`` is plain RoPE.
 
 For the same share of rotated channels the two differ: ``fraction=0.25`` rotates 16 of 64
-channels at ``base^(-2i/16)`` (the fastest pair at 1, the slowest near ``1/base``), while
+channels at ``base^(-2i/16)`` (the fastest pair at 1, the slowest at ``base^(-14/16)``), while
 ``rotated_frequencies=0.25`` rotates 16 of 64 at ``base^(-2i/64)`` (the fastest at 1, the slowest
 at ``base^(-14/64)``, near 1/7.5 for base 10000: only the fast quarter of plain RoPE's spectrum).
 Setting both is refused.
