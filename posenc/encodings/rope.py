@@ -13,8 +13,25 @@ Two layouts pair the channels differently:
 - ``"interleaved"`` (the paper, Eq. 34): pairs ``(x_{2i}, x_{2i+1})``;
 - ``"half"`` (GPT-NeoX, LLaMA): pairs ``(x_i, x_{i + d/2})``.
 
-With ``fraction < 1`` only the first ``d = 2 * floor(fraction * Dh / 2)`` channels of each head are
-rotated (GPT-NeoX's ``rotary_pct``); the rest pass through unchanged.
+Partial rotation, in two conventions that must not be confused:
+
+- ``fraction < 1`` (GPT-NeoX's ``rotary_pct``, Hugging Face's ``partial_rotary_factor`` with the
+  default RoPE): only the first ``d = 2 * floor(fraction * Dh / 2)`` channels of each head are
+  rotated, with frequencies *recomputed over those channels*, ``theta_i = base^(-2i/d)``; the
+  other channels pass through unchanged.
+- ``rotated_frequencies = p`` (p-RoPE, Barbero et al. 2025, "Round and Round We Go! What makes
+  Rotary Positional Encodings useful?", Sec. 6; Gemma 4's global layers, Hugging Face's
+  ``"proportional"`` RoPE): the frequencies are those of the *whole head*,
+  ``theta_i = base^(-2i/Dh)``, ``i = 0 .. Dh/2 - 1``; the ``k = floor(p * Dh / 2)`` highest
+  (``i < k``) rotate and the ``Dh/2 - k`` lowest are set to 0, so their pairs are left
+  unrotated. In the ``"half"`` layout the unrotated pairs are ``(x_i, x_{i + Dh/2})`` for
+  ``i >= k``: the rotated channels are not a prefix of the head. ``p = 1`` is plain RoPE.
+
+For the same share of rotated channels the two differ: ``fraction=0.25`` rotates 16 of 64
+channels at ``base^(-2i/16)`` (the fastest pair at 1, the slowest at ``base^(-14/16)``), while
+``rotated_frequencies=0.25`` rotates 16 of 64 at ``base^(-2i/64)`` (the fastest at 1, the slowest
+at ``base^(-14/64)``, near 1/7.5 for base 10000: only the fast quarter of plain RoPE's spectrum).
+Setting both is refused.
 
 Scaling (context extension without retraining)
 ----------------------------------------------
@@ -127,6 +144,39 @@ _WINDOWED = ("dynamic", "longrope")
 def rotary_dims(head_dim: int, fraction: float = 1.0) -> int:
     """How many channels of a head RoPE rotates: the even number ``2 * floor(fraction*Dh/2)``."""
     return 2 * int(fraction * head_dim // 2)
+
+
+def kept_pairs(d: int, rotated_frequencies: float) -> int:
+    """p-RoPE's ``k = floor(p * d / 2)``: how many of the ``d/2`` pairs (the fastest) rotate."""
+    return int(rotated_frequencies * d // 2)
+
+
+def check_rotated_frequencies(
+    rotated_frequencies: float | None, fraction: float, head_dim: int | None = None
+) -> None:
+    """One-line errors for p-RoPE's ``rotated_frequencies``: in ``(0, 1]``, not combined with
+    ``fraction < 1`` (the other convention), and (given ``head_dim``) rotating at least one
+    pair."""
+    if rotated_frequencies is None:
+        return
+    if not (_is_number(rotated_frequencies) and 0.0 < rotated_frequencies <= 1.0):
+        raise ValueError(
+            "encoding.rotated_frequencies must be a number in (0, 1] (p-RoPE's share of the "
+            f"head's frequencies that rotate) or None, got {rotated_frequencies!r}"
+        )
+    if fraction != 1.0:
+        raise ValueError(
+            f"encoding.fraction={fraction!r} and encoding.rotated_frequencies="
+            f"{rotated_frequencies!r} are two conventions of partial rotation (GPT-NeoX's "
+            "rotary_pct, frequencies over the rotated channels; p-RoPE's, frequencies of the "
+            "whole head); set one of them"
+        )
+    if head_dim is not None and kept_pairs(rotary_dims(head_dim), rotated_frequencies) < 1:
+        raise ValueError(
+            f"encoding.rotated_frequencies={rotated_frequencies!r} rotates no pair of a head of "
+            f"{head_dim} channels (floor(p * {rotary_dims(head_dim)} / 2) = 0); use a larger "
+            "share, or encoding.name=nope for no rotation"
+        )
 
 
 def _is_number(value) -> bool:
@@ -388,6 +438,7 @@ def apply_rope(
     high_freq_factor: float = 4.0,
     short_factor: tuple[float, ...] | None = None,
     long_factor: tuple[float, ...] | None = None,
+    rotated_frequencies: float | None = None,
 ) -> jax.Array:
     """Rotates the channels of ``x`` by position-dependent angles.
 
@@ -399,7 +450,8 @@ def apply_rope(
       positions: ``[B, T]``, ``[1, T]`` or ``[T]`` integer positions.
       base: ``theta_i = base^(-2i/d)``; 10000 in the paper, 500000 (LLaMA 3) or 1e6 in newer LLMs.
       layout: ``"half"`` or ``"interleaved"`` (see the module docstring).
-      fraction: fraction of each head's channels to rotate.
+      fraction: fraction of each head's channels to rotate, with frequencies over them
+        (GPT-NeoX's ``rotary_pct``).
       scaling: None, ``"linear"``, ``"ntk"``, ``"dynamic"``, ``"yarn"``, ``"llama3"`` or
         ``"longrope"`` (module docstring).
       factor: the extension ``s >= 1``.
@@ -412,6 +464,9 @@ def apply_rope(
         keys separately.
       low_freq_factor, high_freq_factor: ``"llama3"``'s band edges (1 and 4).
       short_factor, long_factor: ``"longrope"``'s per-pair factors (``d/2`` each).
+      rotated_frequencies: p-RoPE's ``p``: frequencies of the whole head, the fastest
+        ``floor(p * Dh / 2)`` pairs rotated and the rest left unrotated; None: every pair (module
+        docstring). Not with ``fraction < 1``.
 
     Returns:
       ``[B, T, H, Dh]``, same dtype as ``x``.
@@ -433,6 +488,7 @@ def apply_rope(
         high_freq_factor=high_freq_factor,
         short_factor=short_factor,
         long_factor=long_factor,
+        rotated_frequencies=rotated_frequencies,
     )
     angles = positions.astype(jnp.float32)[..., None] * theta  # [B|1, T, d/2]
     return rotate_pairs(x, angles, layout=layout, scale=scale)
@@ -456,10 +512,12 @@ def rotation_setup(
     high_freq_factor: float = 4.0,
     short_factor: tuple[float, ...] | None = None,
     long_factor: tuple[float, ...] | None = None,
+    rotated_frequencies: float | None = None,
 ) -> tuple[jax.Array, jax.Array, float]:
     """What RoPE and xPos share before rotating: the hyperparameters checked, ``positions`` as
     ``[B|1, T]``, the (scaled) frequencies ``theta`` ``[B|1 or 1, d/2]`` and the attention
-    scale of the scaling mode."""
+    scale of the scaling mode. With ``rotated_frequencies`` (p-RoPE) the lowest frequencies of
+    ``theta`` are 0 (module docstring)."""
     bands = dict(
         low_freq_factor=low_freq_factor,
         high_freq_factor=high_freq_factor,
@@ -484,6 +542,9 @@ def rotation_setup(
         seq_len=seq_len,
         **bands,
     )
+    if rotated_frequencies is not None:
+        check_rotated_frequencies(rotated_frequencies, fraction, x.shape[-1])
+        theta = jnp.where(jnp.arange(d // 2) < kept_pairs(d, rotated_frequencies), theta, 0.0)
     return positions, theta, attention_scale(scaling, factor, attention_factor, original_max_len)
 
 
@@ -495,7 +556,12 @@ class RoPE(Encoding):
     Attributes:
       base: ``theta_i = base^(-2i/d)``.
       layout: ``"half"`` (GPT-NeoX/LLaMA) or ``"interleaved"`` (the paper).
-      fraction: fraction of each head's channels that are rotated, in ``(0, 1]``.
+      fraction: fraction of each head's channels that are rotated, in ``(0, 1]``, with the
+        frequencies recomputed over them (GPT-NeoX's ``rotary_pct``).
+      rotated_frequencies: p-RoPE's ``p`` in ``(0, 1]``: the frequencies of the whole head, the
+        fastest ``floor(p * Dh / 2)`` pairs rotated, the rest unrotated (Barbero et al. 2025;
+        Gemma 4); None: plain RoPE. The other convention of partial rotation; not with
+        ``fraction < 1``.
       scaling: None, ``"linear"``, ``"ntk"``, ``"dynamic"``, ``"yarn"``, ``"llama3"`` or
         ``"longrope"`` (module docstring).
       factor: the extension ``s >= 1`` of the scaling.
@@ -525,12 +591,14 @@ class RoPE(Encoding):
     high_freq_factor: float = 4.0
     short_factor: tuple[float, ...] | None = None
     long_factor: tuple[float, ...] | None = None
+    rotated_frequencies: float | None = None
 
     def __post_init__(self):
         check_positive("encoding.base", self.base)
         check_choice("encoding.layout", self.layout, LAYOUTS)
         if not 0.0 < self.fraction <= 1.0:
             raise ValueError(f"encoding.fraction must be in (0, 1], got {self.fraction!r}")
+        check_rotated_frequencies(self.rotated_frequencies, self.fraction)
         for name in ("short_factor", "long_factor"):  # lists from JSON configs, hashable
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
@@ -544,6 +612,7 @@ class RoPE(Encoding):
                 "encoding.fraction < 1 to rotate only part of each head"
             )
         check_rope(dims.head_dim, self.fraction, self.scaling, short_factor=self.short_factor)
+        check_rotated_frequencies(self.rotated_frequencies, self.fraction, dims.head_dim)
 
     @classmethod
     def describe_eval(cls, changes: dict[str, Any], train_len: int) -> str:
@@ -575,6 +644,8 @@ class RoPE(Encoding):
         """The keyword arguments of :func:`apply_rope` for attention over keys at ``k_pos``."""
         kwargs = dict(base=self.base, layout=self.layout, fraction=self.fraction)
         kwargs.update((name, getattr(self, name)) for name in SCALING_HPARAMS)
+        if self.rotated_frequencies is not None:  # absent when unset: the call is as before
+            kwargs["rotated_frequencies"] = self.rotated_frequencies
         if self.scaling in _WINDOWED:
             kwargs["seq_len"] = span(k_pos)  # one length for queries and keys
         return kwargs

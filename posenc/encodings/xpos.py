@@ -80,6 +80,7 @@ def apply_xpos(
     high_freq_factor: float = 4.0,
     short_factor: tuple[float, ...] | None = None,
     long_factor: tuple[float, ...] | None = None,
+    rotated_frequencies: float | None = None,
 ) -> jax.Array:
     """Rotates and scales queries (``keys=False``) or keys (``keys=True``) as xPos does.
 
@@ -96,8 +97,8 @@ def apply_xpos(
       scale_base: the decay's length scale (512 in the paper).
       gamma: ``zeta_i = (2i/d + gamma) / (1 + gamma)`` (0.4 in the paper).
       base, layout, fraction, scaling, factor, original_max_len, beta_fast, beta_slow,
-        attention_factor, low_freq_factor, high_freq_factor, short_factor, long_factor: as
-        :func:`posenc.encodings.rope.apply_rope`.
+        attention_factor, low_freq_factor, high_freq_factor, short_factor, long_factor,
+        rotated_frequencies: as :func:`posenc.encodings.rope.apply_rope`.
       seq_len: ``"dynamic"``: the current sequence length; None: the span of ``positions``.
 
     Returns:
@@ -120,6 +121,7 @@ def apply_xpos(
         high_freq_factor=high_freq_factor,
         short_factor=short_factor,
         long_factor=long_factor,
+        rotated_frequencies=rotated_frequencies,
     )
     reference = jnp.reshape(jnp.asarray(reference, positions.dtype), (-1, 1))  # [B|1, 1]
     relative = (positions - reference).astype(jnp.float32)[..., None]  # [B|1, T, 1]

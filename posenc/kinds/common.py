@@ -180,19 +180,29 @@ def check_source(
 
 def validate_layers(config: ml_collections.ConfigDict, model: Any, seq_len: int) -> None:
     """The ``layers`` section and the attention options (:mod:`posenc.layers.pattern`): known
-    kinds and fields, each kind's encoder bound to the model's shape and mask, and no window
-    larger than the training length ``seq_len`` (it would mask nothing the model trains on);
-    one-line errors naming the field."""
+    kinds and fields, each kind's encoder bound to the model's shape and mask, each layer's
+    encoder and options on ``model.attention_impl`` (sinks and soft-capping need a path that
+    forms the softmax, linear attention takes no option), and no window larger than the training
+    length ``seq_len`` (it would mask nothing the model trains on); one-line errors naming the
+    field, before anything is built."""
     from posenc import encodings
-    from posenc.models.build import layer_kinds
+    from posenc.attention.core import check_implementation
+    from posenc.models.build import layer_kinds, make_encoding
 
     kinds = layer_kinds(config, model)
-    named = [("model.window", model.attention_options())]
+    model_encoding = make_encoding(config).bind(model.dims)
+    options = model.attention_options()
+    if not options.default:
+        check_implementation(model_encoding, model.attention_impl, options)
+    named = [("model.window", options)]
     for kind in kinds:
         named.append((f"layers.kinds.{kind.name}.window", kind.options))
+        encoding = model_encoding
         if kind.encoding is not None:
             with encodings.registry.fields_as_set(kind.encoding.name):
-                kind.encoding.bind(model.dims).check_causal(model.causal)
+                encoding = kind.encoding.bind(model.dims)
+                encoding.check_causal(model.causal)
+        check_implementation(encoding, model.attention_impl, kind.options)
     for field, options in named:
         window = options.parsed_window
         if not window.full and window.size > seq_len:

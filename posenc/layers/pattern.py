@@ -5,15 +5,15 @@ encoder and hyperparameters and its own attention options (window, sinks, QK-nor
 A run config says it in its ``layers`` section (``configs/base.py``)::
 
     config.layers.pattern = ("local", "local", "local", "global")
-    config.layers.kinds.local = dict(encoding="rope", window="sliding:4096")
-    config.layers.kinds.global_ = ...
+    config.layers.kinds.local = dict(window="sliding:4096")
+    config.layers.kinds["global"] = dict(encoding="nope")
 
 Layer ``i`` is of kind ``pattern[i % len(pattern)]``: the pattern repeats from the first layer
 and the last repetition may be cut short (Gemma 3's 26 layers are four repetitions of five local
 and one global layer, then two local ones). A kind that names no encoder uses the model's
 (``config.encoding``); every option a kind does not set is the model's (``config.model``). An
 empty pattern, the default, is one kind: every layer with the model's encoder and options, the
-model posenc has always built.
+model posenc has always built. Published patterns as presets: ``configs/architectures.py``.
 
 An encoder that adds an input embedding (learned, sinusoidal, CAPE, ...) belongs to the whole
 model, not to a layer: it can be ``config.encoding`` (its term is added at the input, and layers

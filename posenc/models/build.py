@@ -55,12 +55,18 @@ def layer_kinds(
     """The layer kinds of ``config.layers`` in pattern order, one entry per pattern slot (empty
     without a pattern), each with its encoder (None: the model's) and its options (the model's,
     with the kind's overrides); one-line errors naming ``layers.<field>``
-    (:mod:`posenc.layers.pattern`)."""
+    (:mod:`posenc.layers.pattern`): also for a pattern in an encoder-decoder and for a kind
+    whose encoder adds an input embedding (that belongs to the whole model)."""
     section = config.get("layers")
     pattern = tuple(section.get("pattern", ())) if section is not None else ()
     kinds = section.kinds.to_dict() if section is not None and "kinds" in section else {}
     if not pattern and not kinds:
         return ()
+    if assembly(config) == "encoder_decoder":
+        raise ValueError(
+            "layers.pattern applies to the decoder-only and classifier assemblies, not to "
+            "model.assembly='encoder_decoder'; leave layers.pattern and layers.kinds empty"
+        )
     model = model_config(config) if model is None else model
     check_pattern(pattern, kinds, model.num_layers)
     built = {}
@@ -73,6 +79,12 @@ def layer_kinds(
                 encoding = encodings.get(fields["encoding"], **dict(fields.get("hparams") or {}))
             except (KeyError, ValueError, TypeError) as error:
                 raise ValueError(f"layers.kinds.{name}: {error}") from None
+            if {"embed", "embed_tokens"} & set(encoding.hooks):
+                raise ValueError(
+                    f"layers.kinds.{name}.encoding={encoding.name!r} adds an input embedding, "
+                    "which belongs to the whole model, not to a layer: set it as encoding.name "
+                    "and give the kind an encoder that acts in attention (or none)"
+                )
         elif fields.get("hparams"):
             raise ValueError(
                 f"layers.kinds.{name}.hparams is set without layers.kinds.{name}.encoding; name "
@@ -93,12 +105,5 @@ def build(
     extra = (head_config(config),) if name == "classifier" else ()
     model = model_config(config)
     layers = layer_kinds(config, model)
-    kwargs = {}
-    if layers:
-        if name == "encoder_decoder":
-            raise ValueError(
-                "layers.pattern applies to the decoder-only and classifier assemblies, not to "
-                "model.assembly='encoder_decoder'"
-            )
-        kwargs["layers"] = layers
+    kwargs = {"layers": layers} if layers else {}  # an encoder-decoder's are refused above
     return ASSEMBLIES[name](model, make_encoding(config), *extra, rngs=nnx.Rngs(seed), **kwargs)
