@@ -127,7 +127,7 @@ def test_a_pattern_in_an_encoder_decoder():
     with config.unlocked():
         config.layers.pattern = ("a",)
         config.layers.kinds["a"] = {"window": "sliding:8"}
-    for refuse in (layer_kinds, build):
+    for refuse in (layer_kinds, build, validate):
         with pytest.raises(ValueError, match="not to model.assembly='encoder_decoder'") as error:
             refuse(config)
         assert "\n" not in str(error.value)

@@ -56,7 +56,7 @@ from posenc.kinds import translation_metrics
 from posenc.kinds.base import Command, EvalContext, RunKind, StepLoss, TrainingData
 from posenc.kinds.common import EVAL_SPLITS, require_choice, require_int, validate_optim
 from posenc.kinds.registry import register
-from posenc.models.build import assembly, make_encoding, model_config
+from posenc.models.build import assembly, layer_kinds, make_encoding, model_config
 from posenc.models.encdec import EncoderDecoder, bind_sides
 from posenc.models.losses import smoothed_token_loss, token_loss
 from posenc.models.restore import restore_model
@@ -639,6 +639,7 @@ def validate_translation(config: ml_collections.ConfigDict) -> None:
     from posenc.data.vocab import HF_PREFIX, MODEL_TYPES, VOCAB_KINDS
 
     bind_sides(model_config(config), make_encoding(config))
+    layer_kinds(config)  # a layer pattern is refused for an encoder-decoder, naming the field
     m, d, t, e = config.model, config.data, config.train, config.eval
     if m.get("mem_len", 0):
         raise ValueError("model.mem_len must be 0 for model.assembly='encoder_decoder'")
