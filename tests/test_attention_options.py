@@ -106,7 +106,8 @@ def _rope(x, pos, base=10000.0):
     theta = base ** (-2.0 * np.arange(d // 2) / d)
     ang = pos[:, :, None, None] * theta  # [B, T, 1, D/2]
     a, b = x[..., : d // 2], x[..., d // 2 :]
-    return np.concatenate([a * np.cos(ang) - b * np.sin(ang), a * np.sin(ang) + b * np.cos(ang)], -1)
+    cos, sin = np.cos(ang), np.sin(ang)
+    return np.concatenate([a * cos - b * sin, a * sin + b * cos], -1)
 
 
 def _qk_norm(x, kind, scale):
@@ -222,8 +223,10 @@ def _check(name, path, window, causal, bundle, t, s, offset=5, k_valid=None, q_i
     if k_valid is not None:  # garbage in the removed keys must not reach an output
         k_in, v_in = (np.where(k_valid[:, :, None, None], x, np.nan) for x in (k, v))
     run = _compiled(name, path, causal, options, BLOCK)
-    got = run(q, k_in.astype(np.float32), v_in.astype(np.float32), params, learned, q_pos, k_pos, k_valid, q_index)
-    want = reference(q, k, v, name, params, q_pos, k_pos, causal, options, learned, q_index, k_valid)
+    got = run(q, k_in, v_in, params, learned, q_pos, k_pos, k_valid, q_index)
+    want = reference(
+        q, k, v, name, params, q_pos, k_pos, causal, options, learned, q_index, k_valid
+    )
     where = f"{name} on {path}, {window}, causal={causal}, {bundle}, T={t}, S={s}"
     np.testing.assert_allclose(np.asarray(got), want, rtol=RTOL, atol=ATOL, err_msg=where)
 
@@ -315,6 +318,7 @@ def test_padding_is_removed_exactly_under_scalable_softmax():
     valid = np.arange(12)[None, :] < 9
     pos = np.arange(12)[None, :]
 
+    @_jit
     def run(q, k, v, k_valid, pos):
         return attend(
             q,

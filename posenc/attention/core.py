@@ -260,7 +260,7 @@ def attend(
     # The logit scale belongs to the projected width, also when `rotate` widens q and k (PoPE).
     head_dim = q.shape[-1]
     q, k = prepare_qk(
-        q, k, encoding, params, q_pos, k_pos, options, learned, causal, first, norm_eps
+        q, k, encoding, params, q_pos, k_pos, options, learned, causal, first, norm_eps, k_valid
     )
     decay = cumulative_decay(encoding, params, inputs, t, s, k_valid)
     if implementation == "auto":
@@ -308,12 +308,14 @@ def prepare_qk(
     causal: bool,
     first: jax.Array | int,
     norm_eps: float,
+    k_valid: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """The queries and keys that meet in the logits: QK-norm before or after the encoder's
     ``rotate`` (as the options place it), then the query factor of the temperature and
     Scalable-Softmax (:func:`~posenc.attention.options.query_factor`).
 
-    ``first``: the key index of the first query (the alignment of the mask)."""
+    ``first``: the key index of the first query (the alignment of the mask); ``k_valid``:
+    ``[B|1, S]`` bool, the keys that exist (None: all), the only ones Scalable-Softmax counts."""
     norm = options.qk_norm
     if norm != "none" and options.qk_norm_placement == "before_rotate":
         q, k = _qk_norm(q, k, norm, learned, norm_eps)
@@ -322,7 +324,7 @@ def prepare_qk(
     if norm != "none" and options.qk_norm_placement == "after_rotate":
         q, k = _qk_norm(q, k, norm, learned, norm_eps)
     q_index = first + jnp.arange(q.shape[1])
-    factor = query_factor(options, learned, q_pos, q_index, k.shape[1], causal)
+    factor = query_factor(options, learned, q_pos, q_index, k.shape[1], causal, k_valid)
     if factor is not None:
         q = (q.astype(jnp.float32) * factor).astype(q.dtype)
     return q, k
