@@ -25,7 +25,7 @@ import numpy as np
 import pytest
 
 from posenc import encodings
-from posenc.attention.core import attend
+from posenc.attention.core import attend, choose_implementation
 from posenc.attention.options import AttentionOptions
 from posenc.encodings import Dims
 
@@ -434,6 +434,28 @@ def test_fused_paths_refuse_a_cache_alignment(path):
             implementation=path,
             q_index=3,
         )
+
+
+def test_auto_never_sends_a_long_window_to_a_dense_mask():
+    """On a GPU, ``auto`` gives cuDNN a sliding window it takes as its own local window at any
+    length, but a window that would enter as a dense ``[T, S]`` mask (chunked; any window
+    without the causal mask or with keys before the queries) only up to one block: longer, the
+    mask would make memory quadratic (a 16k window: 512 MiB of bf16 bias), so ``blocked``."""
+    enc = encodings.get("rope").bind(Dims(num_heads=2, head_dim=64, model_dim=128))
+
+    def path(window, t, s=None, causal=True):
+        options = AttentionOptions(window=window)
+        return choose_implementation(
+            enc, t, jnp.bfloat16, 512, "gpu", 64, s or t, options, causal=causal
+        )
+
+    assert path("sliding:4096", 16384) == path("banded:128", 16384) == "cudnn"
+    assert path("full", 16384) == "cudnn"
+    assert path("chunked:8192", 16384) == "blocked"
+    assert path("sliding:4096", 16384, causal=False) == "blocked"
+    assert path("sliding:4096", 16384, 20480) == "blocked"  # memory before the queries
+    assert path("chunked:256", 512) == path("sliding:256", 512, causal=False) == "cudnn"
+    assert path("chunked:8192", 16384, causal=False) == "blocked"
 
 
 # -- cost: L x W -------------------------------------------------------------------------------
