@@ -20,6 +20,15 @@ same round (:mod:`posenc.benchmark.rounds`); it writes ``rounds_<size>.json`` an
 
 ``--peer`` adds a training row for the same network written by hand in plain JAX
 (:mod:`posenc.benchmark.peer`): its ratio to NoPE is what posenc's model code costs.
+
+``--window W`` measures what an attention window and a layer pattern cost at evaluation
+(:mod:`posenc.benchmark.windows`), in ``--rounds`` interleaved rounds (default 3): a sliding
+window of ``W`` over ``--window-length`` tokens against the same tokens in full windows of
+``W``, per token, and a ``local, local, local, global`` pattern against its layers' own costs;
+it writes ``windows_<size>.json`` and ``.md``:
+
+    python experiments/throughput.py --size cpu --window 512 --window-length 16384 \
+        --pattern-length 4096 --rounds 5 --out runs/windows_cpu
 """
 
 from __future__ import annotations
@@ -31,7 +40,7 @@ from typing import Any
 
 from posenc import encodings
 from posenc.attention.core import IMPLEMENTATIONS
-from posenc.benchmark import SIZES, Settings, rounds, run, write_report
+from posenc.benchmark import SIZES, Settings, rounds, run, windows, write_report
 from posenc.benchmark.settings import ISOLATE
 
 
@@ -72,6 +81,24 @@ def _parse_args(argv: Sequence[str]) -> tuple[Settings, str]:
         action="store_true",
         help="with --rounds: also time NoPE's network written by hand in plain JAX",
     )
+    parser.add_argument(
+        "--window",
+        type=int,
+        default=0,
+        help="the cost of a sliding window of this size and of a local/global pattern, only",
+    )
+    parser.add_argument(
+        "--window-length", type=int, default=16384, help="with --window: the long window's tokens"
+    )
+    parser.add_argument(
+        "--pattern-length",
+        type=int,
+        default=None,
+        help="with --window: tokens of the pattern figures (default --window-length)",
+    )
+    parser.add_argument(
+        "--window-encoder", default="rope", help="with --window: the encoder of every layer"
+    )
     parser.add_argument("--out", default="runs/throughput", help="output directory")
     args = parser.parse_args(argv)
     lengths = args.eval_lengths
@@ -104,6 +131,17 @@ def _parse_args(argv: Sequence[str]) -> tuple[Settings, str]:
 def main(argv: Sequence[str] | None = None) -> dict[str, Any]:
     settings, args = _parse_args(sys.argv[1:] if argv is None else argv)
     out = args.out
+    if args.window:
+        report = windows.run_window_rounds(
+            settings,
+            args.rounds or 3,
+            encoder=args.window_encoder,
+            window=args.window,
+            length=args.window_length,
+            pattern_length=args.pattern_length,
+        )
+        print(windows.write_report(report, out))
+        return report
     if args.rounds:
         report = rounds.run_rounds(settings, args.rounds, train=not args.no_train, peer=args.peer)
         print(rounds.write_report(report, out))

@@ -170,6 +170,57 @@ def test_command_line():
     assert args.rounds == 5 and args.no_train
     with pytest.raises(SystemExit):
         script._parse_args(["--rounds=-1"])
+    _, args = script._parse_args(["--window=512", "--window-length=8192", "--pattern-length=2048"])
+    assert (args.window, args.window_length, args.pattern_length) == (512, 8192, 2048)
+    assert args.window_encoder == "rope"
+
+
+def test_window_cases_are_the_configs_they_name():
+    """--window's figures: the same tokens in full windows of W, one sliding window, and a
+    local/global pattern beside its layers alone (configs only; nothing compiled)."""
+    from posenc.models.build import layer_kinds, model_config
+
+    cases = benchmark.windows.window_cases(Settings(size="cpu"), "rope", 64, 512, 256)
+    assert list(cases) == [
+        "full@64",
+        "sliding@512",
+        "full@512",
+        "pattern",
+        "all-local",
+        "all-global",
+    ]
+    assert [(n, rows) for _, n, rows in cases.values()] == [
+        (64, 8), (512, 1), (512, 1), (256, 1), (256, 1), (256, 1)
+    ]  # fmt: skip
+    windows = {
+        name: model_config(c).attention_options().window for name, (c, _, _) in cases.items()
+    }
+    assert windows["sliding@512"] == windows["all-local"] == "sliding:64"
+    assert windows["full@64"] == windows["full@512"] == windows["all-global"] == "full"
+    pattern = cases["pattern"][0]
+    kinds = [kind.options.window for kind in layer_kinds(pattern)]
+    assert kinds == ["sliding:64"] * 3 + ["full"] and pattern.model.num_layers == 4
+    assert layer_kinds(cases["all-local"][0]) == ()
+    with pytest.raises(ValueError, match="multiple of --window"):
+        benchmark.windows.window_cases(Settings(size="cpu"), "rope", 100, 512, 256)
+
+
+@pytest.mark.slow
+def test_window_rounds(tmp_path):
+    """--window: every figure timed once per round, the ratios the per-round quotients."""
+    settings = Settings(size="cpu", eval_repeats=1)
+    report = benchmark.windows.run_window_rounds(
+        settings, rounds=2, window=64, length=1024, pattern_length=256
+    )
+    rows = {row["figure"]: row for row in report["rows"]}
+    assert rows["sliding@1024"]["path"] == "blocked" and rows["full@64"]["tokens"] == 1024
+    per_token = {f: [s / row["tokens"] for s in row["seconds"]] for f, row in rows.items()}
+    ratio = report["ratios"]["sliding@1024 / full@64 per token"]
+    sliding, full = per_token["sliding@1024"], per_token["full@64"]
+    quotients = [a / b for a, b in zip(sliding, full, strict=True)]
+    assert ratio["per_round"] == quotients and ratio["min"] == min(quotients)
+    text = benchmark.windows.write_report(report, tmp_path)
+    assert (tmp_path / "windows_cpu.json").exists() and "| pattern | 4 |" in text
 
 
 @pytest.mark.slow

@@ -55,7 +55,7 @@ import jax.numpy as jnp
 
 from posenc.attention import linear as linear_attention
 from posenc.attention.blocked import blocked
-from posenc.attention.options import AttentionOptions, qk_normalize, query_factor
+from posenc.attention.options import AttentionOptions, Window, qk_normalize, query_factor
 from posenc.attention.terms import (
     NEG,
     LayerTerms,
@@ -92,15 +92,19 @@ def choose_implementation(
     head_dim: int | None = None,
     k_len: int | None = None,
     options: AttentionOptions | None = None,
+    causal: bool = True,
 ) -> str:
-    """The path ``"auto"`` picks for this encoder, query length, dtype, platform and attention
-    options.
+    """The path ``"auto"`` picks for this encoder, query length, dtype, platform, attention
+    options and mask.
 
     - Encoders with a value term need the probabilities, with contextual logits the logits:
       ``einsum``, or ``blocked`` past one block.
     - On an NVIDIA GPU, where cuDNN takes the shapes, encoders without content logits use
       ``cudnn``; with a bias (or a log decay, which enters as one) only up to one block of
       queries, since a dense ``[H, T, S]`` bias would make long windows quadratic in memory.
+      Likewise a window the kernel cannot take as its own local window (:func:`_fused`: all but
+      a sliding or banded window under the causal mask over as many keys as queries), which
+      enters as a dense ``[T, S]`` mask.
     - Otherwise ``xla`` for windows of up to one block and ``blocked`` for longer ones (XLA's
       attention materialises ``[B, H, T, S]`` logits).
     - Attention sinks and soft-capping act inside the softmax, which the fused kernels do not
@@ -110,16 +114,24 @@ def choose_implementation(
     hooks = encoding.hooks
     long = q_len > block_size
     has_bias = "bias" in hooks or "log_decay" in hooks
-    inside = bool((options or _PLAIN).changes_logits())
+    options = options or _PLAIN
+    inside = bool(options.changes_logits())
     if "value_term" in hooks or "contextual_logits" in hooks or inside:
         return "blocked" if long else "einsum"
     gpu = platform in ("gpu", "cuda")
-    if gpu and "content_logits" not in hooks and (not has_bias or not long):
+    masked = not _kernel_window(options.parsed_window, causal, q_len, k_len or q_len)
+    if gpu and "content_logits" not in hooks and (not (has_bias or masked) or not long):
         if not head_dim:  # the width after `rotate`; an unbound encoder has none to check
             head_dim = encoding.qk_head_dim(encoding.dims.head_dim) if encoding.dims else 0
         if cudnn_supports(head_dim, dtype, q_len, k_len or q_len, has_bias):
             return "cudnn"
     return "blocked" if long else "xla"
+
+
+def _kernel_window(window: Window, causal: bool, t: int, s: int) -> bool:
+    """Whether the fused kernels take ``window`` without a ``[T, S]`` mask: no window, or a
+    sliding (banded) one as their local window under the causal mask over ``t == s`` keys."""
+    return window.full or (causal and t == s and window.kind in ("sliding", "banded"))
 
 
 def check_implementation(
@@ -260,7 +272,7 @@ def attend(
     # The logit scale belongs to the projected width, also when `rotate` widens q and k (PoPE).
     head_dim = q.shape[-1]
     q, k = prepare_qk(
-        q, k, encoding, params, q_pos, k_pos, options, learned, causal, first, norm_eps
+        q, k, encoding, params, q_pos, k_pos, options, learned, causal, first, norm_eps, k_valid
     )
     decay = cumulative_decay(encoding, params, inputs, t, s, k_valid)
     if implementation == "auto":
@@ -272,6 +284,7 @@ def attend(
             head_dim=q.shape[-1],
             k_len=s,
             options=options,
+            causal=causal,
         )
         if (k_valid is not None or q_index is not None) and implementation in _FUSED:
             implementation = "einsum"  # the kernels take no key mask and one alignment
@@ -308,12 +321,14 @@ def prepare_qk(
     causal: bool,
     first: jax.Array | int,
     norm_eps: float,
+    k_valid: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """The queries and keys that meet in the logits: QK-norm before or after the encoder's
     ``rotate`` (as the options place it), then the query factor of the temperature and
     Scalable-Softmax (:func:`~posenc.attention.options.query_factor`).
 
-    ``first``: the key index of the first query (the alignment of the mask)."""
+    ``first``: the key index of the first query (the alignment of the mask); ``k_valid``:
+    ``[B|1, S]`` bool, the keys that exist (None: all), the only ones Scalable-Softmax counts."""
     norm = options.qk_norm
     if norm != "none" and options.qk_norm_placement == "before_rotate":
         q, k = _qk_norm(q, k, norm, learned, norm_eps)
@@ -322,7 +337,7 @@ def prepare_qk(
     if norm != "none" and options.qk_norm_placement == "after_rotate":
         q, k = _qk_norm(q, k, norm, learned, norm_eps)
     q_index = first + jnp.arange(q.shape[1])
-    factor = query_factor(options, learned, q_pos, q_index, k.shape[1], causal)
+    factor = query_factor(options, learned, q_pos, q_index, k.shape[1], causal, k_valid)
     if factor is not None:
         q = (q.astype(jnp.float32) * factor).astype(q.dtype)
     return q, k
@@ -521,7 +536,7 @@ def _fused(q, k, v, encoding, params, q_pos, k_pos, causal, terms, decay, implem
         bias = bias.astype(q.dtype)
     window = terms.window
     mask, local, is_causal = None, None, causal and t == s
-    if is_causal and window.kind in ("sliding", "banded"):
+    if not window.full and _kernel_window(window, causal, t, s):
         local = (window.size - 1, 0)  # the kernel's own local window
     elif (causal and t != s) or not window.full:
         mask = visibility(t, s, s - t, causal, window)[None, None]  # [1, 1, T, S]

@@ -21,13 +21,15 @@ The other options (each off by default):
 - ``sinks``: one learned logit per head in the softmax's denominator only (gpt-oss; Xiao et
   al.'s sink as a parameter): ``p_ij = exp(z_ij) / (exp(s_h) + sum_j exp(z_ij))``.
 - ``qk_norm``: ``"rms"`` (RMSNorm over each head's channels, one learned scale of ``head_dim``
-  for queries and one for keys: Qwen3, OLMo 2's per-head form, Gemma 3) or ``"l2"`` (unit
-  length, no parameter: Llama 4), applied ``"before_rotate"`` (Qwen3, Gemma 3) or
+  for queries and one for keys: Qwen3, OLMo 2's per-head form, Gemma 3) or ``"l2"`` (Llama 4's
+  ``L2Norm``, which despite its name divides by the root mean square, not the length: unit RMS,
+  no parameter), applied ``"before_rotate"`` (Qwen3, Gemma 3) or
   ``"after_rotate"`` (Llama 4) by ``qk_norm_placement``.
 - ``temperature_floor`` (> 0): Llama 4's attention temperature tuning, queries multiplied by
   ``log(floor((pos + 1) / temperature_floor) + 1) * temperature_scale + 1`` at their position.
 - ``ssmax``: Scalable-Softmax (Nakanishi 2025), queries multiplied by ``s_h * log n_i`` with
-  ``n_i`` the number of keys query ``i`` may see (its causal prefix within the window) and a
+  ``n_i`` the number of keys query ``i`` may see (its causal prefix within the window, the keys
+  that exist: a key ``attend``'s ``k_valid`` removes is not counted) and a
   learned ``s_h`` per head (initialised to 0.43, the paper's value).
 - ``softcap`` (> 0): Gemma 2's logit soft-capping, ``cap * tanh(z / cap)`` on the scaled logits
   with every positional term, before the mask.
@@ -197,9 +199,13 @@ def visible(
     return ok
 
 
-def visible_count(i: jax.Array, s: int, causal: bool, window: Window) -> jax.Array:
-    """How many of ``s`` keys the query at key index ``i`` may see (Scalable-Softmax's ``n``),
-    as float32, at least 1."""
+def visible_count(
+    i: jax.Array, s: int, causal: bool, window: Window, valid: jax.Array | None = None
+) -> jax.Array:
+    """How many of ``s`` keys the query at key index ``i [T]`` may see (Scalable-Softmax's
+    ``n``), as float32, at least 1: ``[T]``, or with ``valid [B|1, S]`` (the keys that exist,
+    ``attend``'s ``k_valid``) the visible keys that exist, ``[B|1, T]``, so that a removed key
+    is not counted (a padded row's ``n`` is that of the row without its padding)."""
     i = i.astype(jnp.int32)
     hi = jnp.minimum(i, s - 1) if causal else jnp.full_like(i, s - 1)
     lo = jnp.zeros_like(i)
@@ -210,13 +216,21 @@ def visible_count(i: jax.Array, s: int, causal: bool, window: Window) -> jax.Arr
     if window.kind == "chunked":
         lo = jnp.maximum(lo, (i // window.size) * window.size)
         hi = jnp.minimum(hi, (i // window.size + 1) * window.size - 1)
-    return jnp.maximum(hi - lo + 1, 1).astype(jnp.float32)
+    if valid is None:
+        return jnp.maximum(hi - lo + 1, 1).astype(jnp.float32)
+    # Keys that exist among indices lo..hi, from a running count: O(S), not O(T x S).
+    before = jnp.cumsum(valid.astype(jnp.int32), axis=-1)  # [B|1, S]: valid keys <= j
+    before = jnp.pad(before, ((0, 0), (1, 0)))  # [B|1, S + 1]: valid keys < j
+    count = jnp.take(before, jnp.clip(hi + 1, 0, s), axis=1) - jnp.take(
+        before, jnp.clip(lo, 0, s), axis=1
+    )  # [B|1, T]
+    return jnp.maximum(count, 1).astype(jnp.float32)
 
 
 def qk_normalize(x: jax.Array, kind: str, scale: jax.Array | None, eps: float) -> jax.Array:
-    """``x [.., Dh]`` normalised over its last axis in float32: RMSNorm times ``scale [Dh]``
-    (``"rms"``) or to unit length (``"l2"``, Llama 4's ``x * rsqrt(mean(x^2) + eps)``... without
-    a scale); returned in ``x.dtype``."""
+    """``x [.., Dh]`` normalised over its last axis in float32, ``x * rsqrt(mean(x^2) + eps)``:
+    times ``scale [Dh]`` for ``"rms"`` (RMSNorm), without one for ``"l2"`` (Llama 4's
+    ``L2Norm``, the same unit-RMS form); returned in ``x.dtype``."""
     x32 = x.astype(jnp.float32)
     y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
     if kind == "rms" and scale is not None:
@@ -231,20 +245,23 @@ def query_factor(
     q_index: jax.Array,
     s: int,
     causal: bool,
+    k_valid: jax.Array | None = None,
 ) -> jax.Array | None:
     """The per-query (and, with Scalable-Softmax, per-head) factor on the queries:
     ``[B|1, T, H|1, 1]`` float32, or None when neither the temperature nor SSMax is set.
 
     ``q_pos``: ``[B|1, T]`` the queries' positions (the temperature's); ``q_index``: ``[T]`` their
-    key indices (SSMax's ``n``)."""
+    key indices (SSMax's ``n``); ``k_valid``: ``[B|1, S]`` the keys that exist (None: all), the
+    only ones SSMax's ``n`` counts."""
     factor = None
     if options.temperature_floor:
         pos = q_pos.astype(jnp.float32)
         t = jnp.log(jnp.floor((pos + 1.0) / options.temperature_floor) + 1.0)
         factor = (t * options.temperature_scale + 1.0)[:, :, None, None]  # [B|1, T, 1, 1]
     if options.ssmax:
-        n = visible_count(q_index, s, causal, options.parsed_window)  # [T]
+        n = visible_count(q_index, s, causal, options.parsed_window, k_valid)
+        n = jnp.atleast_2d(n)  # [B|1, T]
         s_h = learned["ssmax"].astype(jnp.float32)  # [H]
-        ss = jnp.log(n)[None, :, None, None] * s_h[None, None, :, None]  # [1, T, H, 1]
+        ss = jnp.log(n)[:, :, None, None] * s_h[None, None, :, None]  # [B|1, T, H, 1]
         factor = ss if factor is None else factor * ss
     return factor

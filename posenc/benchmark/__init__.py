@@ -30,11 +30,12 @@ measurements, FLOPs, peak table and memory), ``worker`` (one measurement in a fr
 ``python -m posenc.benchmark`` is its entry), ``runner`` (:func:`run`: all encoders, MFU, the
 header), ``report`` (markdown and the files ``throughput_<size>.json`` and ``.md``), ``rounds``
 (the encoders timed in interleaved rounds, with medians, spreads and ratios to NoPE per round,
-for a noisy machine). The command
+for a noisy machine), ``windows`` (the evaluation cost of an attention window and of a layer
+pattern, in rounds). The command
 is ``experiments/throughput.py``.
 """
 
-from posenc.benchmark import rounds
+from posenc.benchmark import rounds, windows
 from posenc.benchmark.measure import (
     PEAK_TFLOPS,
     flops_per_token,
@@ -57,6 +58,7 @@ __all__ = [
     "measure_train",
     "peak_tflops",
     "rounds",
+    "windows",
     "run",
     "write_report",
 ]

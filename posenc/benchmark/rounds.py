@@ -75,10 +75,19 @@ class _Train:
 
 
 class _Eval:
-    """One encoder's compiled scorer of one window at one length."""
+    """One encoder's compiled scorer of ``rows`` windows (one batch) at one length; ``config``
+    replaces the encoder's at ``settings`` (a window or a layer pattern:
+    :mod:`posenc.benchmark.windows`)."""
 
-    def __init__(self, settings: Settings, encoder: str, length: int):
-        config = make_config(settings, encoder)
+    def __init__(
+        self,
+        settings: Settings,
+        encoder: str,
+        length: int,
+        config: Any = None,
+        rows: int = 1,
+    ):
+        config = make_config(settings, encoder) if config is None else config
         # Freshly initialised: timing does not depend on the parameter values, and the training
         # step donates (deletes) the trained ones every round.
         model = build(config)
@@ -86,7 +95,10 @@ class _Eval:
         mesh = sharding.make_mesh(devices=jax.local_devices()[:1])
         self.scorer = Scorer(model, mesh)
         stream = open_source(config).split_stream("validation")
-        self.windows = data_lib.eval_windows(stream, length, max_windows=1)
+        self.windows = data_lib.eval_windows(stream, length, max_windows=rows)
+        if self.windows.num_windows < rows:
+            raise ValueError(f"the validation split has fewer than {rows} windows of {length}")
+        self.rows = rows
         m = config.model
         self.path = m.attention_impl
         if self.path == "auto":
@@ -98,7 +110,7 @@ class _Eval:
     def time(self) -> float:
         """Seconds to score the window (the sums are fetched to the host: synchronous)."""
         start = time.perf_counter()
-        loss_sum, _ = self.scorer.score(self.windows, 1)
+        loss_sum, _ = self.scorer.score(self.windows, self.rows)
         np.asarray(loss_sum)
         return time.perf_counter() - start
 
