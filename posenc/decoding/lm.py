@@ -58,6 +58,9 @@ compiles once per length.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -65,6 +68,7 @@ from flax import nnx
 
 from posenc.attention import linear as linear_attention
 from posenc.decoding.greedy import greedy_search
+from posenc.encodings.base import Encoding
 from posenc.encodings.registry import fields_as_set
 from posenc.layers.cache import LayerCache
 from posenc.models.lm import Transformer
@@ -140,8 +144,9 @@ def _check(
             "cache for the linear attention paths; use a softmax path ('auto', 'einsum', ...)"
         )
     if cached:
-        with fields_as_set(model.encoding.name):  # named as the user sets it
-            model.encoding.check_cacheable()
+        for kind, encoding in layer_encodings(model):
+            with _named(kind, encoding):
+                encoding.check_cacheable()
     if not isinstance(num_new, int | np.integer) or isinstance(num_new, bool) or num_new < 1:
         raise ValueError(f"num_new must be a positive integer, got {num_new!r}")
     prompts = jnp.asarray(prompts)
@@ -159,7 +164,9 @@ def _check(
             )
     b, s = prompts.shape[0], prompts.shape[1] + int(num_new)
     if positions is None:
-        model.encoding.check_length(s)
+        for kind, encoding in layer_encodings(model):
+            with _named(kind, encoding):
+                encoding.check_length(s)
         positions = jnp.arange(s, dtype=jnp.int32)
     positions = jnp.atleast_2d(jnp.asarray(positions))
     if (
@@ -173,6 +180,38 @@ def _check(
             f"{positions.dtype}{list(positions.shape)}"
         )
     return prompts.astype(jnp.int32), positions.astype(jnp.int32)
+
+
+def layer_encodings(model: Transformer) -> list[tuple[str | None, Encoding]]:
+    """The distinct bound encoders a model uses, with where each is set: ``(None, the model's)``
+    (``config.encoding``: its input terms, and the layers that name no encoder of their own),
+    then ``(kind, encoder)`` for each layer kind of a pattern with an encoder of its own
+    (:mod:`posenc.layers.pattern`). What a per-layer check (``check_cacheable``,
+    ``check_length``) must ask, not ``model.encoding`` alone."""
+    blocks = list(getattr(model, "blocks", ()))
+    own = model.encoding
+    used = not blocks or any(b.encoding is own for b in blocks)
+    used = used or bool({"embed", "embed_tokens"} & set(own.hooks))
+    out: list[tuple[str | None, Encoding]] = [(None, own)] if used else []
+    for block in blocks:
+        if block.encoding is not own and all(block.encoding is not e for _, e in out):
+            out.append((block.kind, block.encoding))
+    return out
+
+
+@contextlib.contextmanager
+def _named(kind: str | None, encoding: Encoding) -> Iterator[None]:
+    """Re-raises an encoder's ``ValueError`` with its hyperparameters named as the user sets
+    them: ``encoding.hparams.<x>`` for the model's, ``layers.kinds.<kind>.hparams.<x>`` for a
+    layer kind's."""
+    try:
+        with fields_as_set(encoding.name):
+            yield
+    except ValueError as e:
+        if kind is None:
+            raise
+        message = str(e).replace("encoding.hparams.", f"layers.kinds.{kind}.hparams.")
+        raise ValueError(f"layers.kinds.{kind}.encoding={encoding.name!r}: {message}") from None
 
 
 def _last_logits_impl(graphdef, state, tokens, positions):

@@ -60,6 +60,9 @@ def forward(
     config, encoding = model.config, model.encoding
     t = tokens.shape[1]
     m = memory.shape[2]
+    if positions is None:  # every layer's encoder must take positions 0 .. M + T - 1
+        for block in model.blocks:
+            block.encoding.check_length(m + t)
     given = default_positions(encoding, positions, m + t)  # [B|1, M + T]
     positions = given.astype(jnp.int32)
     expected = (config.num_layers, tokens.shape[0], m, config.model_dim)
