@@ -1,0 +1,86 @@
+"""Greedy generation from pattern models with local layers (sliding and chunked windows), and
+the per-layer checks of generation (every layer kind's encoder is asked, not only the model's).
+
+The definition is :func:`greedy_generate_reference` (the whole model run again at every step);
+the cache must give its tokens, and its logits to float32 rounding, including the steps past
+the window where the local layer sees only its last keys (the window matters: without it the
+same parameters give other logits).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+from posenc import encodings, testing
+from posenc.decoding.lm import greedy_generate, greedy_generate_reference, layer_encodings
+from posenc.encodings.rope import RoPE
+from posenc.kinds.stream import evaluate
+from posenc.layers.config import ModelConfig
+from posenc.layers.pattern import LayerKind
+from posenc.models.lm import Transformer
+from posenc.testing import patterns
+
+SETTINGS = testing.Settings()
+PROMPT, NEW = 5, 6
+
+
+@pytest.mark.parametrize("window", ["sliding:3", "chunked:4"])
+def test_a_local_layer_generates_what_full_recomputation_gives(window):
+    model = patterns.build_pattern(encodings.get("rope"), SETTINGS, "beside_itself", "auto", window)
+    assert [b.options.window for b in model.blocks] == ["full", window]
+    prompts = jnp.asarray(np.random.default_rng(0).integers(0, 64, (2, PROMPT)), jnp.int32)
+    tokens, logits = greedy_generate(model, prompts, NEW, return_logits=True)
+    want_tokens, want = greedy_generate_reference(model, prompts, NEW, return_logits=True)
+    np.testing.assert_array_equal(tokens, want_tokens)
+    np.testing.assert_allclose(logits, want, rtol=1e-5, atol=1e-5)
+    # The window matters: the same parameters with full attention in every layer differ.
+    full = patterns.build_pattern(encodings.get("rope"), SETTINGS, "beside_itself", "auto", "full")
+    _, unwindowed = greedy_generate(full, prompts, NEW, return_logits=True)
+    assert np.abs(np.asarray(unwindowed) - np.asarray(logits)).max() > 1e-4
+
+
+def _kinds_model(local: object, **config) -> Transformer:
+    """NoPE as the model's encoder; a NoPE layer and a layer of kind ``local`` with ``local``."""
+    cfg = ModelConfig(
+        vocab_size=64, num_layers=2, model_dim=32, num_heads=2, mlp_dim=64, dtype="float32"
+    )
+    options = cfg.attention_options(window="sliding:3", prefix="layers.kinds.local")
+    kinds = (
+        LayerKind("global", None, cfg.attention_options(prefix="layers.kinds.global")),
+        LayerKind("local", local, options),
+    )
+    return Transformer(cfg, encodings.get("nope"), rngs=nnx.Rngs(0), layers=kinds)
+
+
+def test_a_layer_kind_that_cannot_be_cached_is_refused_naming_its_field():
+    """The model's encoder (NoPE) caches; the local kind's dynamic NTK RoPE does not, and
+    generation must say so, naming the kind's field (not run and return wrong tokens)."""
+    model = _kinds_model(encodings.get("rope", scaling="dynamic", factor=2.0, original_max_len=8))
+    assert [kind for kind, _ in layer_encodings(model)] == [None, "local"]
+    prompts = jnp.zeros((1, 3), jnp.int32)
+    with pytest.raises(ValueError, match=r"layers\.kinds\.local\.hparams\.scaling='dynamic'"):
+        greedy_generate(model, prompts, 2)
+    greedy_generate_reference(model, prompts, 2)  # full recomputation takes it
+
+
+@dataclasses.dataclass(frozen=True)
+class _ShortRoPE(RoPE):
+    """RoPE that represents 10 positions only (as a finite table would)."""
+
+    def check_length(self, length: int) -> None:
+        if length > 10:
+            raise ValueError(f"short rope represents 10 positions, not {length}")
+
+
+def test_every_layer_kinds_check_length_is_asked():
+    model = _kinds_model(_ShortRoPE())
+    prompts = jnp.zeros((1, 6), jnp.int32)
+    with pytest.raises(ValueError, match="short rope represents 10 positions, not 12"):
+        greedy_generate(model, prompts, 6)
+    stream = np.zeros(60, np.int32)
+    assert evaluate(model, stream, [12])[0]["error"].startswith("short rope")
