@@ -1,0 +1,58 @@
+"""The battery's pattern checks (posenc.testing.patterns) have teeth: a path that drops a
+layer's window, decoding steps that drop it, and windows that mask nothing each fail
+``patterns`` with a message naming the pattern and what differs. (The checks themselves run
+over the registry in test_testing.py.)"""
+
+from __future__ import annotations
+
+import pytest
+
+from posenc import encodings, testing
+from posenc.attention import core
+from posenc.attention import options as options_lib
+from posenc.attention.options import Window
+from posenc.testing import patterns
+
+# A seed of its own: the checks memoise their logits per settings, and these runs are patched.
+SETTINGS = testing.Settings(seed=11)
+
+
+def _without_window(fn, when=lambda q: True):
+    def patched(q, k, v, encoding, params, q_pos, k_pos, causal, terms, *rest):
+        if when(q):
+            terms = terms._replace(window=Window())
+        return fn(q, k, v, encoding, params, q_pos, k_pos, causal, terms, *rest)
+
+    return patched
+
+
+def test_a_path_that_drops_the_window_fails(monkeypatch):
+    monkeypatch.setattr(core, "_fused", _without_window(core._fused))
+    with pytest.raises(AssertionError, match="pattern beside_itself .*path 'xla' differs"):
+        patterns.check_patterns("rope", SETTINGS)
+
+
+@pytest.mark.slow
+def test_decoding_steps_that_drop_the_window_fail(monkeypatch):
+    """Only single-query calls (the cache's steps) lose the window: the forward paths agree."""
+    step = _without_window(core._reference, when=lambda q: q.shape[1] == 1)
+    monkeypatch.setattr(core, "_reference", step)
+    with pytest.raises(AssertionError, match="cached decoding of 5 tokens after 8 differs"):
+        patterns.check_patterns("alibi", testing.Settings(seed=12))
+
+
+@pytest.mark.slow
+def test_windows_that_mask_nothing_fail(monkeypatch):
+    """Every path reads each layer's window as full: they agree, but the window must matter."""
+    monkeypatch.setattr(options_lib.AttentionOptions, "parsed_window", property(lambda _: Window()))
+    with pytest.raises(AssertionError, match="window sliding:3 changes nothing"):
+        patterns.check_patterns("rope", testing.Settings(seed=13))
+
+
+def test_an_input_term_encoder_is_the_models_and_the_kinds_name_none():
+    enc = encodings.get("sinusoidal")
+    model_enc, kinds = patterns.pattern(enc, "beside_itself")
+    assert model_enc is enc and [k.encoding for k in kinds] == [None, None]
+    assert [k.options.window for k in kinds] == ["full", "sliding:3"]
+    model_enc, kinds = patterns.pattern(encodings.get("alibi"), "beside_nope")
+    assert model_enc.name == "nope" and [k.encoding.name for k in kinds] == ["alibi", "nope"]
