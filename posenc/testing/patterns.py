@@ -27,9 +27,10 @@ at its own offset:
 - the window matters: the same parameters with the local kind's window ``full`` give other
   logits (a path that ignored the window would otherwise pass);
 - for a ``cacheable`` encoder, greedy generation through the key/value cache
-  (:func:`posenc.decoding.lm.greedy_generate`, unfilled slots NaN) gives, for every generated
-  token, the logits of a full forward pass over the prompt and the tokens before it (teacher
-  forcing on the generated sequence; a step past the window sees only its last keys).
+  (:func:`posenc.decoding.lm.greedy_generate`, unfilled slots NaN; the local layer's cache
+  holds :data:`WINDOW` slots, :mod:`posenc.decoding.window`) gives, for every generated token,
+  the logits of a full forward pass over the prompt and the tokens before it (teacher forcing
+  on the generated sequence).
 
 ``pattern_trains`` (:func:`check_pattern_trains`): a few Adam steps on each pattern's model give
 finite losses, and every encoder parameter of the pattern (the kinds' own and the model's) a
@@ -176,7 +177,7 @@ def _check_decoding(enc: Encoding, settings: Settings, which: str, where: str, t
     positions = _positions(settings, t + 1)
     graphdef, state = nnx.split(model)
     generate = jit(decoding._generate_impl, static_argnums=decoding._STATIC)
-    new, logits = generate(graphdef, state, prompts, positions, n, jnp.nan, True)
+    new, logits = generate(graphdef, state, prompts, positions, n, jnp.nan, True, True)
     sequence = jnp.concatenate([prompts, new[:, :-1]], axis=1)  # [B, t]
     run = jit(lambda state, tokens, pos: nnx.merge(graphdef, state)(tokens, pos))
     full = np.asarray(run(state, sequence, positions[:, :t]))[:, p - 1 :]  # [B, n, V]

@@ -17,6 +17,7 @@ import pytest
 from flax import nnx
 
 from posenc import encodings, testing
+from posenc.decoding import window as window_lib
 from posenc.decoding.lm import greedy_generate, greedy_generate_reference, layer_encodings
 from posenc.encodings.rope import RoPE
 from posenc.kinds.stream import evaluate
@@ -29,11 +30,20 @@ SETTINGS = testing.Settings()
 PROMPT, NEW = 5, 6
 
 
-@pytest.mark.parametrize("window", ["sliding:3", "chunked:4"])
-def test_a_local_layer_generates_what_full_recomputation_gives(window):
+@pytest.mark.parametrize(
+    "window, prompt", [("sliding:3", PROMPT), ("sliding:4", 2), ("chunked:4", PROMPT)]
+)
+def test_a_local_layer_generates_what_full_recomputation_gives(window, prompt):
+    """The local layer's cache holds its window (a prompt longer and shorter than it)."""
     model = patterns.build_pattern(encodings.get("rope"), SETTINGS, "beside_itself", "auto", window)
     assert [b.options.window for b in model.blocks] == ["full", window]
-    prompts = jnp.asarray(np.random.default_rng(0).integers(0, 64, (2, PROMPT)), jnp.int32)
+    size = int(window.split(":")[1])
+    kind = window.split(":")[0]
+    assert window_lib.layouts(model, prompt + NEW) == (
+        window_lib.Layout("full", prompt + NEW),
+        window_lib.Layout(kind, size),
+    )
+    prompts = jnp.asarray(np.random.default_rng(0).integers(0, 64, (2, prompt)), jnp.int32)
     tokens, logits = greedy_generate(model, prompts, NEW, return_logits=True)
     want_tokens, want = greedy_generate_reference(model, prompts, NEW, return_logits=True)
     np.testing.assert_array_equal(tokens, want_tokens)
