@@ -24,7 +24,7 @@ from posenc.kinds.stream import evaluate
 from posenc.layers.config import ModelConfig
 from posenc.layers.pattern import LayerKind
 from posenc.models.lm import Transformer
-from posenc.testing import patterns
+from posenc.testing import _harness, patterns
 
 SETTINGS = testing.Settings()
 PROMPT, NEW = 5, 6
@@ -52,6 +52,24 @@ def test_a_local_layer_generates_what_full_recomputation_gives(window, prompt):
     full = patterns.build_pattern(encodings.get("rope"), SETTINGS, "beside_itself", "auto", "full")
     _, unwindowed = greedy_generate(full, prompts, NEW, return_logits=True)
     assert np.abs(np.asarray(unwindowed) - np.asarray(logits)).max() > 1e-4
+
+
+@pytest.mark.parametrize("window", ["sliding:3", "chunked:4"])
+def test_a_local_layer_with_every_option_generates_what_full_recomputation_gives(window):
+    """Sinks, Scalable-Softmax (whose count of visible keys the window cache must keep), the
+    query temperature, QK-norm and soft-capping on the local layer, ALiBi as its encoder."""
+    cfg = _harness.model_config(SETTINGS, num_layers=2, attention_impl="auto")
+    options = dict(sinks=True, ssmax=True, temperature_floor=2, qk_norm="rms", softcap=5.0)
+    kinds = (
+        LayerKind("global", None, cfg.attention_options(prefix="layers.kinds.global")),
+        LayerKind("local", None, cfg.attention_options(window=window, **options)),
+    )
+    model = Transformer(cfg, encodings.get("alibi"), rngs=nnx.Rngs(0), layers=kinds)
+    prompts = jnp.asarray(np.random.default_rng(1).integers(0, 64, (2, PROMPT)), jnp.int32)
+    tokens, logits = greedy_generate(model, prompts, NEW, return_logits=True)
+    want_tokens, want = greedy_generate_reference(model, prompts, NEW, return_logits=True)
+    np.testing.assert_array_equal(tokens, want_tokens)
+    np.testing.assert_allclose(logits, want, rtol=1e-5, atol=1e-5)
 
 
 def _kinds_model(local: object, **config) -> Transformer:
