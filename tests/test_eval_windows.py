@@ -73,6 +73,17 @@ def test_sliding_layers_need_only_the_window_as_memory():
     assert np.abs(short[:, T:] - full[:, T:]).max() > 1e-4
 
 
+def test_memory_with_chunks_equals_one_pass_and_refuses_misaligned_chunks():
+    model = patterns.build_pattern(
+        encodings.get("rope"), SETTINGS, "beside_itself", "einsum", f"chunked:{T}"
+    )
+    tokens = _harness.tokens(SETTINGS, 3 * T)
+    full = np.asarray(model(tokens))
+    np.testing.assert_allclose(_segments(model, tokens, 2 * T), full, rtol=2e-5, atol=2e-5)
+    with pytest.raises(ValueError, match=r"layers\.kinds\.local\.window='chunked:4' .* got 3"):
+        _segments(model, tokens, 3)
+
+
 def _direct_losses(model, stream: np.ndarray, length: int, stride: int) -> np.ndarray:
     """``[windows, length]`` float64 cross entropy of each window's targets, NaN where the mode
     does not score them (the first window scores all, later ones the last ``stride``)."""

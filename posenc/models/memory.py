@@ -14,6 +14,13 @@ encoder that takes positions runs with memory unchanged; input terms (``embed``)
 for the segment's positions. An encoder with ``embed_tokens`` (a term read from neighbouring
 token embeddings, which the memory does not keep) is refused. The new memory is the last
 ``mem_len`` states of ``concat(mem_l, h_l)`` per layer, gradient stopped.
+
+Attention windows (:mod:`posenc.attention.options`) count key indices from the memory's first
+state, as a single pass over memory and segment does. A sliding window of ``W`` needs at most
+``W - 1`` states of memory per layer for the result of one pass over the whole stream (each
+layer's memory holds exact inputs of that layer). A chunked window (chunks of ``C`` counted
+from key index 0) is refused unless the memory holds a multiple of ``C`` states: otherwise its
+chunks would not be the stream's.
 """
 
 from __future__ import annotations
@@ -72,6 +79,16 @@ def forward(
             f"with positions [B|1, M + T = {m + t}], got memory {tuple(memory.shape)} "
             f"and positions {tuple(positions.shape)}"
         )
+    for block in model.blocks:  # chunks are counted from the memory's first token
+        window = block.options.parsed_window
+        if window.kind == "chunked" and m % window.size:
+            field = "model.window" if block.kind is None else f"layers.kinds.{block.kind}.window"
+            raise ValueError(
+                f"{field}={str(window)!r} with Transformer-XL memory needs a memory of a "
+                f"multiple of {window.size} states, got {m}: chunks are counted from the "
+                "memory's first token, so they would not be the stream's; make model.mem_len "
+                f"and the segment length multiples of {window.size}"
+            )
     if "embed_tokens" in encoding.hooks:
         raise ValueError(
             f"encoding {encoding.name!r} reads neighbouring token embeddings "
