@@ -112,3 +112,20 @@ def test_every_layer_kinds_check_length_is_asked():
         greedy_generate(model, prompts, 6)
     stream = np.zeros(60, np.int32)
     assert evaluate(model, stream, [12])[0]["error"].startswith("short rope")
+
+
+def test_retrieval_asks_every_layer_kinds_encoder_whether_it_caches():
+    from posenc.retrieval.rundir import _check_model
+    from posenc.runs.config import load_config
+
+    config = load_config("configs/base.py:tiny")
+    config.unlock()
+    config.layers.pattern = ("full", "local")
+    config.layers.kinds.full = dict(window="full")
+    config.layers.kinds.local = dict(
+        encoding="rope",
+        hparams=dict(scaling="dynamic", factor=2.0, original_max_len=64),
+        window="sliding:16",
+    )
+    with pytest.raises(ValueError, match=r"retrieval: layers\.kinds\.local\.hparams\.scaling"):
+        _check_model(config, ["passkey"], [420])
