@@ -138,3 +138,20 @@ def test_context_parallel_evaluation_of_a_local_layer_equals_one_device(tmp_path
             np.testing.assert_allclose(
                 got["loss_by_position"], one["loss_by_position"], rtol=1e-5, atol=1e-6
             )
+
+
+def test_the_benchmark_names_each_layers_path():
+    """A pattern whose local layer has sinks (which the fused kernels cannot take) runs two
+    paths; the benchmark names both, and a model without a pattern keeps its one name."""
+    from posenc.benchmark.measure import chosen_path
+
+    config = _harness.model_config(SETTINGS, num_layers=2, attention_block_size=512)
+    sinks = config.attention_options(window="sliding:3", sinks=True, prefix="layers.kinds.l")
+    kinds = (LayerKind("g", None, config.attention_options(prefix="layers.kinds.g")),)
+    model = Transformer(config, encodings.get("rope"), rngs=nnx.Rngs(0), layers=(*kinds,))
+    one = chosen_path(model, 64, "auto")  # xla on a CPU, cudnn on an NVIDIA GPU
+    assert one in ("xla", "cudnn")
+    both = (*kinds, LayerKind("l", None, sinks))
+    model = Transformer(config, encodings.get("rope"), rngs=nnx.Rngs(0), layers=both)
+    assert chosen_path(model, 64, "auto") == f"{one}+einsum"
+    assert chosen_path(model, 64, "blocked") == "blocked"
