@@ -28,6 +28,26 @@ from posenc.testing import _harness, patterns
 
 SETTINGS = testing.Settings()
 PROMPT, NEW = 5, 6
+_O0 = {"xla_backend_optimization_level": 0}  # compiles about twice as fast, same program
+
+
+@pytest.fixture(autouse=True)
+def _nan_cache_and_fast_compile(monkeypatch):
+    """Unfilled cache slots (and the masked slots of a previous chunk) start as NaN, so a slot
+    that leaked into an output would show; LLVM at -O0 for the generation and the reference."""
+    import jax
+
+    from posenc.decoding import lm as decoding
+
+    run = jax.jit(decoding._generate_impl, static_argnums=decoding._STATIC, compiler_options=_O0)
+
+    def nan_filled(graphdef, state, prompts, positions, num_new, fill, return_logits, window=True):
+        del fill
+        return run(graphdef, state, prompts, positions, num_new, jnp.nan, return_logits, window)
+
+    monkeypatch.setattr(decoding, "_generate", nan_filled)
+    last = jax.jit(decoding._last_logits_impl, compiler_options=_O0)
+    monkeypatch.setattr(decoding, "_last_logits", last)
 
 
 @pytest.mark.parametrize(
