@@ -5,12 +5,17 @@ over the registry in test_testing.py.)"""
 
 from __future__ import annotations
 
+import dataclasses
+
+import jax
+import jax.numpy as jnp
 import pytest
 
 from posenc import encodings, testing
 from posenc.attention import core
 from posenc.attention import options as options_lib
 from posenc.attention.options import Window
+from posenc.encodings.alibi import ALiBi
 from posenc.testing import patterns
 
 # A seed of its own: the checks memoise their logits per settings, and these runs are patched.
@@ -56,3 +61,25 @@ def test_an_input_term_encoder_is_the_models_and_the_kinds_name_none():
     assert [k.options.window for k in kinds] == ["full", "sliding:3"]
     model_enc, kinds = patterns.pattern(encodings.get("alibi"), "beside_nope")
     assert model_enc.name == "nope" and [k.encoding.name for k in kinds] == ["alibi", "nope"]
+
+
+@dataclasses.dataclass(frozen=True)
+class _DeadSlopes(ALiBi):
+    """ALiBi with a learned scale per head that never reaches the logits."""
+
+    def init(self, rng, dims):
+        return {"scale": jnp.ones((dims.num_heads,), jnp.float32)}
+
+    def param_shapes(self, dims):
+        return {"scale": (dims.num_heads,)}
+
+    def bias(self, params, q_pos, k_pos):
+        return (
+            super().bias(params, q_pos, k_pos)
+            + 0.0 * jax.lax.stop_gradient(params["scale"])[None, :, None, None]
+        )
+
+
+def test_a_kinds_parameter_that_never_learns_fails_pattern_training():
+    with pytest.raises(AssertionError, match=r"pattern beside_nope: encoder parameters .*scale"):
+        patterns.check_pattern_trains(_DeadSlopes(), testing.Settings(seed=14))

@@ -218,21 +218,3 @@ def check_pattern_trains(encoder: str | Encoding, settings: Settings | None = No
                 f"{where}: encoder parameters {still} get a zero gradient at every one of "
                 f"{len(losses)} steps",
             )
-        expected = _expected_params(model)
-        if expected and not expected <= set(grads):
-            raise fail(
-                enc,
-                "pattern_trains",
-                f"{where}: encoder parameters {sorted(expected - set(grads))} are not trained",
-            )
-
-
-def _expected_params(model: Transformer) -> set[str]:
-    """The flat names of every encoder parameter the model holds (the kinds' and the model's)."""
-    from posenc.layers.params import EncoderParam
-
-    return {
-        "/".join(map(str, path))
-        for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param))
-        if isinstance(var, EncoderParam)
-    }
