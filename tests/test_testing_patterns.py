@@ -1,6 +1,7 @@
 """The battery's pattern checks (posenc.testing.patterns) have teeth: a path that drops a
-layer's window, decoding steps that drop it, and windows that mask nothing each fail
-``patterns`` with a message naming the pattern and what differs. (The checks themselves run
+layer's window, a window cache that keeps the wrong keys, and windows that mask nothing each
+fail ``patterns`` with a message naming the pattern and what differs; a kind's parameter that
+never learns fails ``pattern_trains``. (The checks themselves run
 over the registry in test_testing.py.)"""
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from posenc import encodings, testing
 from posenc.attention import core
 from posenc.attention import options as options_lib
 from posenc.attention.options import Window
+from posenc.decoding import window as window_lib
 from posenc.encodings.alibi import ALiBi
 from posenc.testing import patterns
 
@@ -22,10 +24,9 @@ from posenc.testing import patterns
 SETTINGS = testing.Settings(seed=11)
 
 
-def _without_window(fn, when=lambda q: True):
+def _without_window(fn):
     def patched(q, k, v, encoding, params, q_pos, k_pos, causal, terms, *rest):
-        if when(q):
-            terms = terms._replace(window=Window())
+        terms = terms._replace(window=Window())
         return fn(q, k, v, encoding, params, q_pos, k_pos, causal, terms, *rest)
 
     return patched
@@ -38,10 +39,20 @@ def test_a_path_that_drops_the_window_fails(monkeypatch):
 
 
 @pytest.mark.slow
-def test_decoding_steps_that_drop_the_window_fail(monkeypatch):
-    """Only single-query calls (the cache's steps) lose the window: the forward paths agree."""
-    step = _without_window(core._reference, when=lambda q: q.shape[1] == 1)
-    monkeypatch.setattr(core, "_reference", step)
+def test_a_window_cache_that_keeps_the_wrong_keys_fails(monkeypatch):
+    """A sliding layer's cache that never drops its oldest key (each new token overwrites the
+    newest slot instead): the forward paths agree, decoding must not."""
+    original = window_lib.Layout.step
+
+    def never_shifts(self, cache, t, positions):
+        if self.kind != "sliding":
+            return original(self, cache, t, positions)
+        slot = jnp.minimum(t, self.slots - 1)
+        start = jnp.maximum(t - self.slots + 1, 0)
+        slots = jax.lax.dynamic_slice_in_dim(positions, start, self.slots, axis=1)
+        return cache, slot, slots, jnp.arange(self.slots)[None, :] <= slot
+
+    monkeypatch.setattr(window_lib.Layout, "step", never_shifts)
     with pytest.raises(AssertionError, match="cached decoding of 5 tokens after 8 differs"):
         patterns.check_patterns("alibi", testing.Settings(seed=12))
 
