@@ -74,7 +74,7 @@ def test_a_local_layer_generates_what_full_recomputation_gives(window, prompt):
     assert np.abs(np.asarray(unwindowed) - np.asarray(logits)).max() > 1e-4
 
 
-@pytest.mark.parametrize("window", ["sliding:3", "chunked:4"])
+@pytest.mark.parametrize("window", ["sliding:3", pytest.param("chunked:4", marks=pytest.mark.slow)])
 def test_a_local_layer_with_every_option_generates_what_full_recomputation_gives(window):
     """Sinks, Scalable-Softmax (whose count of visible keys the window cache must keep), the
     query temperature, QK-norm and soft-capping on the local layer, ALiBi as its encoder."""
