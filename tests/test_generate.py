@@ -60,9 +60,10 @@ def _nan_cache_and_fast_compile(monkeypatch):
     a slot that leaked into any output (through 0 * NaN, a cumulative sum, a count) would turn
     its logits to NaN and fail the comparisons with the reference."""
 
-    def nan_filled(graphdef, state, prompts, positions, num_new, fill, return_logits):
+    def nan_filled(graphdef, state, prompts, positions, num_new, fill, return_logits, window=True):
         del fill
-        return _GENERATE(graphdef, state, prompts, positions, num_new, jnp.nan, return_logits)
+        args = (prompts, positions, num_new, jnp.nan, return_logits, window)
+        return _GENERATE(graphdef, state, *args)
 
     monkeypatch.setattr(generate, "_generate", nan_filled)
     monkeypatch.setattr(generate, "_last_logits", _LAST_LOGITS)

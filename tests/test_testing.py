@@ -27,7 +27,16 @@ ENCDEC_DEFAULT = ("sinusoidal", "rope", "t5", "shaw", "xl", "conv", "cope")
 # The classifier check likewise: a rotation and a causal-only encoder's refusal in the default
 # suite (about 3 s of CPU each), every registered encoder in the slow step.
 CLASSIFIER_DEFAULT = ("rope", "cope")
-SLOW_EXCEPT = {"encoder_decoder": ENCDEC_DEFAULT, "classifier": CLASSIFIER_DEFAULT}
+# The pattern checks build two-layer pattern models per path and decode: an encoder placed as a
+# kind's (RoPE) and one placed as the model's (sinusoidal, an input term) in the default suite;
+# their training, and every registered encoder, in the slow step.
+PATTERNS_DEFAULT = ("rope", "sinusoidal")
+SLOW_EXCEPT = {
+    "encoder_decoder": ENCDEC_DEFAULT,
+    "classifier": CLASSIFIER_DEFAULT,
+    "patterns": PATTERNS_DEFAULT,
+    "pattern_trains": (),
+}
 # Where the cudnn cases (which skip without an NVIDIA GPU, so on every CI machine) do run.
 CUDNN_ELSEWHERE = "runs in the prepared device check, experiments/device_check.py (issue 35)"
 

@@ -19,6 +19,7 @@ from flax import nnx
 from posenc import data as data_lib
 from posenc.attention.core import choose_implementation
 from posenc.benchmark.settings import Settings, make_config, train_windows
+from posenc.decoding.lm import layer_encodings
 from posenc.devices import sharding
 from posenc.kinds.stream import Scorer
 from posenc.layers.params import EncoderParam
@@ -101,11 +102,20 @@ def probe() -> dict[str, Any]:
     }
 
 
-def _chosen_path(model: Transformer, length: int, impl: str) -> str:
+def chosen_path(model: Transformer, length: int, impl: str) -> str:
+    """The attention path ``impl`` runs at ``length``: ``"auto"``'s choice for each layer's
+    encoder and options, the distinct ones joined by ``+`` where a pattern's layers differ."""
     if impl != "auto":
         return impl
     m = model.config
-    return choose_implementation(model.encoding, length, m.dtype, m.attention_block_size)
+    paths: list[str] = []
+    for block in model.blocks:
+        path = choose_implementation(
+            block.encoding, length, m.dtype, m.attention_block_size, options=block.options
+        )
+        if path not in paths:
+            paths.append(path)
+    return "+".join(paths)
 
 
 def _matmul_params(model: Transformer) -> int:
@@ -136,7 +146,7 @@ def measure_train(settings: Settings, encoder: str) -> tuple[dict[str, Any], Tra
     model = trainer.model(state)
     result: dict[str, Any] = {
         "encoder": encoder,
-        "path": _chosen_path(model, t.seq_len, config.model.attention_impl),
+        "path": chosen_path(model, t.seq_len, config.model.attention_impl),
         "num_params": model.num_params(),
         "matmul_params": _matmul_params(model),
         "devices": int(trainer.mesh.devices.size),
@@ -215,8 +225,9 @@ def measure_eval(
         entry: dict[str, Any] = {"encoder": encoder, "length": int(length)}
         results.append(entry)
         try:
-            model.encoding.check_length(length)
-            entry["path"] = _chosen_path(model, length, config.model.attention_impl)
+            for _, encoding in layer_encodings(model):
+                encoding.check_length(length)
+            entry["path"] = chosen_path(model, length, config.model.attention_impl)
             _time_one_window(entry, scorer, stream, settings.eval_repeats)
         except Exception as e:  # noqa: BLE001 - reported per length (e.g. out of memory)
             entry["error"] = short_error(e)

@@ -34,10 +34,10 @@ import jax
 import numpy as np
 
 from posenc import data as data_lib
-from posenc.attention.core import choose_implementation
 from posenc.benchmark import peer as peer_lib
-from posenc.benchmark.measure import short_error
+from posenc.benchmark.measure import chosen_path, short_error
 from posenc.benchmark.settings import Settings, make_config, train_windows
+from posenc.decoding.lm import layer_encodings
 from posenc.devices import sharding
 from posenc.kinds.stream import Scorer
 from posenc.models import build
@@ -91,7 +91,8 @@ class _Eval:
         # Freshly initialised: timing does not depend on the parameter values, and the training
         # step donates (deletes) the trained ones every round.
         model = build(config)
-        model.encoding.check_length(length)
+        for _, encoding in layer_encodings(model):
+            encoding.check_length(length)
         mesh = sharding.make_mesh(devices=jax.local_devices()[:1])
         self.scorer = Scorer(model, mesh)
         stream = open_source(config).split_stream("validation")
@@ -100,11 +101,7 @@ class _Eval:
             raise ValueError(f"the validation split has fewer than {rows} windows of {length}")
         self.rows = rows
         m = config.model
-        self.path = m.attention_impl
-        if self.path == "auto":
-            self.path = choose_implementation(
-                model.encoding, length, m.dtype, m.attention_block_size
-            )
+        self.path = chosen_path(model, length, m.attention_impl)
         self.time()  # compiles and runs once
 
     def time(self) -> float:

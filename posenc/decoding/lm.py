@@ -5,7 +5,10 @@ compiled program: a prefill runs the model over the ``P`` prompt tokens in one p
 model's own attention path) and keeps each layer's cache, then a ``lax.fori_loop`` adds one token
 per step to a cache preallocated with ``P + num_new`` slots
 (:func:`posenc.decoding.greedy.greedy_search` over the model's
-:meth:`~posenc.models.lm.Transformer.decode`), so nothing recompiles per step.
+:meth:`~posenc.models.lm.Transformer.decode`), so nothing recompiles per step. A layer with a
+sliding, banded or chunked window shorter than the output (a pattern's local layers,
+:mod:`posenc.layers.pattern`) keeps a cache of its window's size instead
+(:mod:`posenc.decoding.window`): ``W`` slots, whatever the output's length.
 :func:`greedy_generate_reference` is the definition it is tested against: the whole model run
 again on the prompt and the tokens so far at every step, the last logits taken.
 
@@ -58,13 +61,18 @@ compiles once per length.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+
 import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from posenc.attention import linear as linear_attention
+from posenc.decoding import window as window_lib
 from posenc.decoding.greedy import greedy_search
+from posenc.encodings.base import Encoding
 from posenc.encodings.registry import fields_as_set
 from posenc.layers.cache import LayerCache
 from posenc.models.lm import Transformer
@@ -77,6 +85,7 @@ def greedy_generate(
     *,
     positions: jax.Array | None = None,
     return_logits: bool = False,
+    window_cache: bool = True,
 ) -> jax.Array | tuple[jax.Array, jax.Array]:
     """Greedy (argmax) continuation of ``prompts`` with a key/value cache.
 
@@ -87,6 +96,9 @@ def greedy_generate(
       positions: ``[B|1, P + num_new]`` or ``[P + num_new]`` integer positions of the prompt and
         the generated tokens; default ``arange(P + num_new)``.
       return_logits: also return the logits each token was chosen from.
+      window_cache: layers with a sliding, banded or chunked window shorter than the output
+        keep a cache of the window's size (:mod:`posenc.decoding.window`); False: every layer
+        one slot per token (the same tokens; for comparison).
 
     Returns:
       ``[B, num_new]`` int32 tokens, and with ``return_logits`` also ``[B, num_new, V]``
@@ -94,7 +106,9 @@ def greedy_generate(
     """
     prompts, positions = _check(model, prompts, num_new, positions, cached=True)
     graphdef, state = nnx.split(model)
-    tokens, logits = _generate(graphdef, state, prompts, positions, num_new, 0.0, return_logits)
+    tokens, logits = _generate(
+        graphdef, state, prompts, positions, num_new, 0.0, return_logits, bool(window_cache)
+    )
     return (tokens, logits) if return_logits else tokens
 
 
@@ -140,8 +154,9 @@ def _check(
             "cache for the linear attention paths; use a softmax path ('auto', 'einsum', ...)"
         )
     if cached:
-        with fields_as_set(model.encoding.name):  # named as the user sets it
-            model.encoding.check_cacheable()
+        for kind, encoding in layer_encodings(model):
+            with _named(kind, encoding):
+                encoding.check_cacheable()
     if not isinstance(num_new, int | np.integer) or isinstance(num_new, bool) or num_new < 1:
         raise ValueError(f"num_new must be a positive integer, got {num_new!r}")
     prompts = jnp.asarray(prompts)
@@ -159,7 +174,9 @@ def _check(
             )
     b, s = prompts.shape[0], prompts.shape[1] + int(num_new)
     if positions is None:
-        model.encoding.check_length(s)
+        for kind, encoding in layer_encodings(model):
+            with _named(kind, encoding):
+                encoding.check_length(s)
         positions = jnp.arange(s, dtype=jnp.int32)
     positions = jnp.atleast_2d(jnp.asarray(positions))
     if (
@@ -175,33 +192,79 @@ def _check(
     return prompts.astype(jnp.int32), positions.astype(jnp.int32)
 
 
+def layer_encodings(model: Transformer) -> list[tuple[str | None, Encoding]]:
+    """The distinct bound encoders a model uses, with where each is set: ``(None, the model's)``
+    (``config.encoding``: its input terms, and the layers that name no encoder of their own),
+    then ``(kind, encoder)`` for each layer kind of a pattern with an encoder of its own
+    (:mod:`posenc.layers.pattern`). What a per-layer check (``check_cacheable``,
+    ``check_length``) must ask, not ``model.encoding`` alone."""
+    blocks = list(getattr(model, "blocks", ()))
+    own = model.encoding
+    used = not blocks or any(b.encoding is own for b in blocks)
+    used = used or bool({"embed", "embed_tokens"} & set(own.hooks))
+    out: list[tuple[str | None, Encoding]] = [(None, own)] if used else []
+    for block in blocks:
+        if block.encoding is not own and all(block.encoding is not e for _, e in out):
+            out.append((block.kind, block.encoding))
+    return out
+
+
+@contextlib.contextmanager
+def _named(kind: str | None, encoding: Encoding) -> Iterator[None]:
+    """Re-raises an encoder's ``ValueError`` with its hyperparameters named as the user sets
+    them: ``encoding.hparams.<x>`` for the model's, ``layers.kinds.<kind>.hparams.<x>`` for a
+    layer kind's."""
+    try:
+        with fields_as_set(encoding.name):
+            yield
+    except ValueError as e:
+        if kind is None:
+            raise
+        message = str(e).replace("encoding.hparams.", f"layers.kinds.{kind}.hparams.")
+        raise ValueError(f"layers.kinds.{kind}.encoding={encoding.name!r}: {message}") from None
+
+
 def _last_logits_impl(graphdef, state, tokens, positions):
     """The model's last-position logits ``[B, V]`` for ``tokens [B, T]``."""
     return nnx.merge(graphdef, state)(tokens, positions)[:, -1]
 
 
-def _generate_impl(graphdef, state, prompts, positions, num_new, fill, return_logits):
+def _generate_impl(
+    graphdef, state, prompts, positions, num_new, fill, return_logits, window_cache=True
+):
     """Prefill, then ``num_new - 1`` cached steps in one ``fori_loop``.
 
     ``fill`` (a traced scalar) is the value of the cache's slots before they are written: 0,
     or NaN in the tests, which shows that unfilled slots never reach an output.
+    ``window_cache``: local layers keep window-sized caches (:mod:`posenc.decoding.window`).
     """
     model = nnx.merge(graphdef, state)
     b, p = prompts.shape
     s = p + num_new
     logits, prefill = model.forward(prompts, positions[:, :p])  # [B, P, V]
-    caches = [
-        LayerCache(
-            *(jnp.full((b, s, *x.shape[2:]), fill).astype(x.dtype).at[:, :p].set(x) for x in layer)
-        )
-        for layer in prefill
-    ]
+    plan = window_lib.layouts(model, s) if window_cache else ()
+    windowed = any(layout.kind != "full" for layout in plan)
+    if windowed:
+        caches = [layout.prefill(layer, fill) for layout, layer in zip(plan, prefill, strict=True)]
+    else:
+        caches = [
+            LayerCache(
+                *(
+                    jnp.full((b, s, *x.shape[2:]), fill).astype(x.dtype).at[:, :p].set(x)
+                    for x in layer
+                )
+            )
+            for layer in prefill
+        ]
     first = logits[:, -1]  # [B, V]
     buffer = jnp.zeros((b, s), jnp.int32).at[:, :p].set(prompts)
     buffer = buffer.at[:, p].set(jnp.argmax(first, -1).astype(jnp.int32))
 
     def step(tokens, slot, caches):
-        logits, caches = model.decode(tokens, slot, positions, caches)
+        if windowed:
+            logits, caches = window_lib.decode(model, tokens, slot, positions, caches, plan)
+        else:
+            logits, caches = model.decode(tokens, slot, positions, caches)
         return logits[:, 0], caches  # [B, V]
 
     # The first new token came from the prefill; the loop adds the other num_new - 1.
@@ -217,6 +280,6 @@ def _generate_impl(graphdef, state, prompts, positions, num_new, fill, return_lo
 
 # Jitted once per model structure (the graphdef), length and ``num_new``; tests re-jit the
 # ``_impl`` functions with other compiler options.
-_STATIC = (0, 4, 6)  # graphdef, num_new, return_logits
+_STATIC = (0, 4, 6, 7)  # graphdef, num_new, return_logits, window_cache
 _generate = jax.jit(_generate_impl, static_argnums=_STATIC)
 _last_logits = jax.jit(_last_logits_impl)

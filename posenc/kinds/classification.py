@@ -40,6 +40,7 @@ from posenc.data.classify_batching import (
     eval_batches,
 )
 from posenc.data.labelled import LabelledSource, encode_labels, get_labelled_source, label_classes
+from posenc.decoding.lm import layer_encodings
 from posenc.kinds import classification_metrics as classify_metrics
 from posenc.kinds.base import EvalContext, RunKind, StepLoss, TrainingData
 from posenc.kinds.common import (
@@ -310,7 +311,8 @@ def evaluate_classifier(
     readable = []
     for bound in bounds:
         try:
-            model.encoding.check_length(bound)
+            for _, encoding in layer_encodings(model):  # every layer kind's encoder
+                encoding.check_length(bound)
             readable.append(bound)
         except ValueError:
             break

@@ -51,6 +51,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 
 from posenc import data as data_lib
+from posenc.decoding.lm import layer_encodings
 from posenc.devices import fits, sharding
 from posenc.devices.distributed import abstract_on, make_mesh
 from posenc.kinds.common import check_eval_lengths, eval_positions
@@ -271,7 +272,8 @@ def evaluate(
     for length in lengths:
         try:
             # Randomized positions reach max_position - 1 whatever the window length.
-            model.encoding.check_length(positions.max_position if positions else length)
+            for _, encoding in layer_encodings(model):  # every layer's encoder, not only one
+                encoding.check_length(positions.max_position if positions else length)
         except ValueError as e:
             results.append({"length": int(length), "error": str(e)})
             continue

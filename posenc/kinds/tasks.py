@@ -39,6 +39,7 @@ from flax import nnx
 
 from posenc.data import synthetic
 from posenc.data.task_source import PREFIX, task_name
+from posenc.decoding.lm import layer_encodings
 from posenc.devices import fits
 from posenc.devices.distributed import make_mesh
 from posenc.kinds import stream
@@ -206,7 +207,8 @@ def evaluate_task(
         num_new = synthetic.max_target_length(task, length)
         width = synthetic.row_width(task, length)  # input SEP target
         try:
-            model.encoding.check_length(positions.max_position if positions else width)
+            for _, encoding in layer_encodings(model):  # every layer kind's encoder
+                encoding.check_length(positions.max_position if positions else width)
         except ValueError as e:
             results.append({"length": int(length), "error": str(e)})
             continue

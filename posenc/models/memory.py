@@ -14,6 +14,13 @@ encoder that takes positions runs with memory unchanged; input terms (``embed``)
 for the segment's positions. An encoder with ``embed_tokens`` (a term read from neighbouring
 token embeddings, which the memory does not keep) is refused. The new memory is the last
 ``mem_len`` states of ``concat(mem_l, h_l)`` per layer, gradient stopped.
+
+Attention windows (:mod:`posenc.attention.options`) count key indices from the memory's first
+state, as a single pass over memory and segment does. A sliding window of ``W`` needs at most
+``W - 1`` states of memory per layer for the result of one pass over the whole stream (each
+layer's memory holds exact inputs of that layer). A chunked window (chunks of ``C`` counted
+from key index 0) is refused unless the memory holds a multiple of ``C`` states: otherwise its
+chunks would not be the stream's.
 """
 
 from __future__ import annotations
@@ -60,6 +67,9 @@ def forward(
     config, encoding = model.config, model.encoding
     t = tokens.shape[1]
     m = memory.shape[2]
+    if positions is None:  # every layer's encoder must take positions 0 .. M + T - 1
+        for block in model.blocks:
+            block.encoding.check_length(m + t)
     given = default_positions(encoding, positions, m + t)  # [B|1, M + T]
     positions = given.astype(jnp.int32)
     expected = (config.num_layers, tokens.shape[0], m, config.model_dim)
@@ -69,6 +79,16 @@ def forward(
             f"with positions [B|1, M + T = {m + t}], got memory {tuple(memory.shape)} "
             f"and positions {tuple(positions.shape)}"
         )
+    for block in model.blocks:  # chunks are counted from the memory's first token
+        window = block.options.parsed_window
+        if window.kind == "chunked" and m % window.size:
+            field = "model.window" if block.kind is None else f"layers.kinds.{block.kind}.window"
+            raise ValueError(
+                f"{field}={str(window)!r} with Transformer-XL memory needs a memory of a "
+                f"multiple of {window.size} states, got {m}: chunks are counted from the "
+                "memory's first token, so they would not be the stream's; make model.mem_len "
+                f"and the segment length multiples of {window.size}"
+            )
     if "embed_tokens" in encoding.hooks:
         raise ValueError(
             f"encoding {encoding.name!r} reads neighbouring token embeddings "

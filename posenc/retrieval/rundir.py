@@ -14,6 +14,7 @@ as it was trained; the separator is the prompt's last token (counted in its leng
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from collections.abc import Sequence
@@ -87,21 +88,26 @@ def _check_model(config: Any, tasks: Sequence[str], lengths: Sequence[int]) -> N
     reproduce, and lengths whose prompt and answer exceed the model's positions (a learned
     table), naming the field as the user sets it."""
     from posenc.encodings.registry import fields_as_set
-    from posenc.models.build import make_encoding
+    from posenc.models.build import layer_kinds, make_encoding
 
-    encoding = make_encoding(config)
-    try:
-        with fields_as_set(config.encoding.name):
-            encoding.check_cacheable()
-    except ValueError as e:
-        raise ValueError(f"retrieval: {e}") from None
+    # The model's encoder, and each layer kind's own (a pattern's layers each decode from it).
+    named = [("encoding", make_encoding(config))]
+    named += [(f"layers.kinds.{k.name}", k.encoding) for k in layer_kinds(config) if k.encoding]
+    for where, encoding in named:
+        try:
+            with fields_as_set(encoding.name):
+                encoding.check_cacheable()
+        except ValueError as e:
+            message = str(e).replace("encoding.hparams.", f"{where}.hparams.")
+            raise ValueError(f"retrieval: {message}") from None
     # The fewest positions a trial takes: its prompt and the task's answer tokens. A length
     # that cannot hold them is refused now, not reported as "not scored" after the rest ran.
     answer = max(get_task(name).tokens_to_generate for name in tasks)
     too_long = []
     for length in lengths:
         try:
-            encoding.check_length(length + answer)
+            for _, encoding in named:
+                encoding.check_length(length + answer)
         except ValueError as e:
             too_long.append((length, str(e)))
     if too_long:
@@ -110,6 +116,14 @@ def _check_model(config: Any, tasks: Sequence[str], lengths: Sequence[int]) -> N
             f"retrieval cannot score length(s) {bad}: a trial takes the prompt and at least "
             f"{answer} generated tokens, and {too_long[0][1]}"
         )
+
+
+def _check_layers_length(model: Any, length: int) -> None:
+    """``check_length`` of every encoder the model's layers use (a pattern's kinds included)."""
+    from posenc.decoding.lm import layer_encodings
+
+    for _, encoding in layer_encodings(model):
+        encoding.check_length(length)
 
 
 def _check_prompt_lengths(
@@ -283,7 +297,7 @@ def retrieval_workdir(
             prefix=prefix,
             suffix=suffix,
             stop_id=getattr(tokenizer, "sep_id", None),
-            check_length=run.model.encoding.check_length,
+            check_length=functools.partial(_check_layers_length, run.model),
             threshold=threshold,
             on_trial=lambda trial: lines.append(to_json(trial, indent=None)),
             progress=progress,

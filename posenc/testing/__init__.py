@@ -42,6 +42,11 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ``carry_limit``     past the declared carry limit, every key gets the probe key's contextual terms
 ``context_parallel`` evaluation with each window split over ``mesh.context`` devices scores one
                     device's loss (blocked path; needs several devices, a skip with one)
+``patterns``        in a two-layer pattern beside NoPE and beside itself with a sliding window
+                    (the model's encoder where it adds an input term): paths equal einsum, the
+                    window matters, cached decoding equals a full pass
+``pattern_trains``  a few Adam steps on those patterns: finite losses, every encoder parameter
+                    a gradient
 ==================  ===========================================================================
 
 A check that does not apply to an encoder (``carry`` without ``contextual_logits``, ``augment``
@@ -88,6 +93,7 @@ from posenc.testing.classifier import check_classifier
 from posenc.testing.context import check_context_parallel
 from posenc.testing.encdec import check_encoder_decoder
 from posenc.testing.linear import check_linear
+from posenc.testing.patterns import check_pattern_trains, check_patterns
 from posenc.testing.tiling import check_bias_by_distance, check_carry_limit, check_reach
 
 Check = Callable[..., None]
@@ -112,6 +118,8 @@ CHECKS: dict[str, Check] = {
     "reach": check_reach,
     "carry_limit": check_carry_limit,
     "context_parallel": check_context_parallel,
+    "patterns": check_patterns,
+    "pattern_trains": check_pattern_trains,
 }
 
 
@@ -196,6 +204,8 @@ __all__ = [
     "check_linear",
     "check_param_shapes",
     "check_paths_agree",
+    "check_pattern_trains",
+    "check_patterns",
     "check_reach",
     "check_shift",
     "check_trains",

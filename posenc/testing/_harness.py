@@ -266,16 +266,21 @@ def _encoder_leaf(path: tuple, var: Any) -> bool:
 
 
 def train_losses(
-    encoder: Encoding, settings: Settings
+    encoder: Encoding, settings: Settings, model: Transformer | None = None
 ) -> tuple[tuple[float, ...], dict[str, tuple[float, ...]]]:
     """The loss at every step of Adam on one fixed batch of ``length + 1`` tokens, and for each
     of the encoder's own parameters (``'blocks/0/pos_params/table'``) the largest
     ``|gradient|`` at every step (NaN where any entry of the gradient is not finite).
 
+    ``model``: the model to train (default :func:`build` of ``encoder``); ``encoder`` then only
+    names it in warnings. A pattern's model (:mod:`posenc.testing.patterns`) has every
+    encoder's parameters as :class:`~posenc.layers.params.EncoderParam` s too.
+
     A functional loop like :mod:`posenc.runs.train`'s (split once, a jitted step returning the new
     state), but self-contained so the battery does not depend on the training stack.
     """
-    graphdef, params, rest = nnx.split(build(encoder, settings), nnx.Param, ...)
+    model = build(encoder, settings) if model is None else model
+    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
     batch = tokens(settings, settings.length + 1, seed=1)
     tx = optax.adam(settings.learning_rate)
 
