@@ -39,8 +39,9 @@ Variants (``--config configs/sweeps/hybrids.py:VARIANT``):
 - ``gpu``: one GPU. 8 layers, width 512, 8 heads, bf16, L = 512, 2000 steps of 32 x 512 bytes;
   evaluated up to 16 x 512 = 8192, 128k tokens per length (not measured).
 
-Passkey retrieval of the same models (trained on ``synthetic:passkey``, scored at 1-16 x its
-training length) is ``experiments/hybrids.py``'s second half (:func:`passkey_config`).
+Passkey retrieval of the same architectures (trained on ``synthetic:passkey``, scored at 1-16 x
+its training length) is ``configs/sweeps/hybrids_passkey.py``, ``experiments/hybrids.py``'s
+second half.
 
 Run::
 
@@ -51,11 +52,10 @@ import os
 
 import ml_collections
 
-from posenc.runs.config import load_config, load_module
+from posenc.runs.config import load_module
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _TABLE2 = load_module(os.path.join(_HERE, "alibi_table2.py"))
-_RETRIEVAL = os.path.join(_HERE, os.pardir, "retrieval.py")
 
 VARIANTS = ("tiny", "gpu")
 MULTIPLES = (1, 2, 4, 8, 16)
@@ -121,14 +121,3 @@ def get_config(variant: str = "tiny") -> ml_collections.ConfigDict:
 def get_sweep(variant: str = "tiny") -> list[dict]:
     seq_len = get_config(variant).train.seq_len
     return [{**architecture(name, seq_len), "seed": 0} for name in ARCHITECTURES]
-
-
-def passkey_config(variant: str = "tiny") -> ml_collections.ConfigDict:
-    """The passkey runs' base config: ``configs/retrieval.py:tiny`` (prompts of up to 288 byte
-    tokens) with this sweep's layer count; ``gpu`` trains longer and wider."""
-    config = load_config(f"{_RETRIEVAL}:tiny")
-    config.model.num_layers = get_config(variant).model.num_layers
-    if variant == "gpu":
-        config.model.update(model_dim=256, num_heads=8, mlp_dim=1024)
-        config.train.update(batch_size=32, steps=3000)
-    return config
