@@ -62,13 +62,23 @@ def coarse(
     counts = np.zeros(len(buckets))
     np.add.at(counts, index, pairs)
     np.add.at(sums.T, index, np.nan_to_num(values * pairs).T)
-    return buckets, sums / np.maximum(counts, 1e-300)
+    # An octave without pairs (beyond a layer's window) has no mean.
+    return buckets, np.where(counts > 0, sums / np.maximum(counts, 1e-300), np.nan)
 
 
 def _fmt(x: float) -> str:
     if x is None or not math.isfinite(x):
         return "—"
     return f"{x:.3g}" if abs(x) >= 1e-3 or x == 0 else f"{x:.2e}"
+
+
+def _head_mean(means: np.ndarray, axis: int) -> np.ndarray:
+    """The mean over heads (``axis``), NaN (shown "—") where no head has a value: an octave
+    beyond a layer's window."""
+    finite = np.isfinite(means)
+    count = finite.sum(axis)
+    total = np.where(finite, means, 0.0).sum(axis)
+    return np.where(count > 0, total / np.maximum(count, 1), np.nan)
 
 
 def _kinds(record: dict[str, Any]) -> list[str] | None:
@@ -120,9 +130,7 @@ def kind_lines(record: dict[str, Any]) -> list[str]:
         for name in names:
             _, means = coarse(r, "weight", name)
             _, uniform = coarse(r, "uniform", name)
-            lines.append(
-                f"| {name} | " + " | ".join(_fmt(x) for x in np.nanmean(means, axis=0)) + " |"
-            )
+            lines.append(f"| {name} | " + " | ".join(_fmt(x) for x in _head_mean(means, 0)) + " |")
             lines.append(f"| {name} uniform | " + " | ".join(_fmt(x) for x in uniform) + " |")
     return lines + [""]
 
@@ -175,7 +183,7 @@ def markdown(record: dict[str, Any]) -> list[str]:
     for r in measured:
         for key, what in (("weight", "Mean attention weight"), ("logit", "Mean logit")):
             buckets, means = coarse(r, key)
-            head_mean = np.nanmean(means, axis=1)  # [layers, n]
+            head_mean = _head_mean(means, 1)  # [layers, n]
             header = [_bucket_text(lo, hi) for lo, hi in buckets]
             lines += ["", f"## {what} by distance, L = {r['length']}", ""]
             lines += ["| layer | " + " | ".join(header) + " |"]
@@ -282,6 +290,8 @@ def plot_distance(record: dict[str, Any]) -> bytes:
             buckets = np.asarray(r["buckets"], np.float64)
             x = buckets.mean(axis=1)  # the bucket's centre
             w = np.asarray(r["weight"][layer], np.float64)  # [H, n]
+            seen = np.isfinite(w).any(axis=0)  # buckets with pairs (a window sees fewer)
+            x, w = x[seen], w[:, seen]
             color = cmap(n / max(1, len(measured) - 1))
             train = " (train)" if r["length"] == record["train_seq_len"] else ""
             ax.plot(x, np.nanmean(w, axis=0), color=color, label=f"L={r['length']}{train}")
