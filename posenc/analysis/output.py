@@ -161,7 +161,7 @@ def markdown(record: dict[str, Any]) -> list[str]:
         "entropy over log of its visible keys; 1 is uniform attention. A ratio that rises with "
         "the length is attention diluted over more keys than in training.",
         "",
-        "| L | windows | mean log n | "
+        f"| L | windows | mean log n{', layer 0' if _kinds(record) else ''} | "
         + " | ".join(f"layer {layer_name(record, i)} H / log n" for i in layers)
         + " |",
         "|---:|---:|---:|" + "---:|" * len(layers),
