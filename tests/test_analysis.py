@@ -260,3 +260,203 @@ def test_analysis_names():
     }  # fmt: skip
     named = analysis_names({"encoding.hparams.scaling": "yarn"})
     assert named["csv"].startswith("attention-scaling-yarn__h") and named["csv"].endswith(".csv")
+
+
+# A pattern model: layer 0 RoPE with a sliding window of 4, RMS QK-norm before the rotation,
+# sinks and a soft cap; layer 1 ALiBi, full attention, sinks. Its attention is transcribed
+# below in float64 numpy.
+PATTERN_T, WINDOW, CAP, EPS = 12, 4, 3.0, 1e-6
+
+
+def _pattern_model():
+    from posenc.attention.options import AttentionOptions
+    from posenc.layers.pattern import LayerKind
+
+    config = ModelConfig(
+        vocab_size=32, num_layers=2, model_dim=32, num_heads=4, mlp_dim=64, dtype="float32",
+        norm_eps=EPS,
+    )  # fmt: skip
+    local = AttentionOptions(
+        window=f"sliding:{WINDOW}", sinks=True, qk_norm="rms", softcap=CAP,
+        prefix="layers.kinds.local",
+    )  # fmt: skip
+    kinds = (
+        LayerKind("local", encodings.get("rope"), local),
+        LayerKind("global", encodings.get("alibi"), AttentionOptions(sinks=True)),
+    )
+    model = Transformer(config, encodings.get("nope"), rngs=nnx.Rngs(0), layers=kinds)
+    r = np.random.default_rng(3)
+    for block in model.blocks:  # learned values away from their initial constants
+        for name, p in block.attn_params.items():
+            p[...] = jnp.asarray(r.uniform(0.5, 1.5, p.shape) * (1 if "norm" in name else -2))
+    return model
+
+
+def _rope64(x, pos):
+    """RoPE, GPT-NeoX's half layout, base 10000: ``[B, T, H, D]`` float64."""
+    d = x.shape[-1]
+    theta = 10000.0 ** (-np.arange(d // 2) * 2.0 / d)
+    angle = pos[:, :, None, None] * theta  # [1, T, 1, D/2]
+    x1, x2 = x[..., : d // 2], x[..., d // 2 :]
+    cos, sin = np.cos(angle), np.sin(angle)
+    return np.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+def _pattern_attention64(layer, q, k, learned):
+    """Layer ``layer``'s logits (what the softmax reads, ``[B, H, T, T]``, masked pairs NaN)
+    and probabilities, float64, from its projected ``q`` and ``k``."""
+    q, k = np.asarray(q, np.float64), np.asarray(k, np.float64)
+    t, d = q.shape[1], q.shape[-1]
+    pos = np.arange(t)[None].astype(np.float64)
+    i, j = np.arange(t)[:, None], np.arange(t)[None, :]
+    visible = j <= i
+    if layer == 0:
+        rms = lambda x, s: x / np.sqrt((x * x).mean(-1, keepdims=True) + EPS) * s  # noqa: E731
+        q = _rope64(rms(q, np.asarray(learned["q_norm"], np.float64)), pos)
+        k = _rope64(rms(k, np.asarray(learned["k_norm"], np.float64)), pos)
+        visible = visible & (i - j < WINDOW)
+    logits = np.einsum("bthd,bshd->bhts", q, k) / np.sqrt(d)
+    if layer == 0:
+        logits = CAP * np.tanh(logits / CAP)
+    else:  # ALiBi: -m_h (i - j)
+        slopes = np.asarray(encodings.alibi_slopes(q.shape[2]), np.float64)
+        logits = logits - slopes[:, None, None] * (i - j)
+    sinks = np.asarray(learned["sinks"], np.float64)[None, :, None, None]
+    e = np.where(visible, np.exp(logits), 0.0)
+    probs = e / (e.sum(-1, keepdims=True) + np.exp(sinks))
+    return np.where(visible, logits, np.nan), probs, visible
+
+
+def test_pattern_layers_are_analysed_as_the_model_attends():
+    """Each layer of a pattern model (a window, QK-norm, sinks and a soft cap on one kind, another
+    encoder on the other) is analysed with its own encoder and options: the model's own
+    attention (attend with the block's options, one-hot values) gives the float64
+    transcription's probabilities, and the analysis's sums are those probabilities' and
+    logits', pair by pair."""
+    model = _pattern_model()
+    tokens = jnp.asarray(np.random.default_rng(0).integers(0, 32, (2, PATTERN_T)), jnp.int32)
+    t = PATTERN_T
+
+    def run(model, tokens):
+        sums = model_attention_sums(model, tokens, block_size=5)
+        pos = jnp.arange(t)[None]
+        x = model.embed_inputs(tokens, pos)
+        shared = model.layer_shared()
+        v = jnp.broadcast_to(jnp.eye(t)[None, :, None, :], (2, t, 4, t))
+        layers = []
+        for block, own in zip(model.blocks, shared, strict=True):
+            x_next, cache = block.forward(x, pos, own)
+            q, _, _ = block.attn.qkv(cache.h)
+            k = block.attn.repeat_kv(cache.k)
+            probs = attend(
+                q, k, v, encoding=block.encoding, params=own, q_pos=pos, k_pos=pos,
+                implementation="einsum", **block._options(),
+            )  # fmt: skip
+            layers.append((q, k, probs.transpose(0, 2, 1, 3), values(block.attn_params)))
+            x = x_next
+        return sums, layers
+
+    graphdef, state = nnx.split(model)
+    sums, layers = _jit(lambda s, tok: run(nnx.merge(graphdef, s), tok))(state, tokens)
+    for layer, (q, k, model_probs, learned) in enumerate(layers):
+        logits, probs, visible = _pattern_attention64(layer, q, k, learned)
+        # The transcription is the model's attention (sinks: rows sum to less than 1).
+        np.testing.assert_allclose(np.asarray(model_probs), probs, atol=2e-6)
+        assert probs.sum(-1).max() < 1 - 1e-3
+        weight, logit = np.zeros((4, t)), np.zeros((4, t))
+        pairs, entropy, keys = np.zeros(t), np.zeros((4, t)), visible.sum(-1)
+        for b in range(2):
+            for i in range(t):
+                for j in np.flatnonzero(visible[i]):
+                    weight[:, i - j] += probs[b, :, i, j]
+                    logit[:, i - j] += logits[b, :, i, j]
+                    pairs[i - j] += 1
+                p = probs[b, :, i, visible[i]]  # [n, H]
+                entropy[:, i] += -(p * np.log(p)).sum(0)
+        got = [np.asarray(x)[layer] for x in (sums.weight, sums.logit, sums.pairs)]
+        got += [np.asarray(sums.entropy)[layer], np.asarray(sums.keys)[layer]]
+        names = ["weight", "logit", "pairs", "entropy", "keys"]
+        for what, a, b in zip(names, got, [weight, logit, pairs, entropy, keys], strict=True):
+            np.testing.assert_allclose(a, b, rtol=2e-5, atol=2e-5, err_msg=f"{layer} {what}")
+    # The window: layer 0 has no pair at distance >= 4, layer 1 has them all.
+    assert np.asarray(sums.pairs)[0, WINDOW:].sum() == 0 and np.asarray(sums.pairs)[1, -1] == 2
+
+
+def test_summary_and_tables_group_layers_by_kind():
+    """Uniform attention (NoPE, zero queries) under a different window per layer: each kind's
+    statistics are over its own layers and visible pairs (weight = its uniform baseline,
+    entropy / log n = 1, pairs counted by hand), and the tables name the kinds; without kinds
+    the record and tables have none of it."""
+    from posenc.analysis.output import distance_rows, entropy_rows, markdown
+    from posenc.attention.options import AttentionOptions
+
+    enc, params = _encoder("nope")
+    length = 16
+    k = jnp.ones((2, length, H, DH))
+    pos = jnp.arange(length)[None]
+
+    def layer_sums():
+        return [
+            attention_sums(
+                jnp.zeros_like(k),
+                k,
+                encoding=enc,
+                params=params,
+                q_pos=pos,
+                k_pos=pos,
+                block_size=8,
+                options=AttentionOptions(window=w),
+            )  # fmt: skip
+            for w in windows
+        ]
+
+    windows = ("sliding:3", "full", "sliding:3", "chunked:4")
+    sums = jax.tree.map(
+        lambda *x: np.stack([np.asarray(a, np.float64) for a in x]), *_jit(layer_sums)()
+    )
+    kinds = ["local", "global", "local", "chunk"]
+    record = summarize(sums, length, causal=True, kinds=kinds)
+    assert record["by_kind"]["local"]["layers"] == [0, 2]
+    # Pairs at distance d over 2 windows: sliding:3 sees d < 3 from row d on; chunks of 4 see
+    # d < 4 in each of the 4 chunks, 4 - d times; full sees every d.
+    by_distance = {
+        "local": [2 * (length - d) if d < 3 else 0 for d in range(length)],
+        "chunk": [2 * 4 * (4 - d) if d < 4 else 0 for d in range(length)],
+        "global": [2 * (length - d) for d in range(length)],
+    }
+    for name, kind in record["by_kind"].items():
+        want = [sum(by_distance[name][lo : hi + 1]) for lo, hi in record["buckets"]]
+        np.testing.assert_allclose(kind["pairs"], want)
+        seen = np.asarray(kind["pairs"]) > 0
+        uniform = np.asarray(kind["uniform"], np.float64)
+        for head in np.asarray(kind["weight"], np.float64):
+            np.testing.assert_allclose(head[seen], uniform[seen], rtol=1e-5)
+        np.testing.assert_allclose(kind["normalized_entropy"], [1.0] * H, rtol=1e-5)
+    # Each layer's weight is over its own pairs: the chunked layer's equals its kind's.
+    np.testing.assert_allclose(
+        np.asarray(record["weight"][3], np.float64),  # None (no pair) read as NaN
+        np.asarray(record["by_kind"]["chunk"]["weight"], np.float64),
+    )
+    assert "by_kind" not in summarize(sums, length, causal=True)
+
+    def wrap(r, **extra):
+        return {
+            "encoding": "nope", "changes": {}, "train_seq_len": length, "checkpoint_step": 1,
+            "finished": True, "split": "validation", "positions": "contiguous",
+            "num_heads": H, "num_layers": 4, "lengths": [r], **extra,
+        }  # fmt: skip
+
+    described = {"local": "local: nope, sliding:3", "global": "global: nope"}
+    described["chunk"] = "chunk: nope, chunked:4"
+    patterned = wrap(record, layer_kinds=kinds, kinds=described)
+    text = "\n".join(markdown(patterned))
+    assert "## Attention by layer kind" in text and "layer 1 (global) H / log n" in text
+    assert "- `local` (layers 0, 2): local: nope, sliding:3" in text
+    assert distance_rows(patterned)[0][:3] == ["length", "layer", "kind"]
+    local_row = next(row for row in distance_rows(patterned)[1:] if row[1] == 2)
+    assert local_row[2] == "local" and local_row[6] == record["by_kind"]["local"]["pairs"][0]
+    assert entropy_rows(patterned)[1][2] == "local"
+    plain = wrap(summarize(sums, length, causal=True))
+    text = "\n".join(markdown(plain))
+    assert "layer kind" not in text and "layer 1 H / log n" in text and "| uniform |" in text
+    assert distance_rows(plain)[0][2] == "head" and entropy_rows(plain)[0][2] == "head"

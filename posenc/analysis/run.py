@@ -11,6 +11,9 @@ and every self-attention layer's probabilities are reduced on the device
   ``14-15``, ``16-19``, ...) for the CSV and the plot, and octaves (``0``, ``1``, ``2-3``,
   ``4-7``, ...) for the markdown table; and what uniform attention over the visible keys would
   give;
+- with a pattern of layer kinds (:mod:`posenc.layers.pattern`: a window, an encoder or options
+  per kind), the same statistics per kind over its layers (``by_kind``), each layer's over its
+  own visible pairs;
 - the mean entropy of the attention rows (nats), the mean ``log n`` of their visible keys ``n``,
   and the mean of ``entropy / log n`` over the rows that see two keys or more: 1 is uniform
   attention, the "dilution" that explains many extrapolation failures (attention spread over
@@ -102,41 +105,96 @@ def _floats(x: np.ndarray, digits: int = 6) -> Any:
     return None if not math.isfinite(x) else float(f"{float(x):.{digits}g}")
 
 
-def summarize(sums: AttentionSums, length: int, causal: bool) -> dict[str, Any]:
-    """One length's record from the float64 sums over its windows (layer axis first)."""
+def _uniform(keys: np.ndarray, pairs: np.ndarray, length: int, causal: bool) -> np.ndarray:
+    """What uniform attention over each row's visible keys puts at each distance (summed over
+    the rows of one window): ``keys [T]`` visible keys per row, ``pairs [n_d]`` pairs per
+    distance over the windows (for the bidirectional full window); NaN where unknown."""
+    if causal and np.array_equal(keys, np.arange(1, length + 1)):
+        # Row i spreads 1/(i + 1) over its keys: distance d gets sum_{i >= d} 1/(i + 1).
+        return np.cumsum((1.0 / keys)[::-1])[::-1]
+    if causal:  # a window: row i sees distances 0 .. keys_i - 1, 1/keys_i each
+        steps = np.zeros(length + 1)
+        steps[0] = np.sum(1.0 / keys)
+        np.add.at(steps, keys.astype(np.int64), -1.0 / keys)
+        return np.cumsum(steps)[:length]
+    if np.all(keys == length):
+        return pairs / length
+    return np.full(pairs.shape, np.nan)  # a bidirectional window: not derived from keys alone
+
+
+def _layer_summary(sums: AttentionSums, layers: Sequence[int], length: int, causal: bool):
+    """The pair-weighted statistics of ``layers`` (one layer, or the layers of one kind, which
+    share their mask): weight and logit by fine bucket ``[H, n_b]``, pairs and uniform
+    ``[n_b]``, mean entropy and ``entropy / log n`` per head ``[H]``, mean ``log n``."""
     low = 0 if causal else -(length - 1)
-    windows = float(sums.windows[0])
     fine = distance_buckets(low, length - 1, FINE)
-    pairs = bucket_sums(sums.pairs[0], fine, low)  # [n_b]
-    # What uniform attention over the visible keys would put at each distance.
-    keys = sums.keys[0]  # [T]
-    if causal:  # row i spreads 1/(i + 1) over its keys: distance d gets sum_{i >= d} 1/(i+1)
-        uniform = np.cumsum((1.0 / keys)[::-1])[::-1] * windows
-    else:
-        uniform = sums.pairs[0] / length
-    positions = distance_buckets(0, length - 1, FINE)
-    log_keys = np.log(keys)  # [T]
-    entropy = sums.entropy / windows  # [layers, H, T], mean over windows per row
+    first = layers[0]
+    windows = float(sums.windows[first])
+    pairs = bucket_sums(sums.pairs[first], fine, low)  # [n_b]
+    keys = sums.keys[first]  # [T]
+    uniform = _uniform(keys, sums.pairs[first], length, causal) * windows
+    weight = sum(bucket_sums(sums.weight[i], fine, low) for i in layers)  # [H, n_b]
+    logit = sum(bucket_sums(sums.logit[i], fine, low) for i in layers)
+    entropy = np.stack([sums.entropy[i] for i in layers]) / windows  # [n, H, T]
     several = keys > 1
-    normalized = (entropy[..., several] / log_keys[several]).mean(-1)
+    log_keys = np.log(keys)
     return {
+        "pairs": pairs,
+        "uniform": _ratio(bucket_sums(uniform, fine, low), pairs),
+        "weight": _ratio(weight, pairs * len(layers)),
+        "logit": _ratio(logit, pairs * len(layers)),
+        "entropy": entropy.mean(-1).mean(0),
+        "log_keys": float(log_keys.mean()),
+        "normalized_entropy": (entropy[..., several] / log_keys[several]).mean(-1).mean(0),
+    }
+
+
+def summarize(
+    sums: AttentionSums, length: int, causal: bool, kinds: Sequence[str] | None = None
+) -> dict[str, Any]:
+    """One length's record from the float64 sums over its windows (layer axis first).
+
+    Per layer: the weight and logit by distance, the entropy and ``entropy / log n``, each over
+    the layer's own visible pairs. ``pairs``, ``uniform`` and ``log_keys`` are the first layer's
+    (every layer's, unless layers differ in their window). ``kinds``: each layer's kind in a
+    pattern (:mod:`posenc.layers.pattern`); with them the record gets ``by_kind``, each kind's
+    statistics over its layers (:func:`_layer_summary`, weights averaged over the kind's
+    layers)."""
+    low = 0 if causal else -(length - 1)
+    num_layers = sums.weight.shape[0]
+    per_layer = [_layer_summary(sums, [i], length, causal) for i in range(num_layers)]
+    first = per_layer[0]
+    windows = float(sums.windows[0])
+    positions = distance_buckets(0, length - 1, FINE)
+    entropy = sums.entropy / windows  # [layers, H, T], mean over windows per row
+    record = {
         "length": int(length),
         "windows": int(round(windows)),
         "tokens": int(round(windows)) * int(length),
         "causal": bool(causal),
-        "buckets": fine.tolist(),
-        "pairs": _floats(pairs, 12),
-        "uniform": _floats(_ratio(bucket_sums(uniform, fine, low), pairs)),
-        "weight": _floats(_ratio(bucket_sums(sums.weight, fine, low), pairs)),
-        "logit": _floats(_ratio(bucket_sums(sums.logit, fine, low), pairs)),
+        "buckets": distance_buckets(low, length - 1, FINE).tolist(),
+        "pairs": _floats(first["pairs"], 12),
+        "uniform": _floats(first["uniform"]),
+        "weight": _floats([layer["weight"] for layer in per_layer]),
+        "logit": _floats([layer["logit"] for layer in per_layer]),
         "entropy": _floats(entropy.mean(-1)),
-        "log_keys": float(log_keys.mean()),
-        "normalized_entropy": _floats(normalized),
+        "log_keys": first["log_keys"],
+        "normalized_entropy": _floats([layer["normalized_entropy"] for layer in per_layer]),
         "position_buckets": positions.tolist(),
         "entropy_by_position": _floats(
             bucket_sums(entropy, positions, 0) / bucket_sums(np.ones(length), positions, 0)
         ),
     }
+    if kinds:
+        by_kind = {}
+        for name in dict.fromkeys(kinds):
+            layers = [i for i, k in enumerate(kinds) if k == name]
+            kind = _layer_summary(sums, layers, length, causal)
+            by_kind[name] = {"layers": layers, "pairs": _floats(kind.pop("pairs"), 12)}
+            by_kind[name]["log_keys"] = kind.pop("log_keys")
+            by_kind[name].update({key: _floats(value) for key, value in kind.items()})
+        record["by_kind"] = by_kind
+    return record
 
 
 class Analyzer:
@@ -162,6 +220,13 @@ class Analyzer:
         ``weights [B]``)."""
         out = self._sums(self.state, jnp.asarray(tokens), positions, jnp.asarray(weights))
         return jax.tree.map(lambda x: np.asarray(x, np.float64), jax.device_get(out))
+
+
+def layer_kinds(model: Transformer) -> list[str] | None:
+    """Each layer's kind in the model's pattern (:mod:`posenc.layers.pattern`), None without
+    one."""
+    kinds = [block.kind for block in model.blocks]
+    return None if all(kind is None for kind in kinds) else kinds
 
 
 def analyze(
@@ -194,6 +259,7 @@ def analyze(
     """
     analyzer = Analyzer(model, block_size)
     causal = model.config.causal
+    kinds = layer_kinds(model)
     records = []
     for length in lengths:
         try:
@@ -212,7 +278,7 @@ def analyze(
             drawn = None if positions is None else positions.draw(number, batch, length)
             sums = analyzer(local["inputs"], drawn, weights)
             total = sums if total is None else jax.tree.map(np.add, total, sums)
-        record = summarize(total, length, causal)
+        record = summarize(total, length, causal, kinds)
         record["seconds"] = time.perf_counter() - start
         records.append(record)
         if progress:
@@ -223,6 +289,16 @@ def analyze(
                 flush=True,
             )
     return records
+
+
+def _pattern_fields(model: Transformer) -> dict[str, Any]:
+    """``layer_kinds`` (each layer's kind) and ``kinds`` (each kind described: its encoder and
+    options) of a model with a pattern of layer kinds; nothing without one."""
+    kinds = layer_kinds(model)
+    if kinds is None:
+        return {}
+    described = {kind.name: kind.describe() for kind in model.layers}
+    return {"layer_kinds": kinds, "kinds": {name: described[name] for name in dict.fromkeys(kinds)}}
 
 
 def analyze_workdir(
@@ -307,6 +383,7 @@ def analyze_workdir(
             "objective": kind.objective,
             "num_layers": config.model.num_layers,
             "num_heads": model.config.dims.num_heads,
+            **_pattern_fields(model),
             "tokens_per_length": tokens,
             "device": device_description(),
             "lengths": records,

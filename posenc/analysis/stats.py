@@ -1,11 +1,20 @@
 """Attention statistics of one layer, and of every layer of a model, computed in query blocks.
 
-For queries ``q`` and keys ``k`` the probabilities are the reference path's
-(:func:`posenc.attention.core.reference_logits`, then a float32 softmax): the encoder's own hooks
-(``rotate`` over the whole window, ``bias``, ``content_logits``, ``log_decay``,
-``contextual_logits``) exactly as :func:`posenc.attention.core.attend` applies them, so the weights
-are those of every path the model runs (the fused and blocked paths compute the same
-softmax). They are formed ``block`` queries at a time against all ``S`` keys, so memory grows as
+For queries ``q`` and keys ``k`` the probabilities are the reference path's, formed as
+:func:`posenc.attention.core.attend` forms them: the layer's queries and keys through
+:func:`~posenc.attention.core.prepare_qk` (QK-norm, the encoder's ``rotate`` over the whole
+window, the query temperature and Scalable-Softmax), the logits of
+:func:`~posenc.attention.core.reference_logits` with the layer's
+:func:`~posenc.attention.core.layer_terms` (its window, logit scale and soft cap; the encoder's
+``bias``, ``content_logits``, ``log_decay`` and ``contextual_logits``), and
+:func:`posenc.attention.terms.softmax` with the layer's sinks. So the weights are those of every
+path the model runs (the fused and blocked paths compute the same softmax), layer by layer, each
+with its own encoder and options when the model has a pattern of layer kinds
+(:mod:`posenc.layers.pattern`). With sinks a row's probabilities over the keys sum to less than
+one (the sink takes the rest): the sums below are over the keys, and the entropy is
+``-sum_j p_ij log p_ij`` over the keys alone.
+
+They are formed ``block`` queries at a time against all ``S`` keys, so memory grows as
 ``S x block``, never ``T x S``, and reduced on the device to sums:
 
 - by relative distance ``d = i - j`` (query minus key index, in tokens: position values, which
@@ -24,7 +33,9 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
-from posenc.attention.core import cumulative_decay, reference_logits
+from posenc.attention.core import cumulative_decay, layer_terms, prepare_qk, reference_logits
+from posenc.attention.options import AttentionOptions
+from posenc.attention.terms import softmax
 from posenc.encodings.base import Encoding, Params
 from posenc.layers.params import values
 from posenc.models.lm import Transformer, default_positions
@@ -67,30 +78,42 @@ def attention_sums(
     inputs: jax.Array | None = None,
     weights: jax.Array | None = None,
     block_size: int = 128,
+    options: AttentionOptions | None = None,
+    learned: Params | None = None,
+    norm_eps: float = 1e-6,
 ) -> AttentionSums:
     """The statistics of one attention layer (module docstring), ``block_size`` queries at a time.
 
     Args:
-      q: ``[B, T, H, Dh]`` projected queries, before ``rotate``.
-      k: ``[B, S, H, Dh]`` projected keys before ``rotate``, one per query head (grouped
-        key/value heads repeated); the queries are the last ``T`` of them.
+      q: ``[B, T, H, Dh]`` projected queries, before QK-norm and ``rotate``.
+      k: ``[B, S, H, Dh]`` projected keys before QK-norm and ``rotate``, one per query head
+        (grouped key/value heads repeated); the queries are the last ``T`` of them.
       encoding, params: the bound encoder and this layer's parameters.
       q_pos: ``[B|1, T]`` integer positions; k_pos: ``[B|1, S]``.
       causal: mask keys after the query.
       inputs: ``[B, S, D]`` the layer input at the keys (read by a ``log_decay`` hook).
       weights: ``[B]`` float32 weight of each window (0: a padding window); None: all 1.
       block_size: queries per block (at most ``T``).
+      options: the layer's attention options (window, sinks, QK-norm, ...); None: none.
+      learned: the options' learned parameters (the block's ``attn_params``); None: none.
+      norm_eps: QK-norm's epsilon (the model's ``norm_eps``).
 
     Returns:
       The :class:`AttentionSums` (float32).
     """
     b, t, h, head_dim = q.shape
     s = k.shape[1]
+    options = options or AttentionOptions()
+    learned = learned or {}
     q_pos = jnp.atleast_2d(q_pos).astype(jnp.int32)
     k_pos = jnp.atleast_2d(k_pos).astype(jnp.int32)
     weights = jnp.ones((b,), jnp.float32) if weights is None else weights.astype(jnp.float32)
-    if "rotate" in encoding.hooks:  # over the whole window: xPos and dynamic NTK read its span
-        q, k = encoding.rotate(params, q, k, q_pos, k_pos)
+    # Over the whole window, as attend does: xPos and dynamic NTK read its span, the query
+    # temperature and Scalable-Softmax each query's index in it.
+    q, k = prepare_qk(
+        q, k, encoding, params, q_pos, k_pos, options, learned, causal, s - t, norm_eps
+    )
+    terms = layer_terms(options, learned, head_dim)
     decay = cumulative_decay(encoding, params, inputs, t, s)
     blk = min(block_size, t)
     d_min = 0 if causal else -(s - 1)
@@ -121,10 +144,11 @@ def attention_sums(
             decay=decay_blk,
             q_start=start,
             total_t=t,
+            terms=terms,
         )  # [B, H, blk, S], [1, 1, blk, S]
         visible = jnp.broadcast_to(visible[0, 0], (blk, s))  # [blk, S]
-        log_p = jax.nn.log_softmax(logits, axis=-1)
-        p = jnp.exp(log_p)
+        p = softmax(logits, terms.sinks)  # [B, H, blk, S], the model's probabilities
+        log_p = _log_probs(logits, terms.sinks)  # finite where p underflows to 0
         row_weight = weights[:, None, None] * fresh[None, None, :]  # [B, 1, blk]
         entropy = -jnp.where(visible, p * log_p, 0.0).sum(-1)  # [B, H, blk]
         # Key index of each (row, distance): i + (S - T) - d; the pair exists if it is visible.
@@ -156,6 +180,15 @@ def attention_sums(
     return AttentionSums(weight, logit, pairs, entropy, keys, weights.sum())
 
 
+def _log_probs(logits: jax.Array, sinks: jax.Array | None) -> jax.Array:
+    """``log p`` of :func:`posenc.attention.terms.softmax`'s probabilities, computed from the
+    logits (finite where ``p`` underflows): ``[B, H, T, S]`` and ``sinks [H]`` or None."""
+    norm = jax.nn.logsumexp(logits, axis=-1, keepdims=True)  # [B, H, T, 1]
+    if sinks is not None:
+        norm = jnp.logaddexp(norm, sinks.astype(logits.dtype)[None, :, None, None])
+    return logits - norm
+
+
 def model_attention_sums(
     model: Transformer,
     tokens: jax.Array,
@@ -167,8 +200,11 @@ def model_attention_sums(
     of windows (deterministic: no dropout, no position augmentation).
 
     Each layer's queries and keys are those its block computes (:meth:`Block.forward`'s cache
-    holds the layer input ``h``; the projections are applied to it again), with the layer's
-    encoder parameters (its own, or the model's shared ones) and the block's mask.
+    holds the layer input ``h``; the projections are applied to it again), with the block's own
+    encoder (``block.encoding``: its kind's, in a pattern) and encoder parameters (its own, its
+    kind's shared ones, or the model's: :meth:`~posenc.models.lm.Stack.layer_shared`), its
+    attention options and their parameters (``block.options``, ``block.attn_params``) and its
+    mask.
 
     Args:
       model: a :class:`~posenc.models.lm.Transformer` (without Transformer-XL memory).
@@ -182,18 +218,18 @@ def model_attention_sums(
     """
     given = default_positions(model.encoding, positions, tokens.shape[1])  # [B|1, T]
     positions = given.astype(jnp.int32)
-    shared = model.shared()
+    shared = model.layer_shared()
     x = model.embed_inputs(tokens, given)  # [B, T, D] float32
     layers = []
-    for block in model.blocks:
-        x_next, cache = block.forward(x, positions, shared)
+    for block, own in zip(model.blocks, shared, strict=True):
+        x_next, cache = block.forward(x, positions, own)
         q, _, _ = block.attn.qkv(cache.h)  # [B, T, H, Dh], as the block computed it
-        params = shared if block.pos_params is None else values(block.pos_params)
+        params = own if block.pos_params is None else values(block.pos_params)
         layers.append(
             attention_sums(
                 q,
                 block.attn.repeat_kv(cache.k),
-                encoding=model.encoding,
+                encoding=block.encoding,
                 params=params,
                 q_pos=positions,
                 k_pos=positions,
@@ -201,6 +237,9 @@ def model_attention_sums(
                 inputs=cache.h,
                 weights=weights,
                 block_size=block_size,
+                options=block.options,
+                learned=values(block.attn_params),
+                norm_eps=block.config.norm_eps,
             )
         )
         x = x_next

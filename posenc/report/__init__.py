@@ -20,7 +20,10 @@ listed in ``sweep.json``, or every evaluated subdirectory, or the directory itse
   longest evaluation length (log-spaced buckets), one line per encoder.
 - a retrieval section (``posenc retrieval`` records: passkey and needle-in-a-haystack accuracy by
   length, effective lengths, ``retrieval_vs_length.png`` across runs and each run's heat map by
-  length x depth, :mod:`posenc.report.retrieval`).
+  length x depth, :mod:`posenc.report.retrieval`);
+- an attention section for models whose layers differ (``posenc analyze`` records of a pattern
+  of layer kinds: attention entropy and far weight per kind by length,
+  :mod:`posenc.report.attention`).
 
 A run evaluated before its training finished (``posenc eval`` on an interrupted run) is marked
 ``†`` in its column's name, with a note giving the step it was scored at. A perplexity that
@@ -45,7 +48,9 @@ leaves out are named in a warning and at the end of ``report.md``.
 
 Columns are named by encoder; two configurations of one encoder in the same table (a sweep over
 RoPE's base, say) get the config fields that tell them apart appended to the name, and an
-evaluation under changed settings what it changed (``rope (yarn x8)``).
+evaluation under changed settings what it changed (``rope (yarn x8)``). A model with a pattern of
+layer kinds is named by its pattern (``3 x [rope, sliding:32] + [nope]``) rather than by its
+``layers.*`` fields.
 """
 
 from __future__ import annotations
@@ -59,6 +64,7 @@ from typing import Any
 from posenc.kinds.base import RunKind
 from posenc.kinds.registry import kinds
 from posenc.report import evidence
+from posenc.report.attention import attention_section
 from posenc.report.plots import bucket, line_colors, plot_metric, plot_positions, position_curve
 from posenc.report.retrieval import retrieval_section
 from posenc.report.runs import METRICS, Cell, Column, Run, cell, find_runs, group_runs
@@ -137,19 +143,24 @@ DEFAULT_METRIC = "perplexity"
 def write_report(sweep_dir: str, metric: str = DEFAULT_METRIC) -> list[str]:
     """Writes the tables and plots of ``sweep_dir`` (see the module docstring), and the
     retrieval section (:mod:`posenc.report.retrieval`) where runs have ``posenc retrieval``
-    records; a folder with retrieval records only gets that section alone.
+    records and the attention section (:mod:`posenc.report.attention`) where models with a
+    pattern of layer kinds have ``posenc analyze`` records; a folder with such records only
+    gets those sections alone.
 
     Returns:
       The paths written (report.md first).
     """
     section, files = retrieval_section(sweep_dir)
+    attention = attention_section(sweep_dir)
+    what = " and ".join(n for n, part in (("retrieval", section), ("attention", attention)) if part)
+    section += attention
     try:
         paths = _write_report(sweep_dir, metric)
     except FileNotFoundError:
         if not section:
             raise
         paths = [os.path.join(sweep_dir, "report.md")]
-        title = f"# {os.path.basename(os.path.abspath(sweep_dir))}: retrieval"
+        title = f"# {os.path.basename(os.path.abspath(sweep_dir))}: {what}"
         with open(paths[0], "w") as f:
             f.write(title + "\n\n")
     if section:

@@ -52,9 +52,16 @@ def evaluation_label(record: dict[str, Any]) -> str:
 
 
 def _label(path: str, record: dict[str, Any], folder: str) -> str:
-    """:func:`evaluation_label`, then the record's training length and file."""
+    """:func:`evaluation_label` (with the run's pattern of layer kinds, if it has one:
+    :func:`posenc.report.runs.pattern_text`), then the record's training length and file."""
+    from posenc.report.runs import pattern_text
+    from posenc.workdir import CONFIG_FILE, flatten, read_json
+
     where = os.path.relpath(path, folder)
-    return f"{evaluation_label(record)} [train {record.get('train_seq_len')}; {where}]"
+    config = read_json(os.path.join(os.path.dirname(path), CONFIG_FILE))
+    pattern = pattern_text(flatten(config)) if isinstance(config, dict) else ""
+    label = evaluation_label(record) + (f" ({pattern})" if pattern else "")
+    return f"{label} [train {record.get('train_seq_len')}; {where}]"
 
 
 def retrieval_section(folder: str) -> tuple[list[str], list[str]]:

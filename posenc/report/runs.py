@@ -295,15 +295,55 @@ def group_runs(runs: Sequence[Run]) -> dict[int, list[Column]]:
     return out
 
 
+def pattern_text(identity: dict[str, Any]) -> str:
+    """A run's pattern of layer kinds (:mod:`posenc.layers.pattern`) as a label says it, runs of
+    one kind counted: ``3 x [rope, sliding:32] + [nope]``, each kind its encoder (the run's when
+    it names none) with its hyperparameters and the attention options it sets; ``""`` without a
+    pattern."""
+    pattern = identity.get("layers.pattern") or ()
+    if not pattern:
+        return ""
+    prefix = "layers.kinds."
+
+    def kind_text(name: str) -> str:
+        fields = {
+            k.removeprefix(f"{prefix}{name}."): v
+            for k, v in identity.items()
+            if k.startswith(f"{prefix}{name}.")
+        }
+        parts = [str(fields.pop("encoding", None) or identity.get("encoding.name"))]
+        parts += [
+            f"{k.removeprefix('hparams.')}={v}" for k, v in sorted(fields.items()) if "hparams" in k
+        ]
+        window = fields.pop("window", None)
+        parts += [str(window)] if window else []
+        parts += [f"{k}={v}" for k, v in sorted(fields.items()) if "hparams" not in k]
+        return f"[{', '.join(parts)}]"
+
+    runs: list[list[Any]] = []
+    for name in pattern:
+        if runs and runs[-1][0] == name:
+            runs[-1][1] += 1
+        else:
+            runs.append([name, 1])
+    return " + ".join(f"{n} x {kind_text(k)}" if n > 1 else kind_text(k) for k, n in runs)
+
+
 def _label(run: Run, same_name: list[Run]) -> str:
     """The encoder name, plus the trained fields that differ between its columns (if several),
-    plus what the evaluation changed (``rope (yarn x8)``)."""
+    plus what the evaluation changed (``rope (yarn x8)``); a run with a pattern of layer kinds
+    names its pattern (:func:`pattern_text`) in place of its ``layers.*`` fields."""
     parts = []
     if len({_freeze(r.identity) for r in same_name}) > 1:
         evaluated = {k for r in same_name for k in r.changes}  # named by the changes instead
         identities = [r.identity for r in same_name]
         keys = sorted({k for ident in identities for k in ident} - evaluated)
         differ = [k for k in keys if len({repr(ident.get(k)) for ident in identities}) > 1]
+        if any(k.startswith("layers.") for k in differ):
+            differ = [k for k in differ if not k.startswith("layers.")]
+            pattern = pattern_text(run.identity)
+            if pattern:
+                parts.append(pattern)
         if "train.positions" in differ and run.identity.get("eval.positions") == run.identity.get(
             "train.positions"
         ):
