@@ -148,11 +148,20 @@ def test_tiny_divides_every_length_by_128_with_windows_of_at_least_4():
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))
-def test_the_tiny_preset_validates_builds_and_runs(name):
+def test_the_tiny_preset_validates(name):
     config = load_config(f"{SPEC}:{name},tiny")
     assert config.train.seq_len == 64
     assert config.model.num_layers == max(2, len(config.layers.pattern))
     validate(config)
+
+
+# Compiling each preset's forward pass: one in the default suite, the rest in the slow step.
+@pytest.mark.parametrize(
+    "name",
+    [n if n == "gemma3" else pytest.param(n, marks=pytest.mark.slow) for n in sorted(PUBLISHED)],
+)
+def test_the_tiny_preset_builds_and_runs(name):
+    config = load_config(f"{SPEC}:{name},tiny")
     # Narrower than tiny (32 wide, 2 heads of 16) to compile fast; the pattern is the preset's.
     small = apply_overrides(config, ["model.model_dim=32", "model.num_heads=2", "model.mlp_dim=64"])
     model = build(small)

@@ -157,6 +157,7 @@ def _t5_tables(model) -> dict[str, np.ndarray]:
     return {k.removesuffix(".value"): v for k, v in leaves if "table" in k}
 
 
+@pytest.mark.slow  # trains (about 15 s)
 def test_a_shared_scope_encoder_has_one_table_per_kind_and_both_train(data_dir, tmp_path):
     kinds = {"near": {"encoding": "t5", "window": "sliding:8"}, "far": {"encoding": "t5"}}
     config = _config(
