@@ -69,10 +69,6 @@ class Window:
     def __str__(self) -> str:
         return "full" if self.full else f"{self.kind}:{self.size}"
 
-    def reach_before(self) -> int | None:
-        """The most key indices a query may see before its own (None: unbounded)."""
-        return None if self.full else self.size - 1
-
     def reach_after(self, causal: bool) -> int | None:
         """The most key indices a query may see after its own (None: unbounded)."""
         if causal:
