@@ -24,6 +24,16 @@ from posenc.testing import patterns
 SETTINGS = testing.Settings(seed=11)
 
 
+@pytest.fixture(autouse=True)
+def _fresh_traces():
+    """The patches act while a function is traced: a compiled function an earlier test of the
+    same process left in JAX's caches (the battery's own pattern checks, same shapes) would run
+    without them. Cleared before and after each test here."""
+    jax.clear_caches()
+    yield
+    jax.clear_caches()
+
+
 def _without_window(fn):
     def patched(q, k, v, encoding, params, q_pos, k_pos, causal, terms, *rest):
         terms = terms._replace(window=Window())
