@@ -293,9 +293,9 @@ def test_a_run_whose_tokenizer_was_damaged_later_is_refused_in_one_line(tmp_path
 
 
 def _llama_like_config():
-    from configs.base import get_config
+    from posenc.runs.config import load_config
 
-    config = get_config("tiny")
+    config = load_config("configs/base.py:tiny")
     config.model.update(
         norm="rmsnorm",
         mlp="swiglu",
