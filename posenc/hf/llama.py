@@ -16,14 +16,17 @@ Hugging Face                                         posenc
 ``lm_head.weight [V, D]``                            ``unembed.kernel [D, V]`` (untied)
 ===================================================  ======================================
 
-Mistral's sliding-window attention is refused (posenc attends to the whole window), as is
-Qwen2's ``use_sliding_window``.
+Mistral's ``sliding_window`` (every layer; transformers' default 4096 when the field is absent,
+none when it is null) is the attention option ``window="sliding:W"``: a query sees its own key and
+the ``W - 1`` before it, as transformers' mask (``kv_idx > q_idx - W``) has it. A model with such a
+window exports as Mistral. Qwen2's ``use_sliding_window`` is refused.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from posenc.attention.options import parse_window
 from posenc.hf.family import (
     Family,
     Rule,
@@ -61,20 +64,24 @@ class Llama(Family):
         fields, e.g. Phi-3, reads them as ``"llama"``)."""
         sizes = read_sizes(hf)
         h = sizes["num_heads"]
-        dh = hf.take("head_dim", sizes["model_dim"] // h)
+        # Qwen3's config class states 128; the others derive it from the width.
+        dh = hf.count("head_dim", 128 if kind == "qwen3" else sizes["model_dim"] // h)
         hf.expect("hidden_act", ("silu",), "silu")
         hf.ignore("pretraining_tp")  # a split of the same matmuls (transformers 4), or unused
         if kind == "qwen2":
             qkv_bias, out_bias = True, False
-            hf.expect("use_sliding_window", (False,), False)
-            hf.ignore("sliding_window", "max_window_layers")  # unused without the above
-            layers = hf.take("layer_types", None)
-            if layers and set(layers) != {"full_attention"}:
-                raise ValueError(f"{hf.source}: layer_types {sorted(set(layers))} is refused")
         else:
             qkv_bias = out_bias = hf.expect("attention_bias", (False, True), False)
-            if kind == "mistral":
-                hf.expect("sliding_window", (None,), None)
+        if kind in ("qwen2", "qwen3"):
+            windows = qwen_windows(hf, sizes["num_layers"])
+            if len(set(windows)) > 1:
+                raise ValueError(
+                    f"{hf.source}: config.json layer_types {list(windows)} give layers of "
+                    f"different windows, which posenc's {kind} import does not map"
+                )
+            window = windows[0]
+        else:
+            window = read_window(hf, 4096) if kind == "mistral" else "full"
         max_len = hf.count("max_position_embeddings")
         hparams, train_len = read_rope(hf, dh, max_len)
         model = read_model(
@@ -88,8 +95,11 @@ class Llama(Family):
             qkv_bias=qkv_bias,
             out_bias=out_bias,
             mlp="swiglu",
-            mlp_bias=hf.expect("mlp_bias", (False, True), False),
+            # Qwen3's MLP has no biases (its config no mlp_bias field).
+            mlp_bias=False if kind == "qwen3" else hf.expect("mlp_bias", (False, True), False),
             norm_eps=float(hf.take("rms_norm_eps")),
+            window=window,
+            **({"qk_norm": "rms"} if kind == "qwen3" else {}),
         )
         return Spec(model, "lm", "rope", hparams, train_len, {"model_type": kind})
 
@@ -127,6 +137,19 @@ class Llama(Family):
 
     def fits(self, spec: Spec) -> list[str]:
         m = spec.model
+        out = self.misfits(spec)
+        if not parse_window(m.window).full and (m.out_bias or m.mlp_bias):
+            out.append(
+                f"model.window={m.window!r} with an output or MLP bias (Mistral and Qwen2, the "
+                "Llamas with a window, have neither)"
+            )
+        return out
+
+    def misfits(self, spec: Spec, **needs: Any) -> list[str]:
+        """:meth:`fits` of Llama's parts, with a derived family's own ``needs`` (Qwen3's
+        QK-norm) for :func:`common_misfits`."""
+        m = spec.model
+        window = parse_window(m.window)
         out = common_misfits(
             spec,
             self.name,
@@ -137,6 +160,8 @@ class Llama(Family):
             residual="sequential",
             embed_norm=False,
             causal=True,
+            window=m.window if window.kind in ("full", "sliding") else "full",
+            **needs,
         )
         if m.out_bias and not m.qkv_bias:
             out.append("model.out_bias without model.qkv_bias (Llama sets both, Qwen2 the first)")
@@ -148,17 +173,29 @@ class Llama(Family):
         return out
 
     def write(self, spec: Spec) -> dict[str, Any]:
-        """Llama's config; Qwen2's (its own model_type) for biases on q, k, v alone."""
+        """Llama's config; Qwen2's (its own model_type) for biases on q, k, v alone; Mistral's
+        for a sliding window."""
         m = spec.model
-        rope, dynamic_len = write_rope(spec.hparams, m.dims.head_dim, fraction_key=None)
         if m.qkv_bias and not m.out_bias:
             kind = {
                 "model_type": "qwen2",
                 "architectures": ["Qwen2ForCausalLM"],
-                "use_sliding_window": False,
+                **qwen_windows_fields(m.window),
+            }
+        elif not parse_window(m.window).full:
+            kind = {
+                "model_type": "mistral",
+                "architectures": ["MistralForCausalLM"],
+                **write_window(m.window),
             }
         else:
             kind = {"attention_bias": m.qkv_bias, "mlp_bias": m.mlp_bias}
+        return {**self.write_common(spec), **kind}
+
+    def write_common(self, spec: Spec) -> dict[str, Any]:
+        """The fields every config of Llama's parts states: sizes, heads, RoPE, norms."""
+        m = spec.model
+        rope, dynamic_len = write_rope(spec.hparams, m.dims.head_dim, fraction_key=None)
         return {
             **write_sizes(m),
             "num_key_value_heads": m.kv_heads,
@@ -167,6 +204,68 @@ class Llama(Family):
             "max_position_embeddings": dynamic_len or spec.train_len,
             "rms_norm_eps": m.norm_eps,
             "tie_word_embeddings": hf_tied(spec),
-            **kind,
             **rope,
         }
+
+
+def qwen_windows(hf: HFConfig, num_layers: int) -> tuple[str, ...]:
+    """Each layer's window in a Qwen2 or Qwen3 config, as transformers reads it:
+    ``sliding_window`` counts only with ``use_sliding_window``; ``layer_types`` says which layers
+    slide, and without it the layers from ``max_window_layers`` (default 28) on do. A sliding
+    layer without a window is refused (transformers' mask raises)."""
+    use = hf.expect("use_sliding_window", (False, True), False)
+    window = read_window(hf, None) if use else "full"
+    hf.ignore("sliding_window")  # unused without use_sliding_window
+    first = hf.take("max_window_layers", 28)
+    if isinstance(first, bool) or not isinstance(first, int) or first < 0:
+        raise ValueError(
+            f"{hf.source}: config.json max_window_layers={first!r} must be an integer >= 0"
+        )
+    types = hf.take("layer_types", None)
+    if types is None:
+        types = [
+            "sliding_attention" if window != "full" and i >= first else "full_attention"
+            for i in range(num_layers)
+        ]
+    known = ("full_attention", "sliding_attention")
+    if not isinstance(types, list) or len(types) != num_layers or not set(types) <= set(known):
+        raise ValueError(
+            f"{hf.source}: config.json layer_types must list {num_layers} entries (one per "
+            f"layer), each one of {list(known)}; got {types!r}"
+        )
+    if "sliding_attention" in types and window == "full":
+        raise ValueError(
+            f"{hf.source}: config.json layer_types has sliding_attention layers but no window "
+            "(use_sliding_window is false or sliding_window null); transformers refuses it too"
+        )
+    return tuple(window if t == "sliding_attention" else "full" for t in types)
+
+
+def qwen_windows_fields(window: str) -> dict[str, Any]:
+    """:func:`qwen_windows` backwards for one window on every layer."""
+    parsed = parse_window(window)
+    if parsed.full:
+        return {"use_sliding_window": False}
+    return {"use_sliding_window": True, "sliding_window": parsed.size, "max_window_layers": 0}
+
+
+def read_window(hf: HFConfig, default: int | None) -> str:
+    """The attention window of a config's ``sliding_window``: ``"sliding:W"``, or ``"full"`` when
+    it is null (or absent with no ``default``: the family's own default when absent).
+
+    transformers' sliding-window mask lets query ``i`` see key ``j`` when ``j > i - W`` (and
+    ``j <= i``): the ``W`` latest keys, its own included, which is posenc's ``"sliding:W"``
+    (:mod:`posenc.attention.options`)."""
+    if "sliding_window" in hf and hf.fields["sliding_window"] is None:
+        hf.ignore("sliding_window")
+        return "full"
+    if "sliding_window" not in hf and default is None:
+        hf.ignore("sliding_window")
+        return "full"
+    return f"sliding:{hf.count('sliding_window', default)}"
+
+
+def write_window(window: str) -> dict[str, Any]:
+    """:func:`read_window` backwards: ``{"sliding_window": W or None}``."""
+    parsed = parse_window(window)
+    return {"sliding_window": None if parsed.full else parsed.size}

@@ -10,19 +10,21 @@ Hugging Face (``model.layers.i.``)                      posenc (``blocks.i.``)
 ``mlp.gate_up_proj [2 F, D]``                          ``mlp.wg`` (first half), ``mlp.wi``
 =====================================================  ======================================
 
-The other tensors are named as Llama's (:mod:`posenc.hf.llama`). ``sliding_window`` is read only
-when it is at least ``max_position_embeddings`` (the 128k models' 262144): posenc attends to the
-whole window, as transformers does for any sequence shorter than it. Export writes Llama's
-layout (:mod:`posenc.hf.llama` holds the same model).
+The other tensors are named as Llama's (:mod:`posenc.hf.llama`). ``sliding_window`` (2047 in the
+4k models, 262144 in the 128k ones) is the attention window ``"sliding:W"``, as Mistral's
+(:func:`posenc.hf.llama.read_window`). Export writes Llama's layout (:mod:`posenc.hf.llama` holds
+the same model: Mistral's config where there is a window).
 """
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 
 from posenc.hf.family import Rule, Spec, register
 from posenc.hf.fields import HFConfig
-from posenc.hf.llama import Llama
+from posenc.hf.llama import Llama, read_window
 
 
 def _rows(hf: str, parts: tuple[tuple[tuple, int, int], ...], d: int) -> Rule:
@@ -48,15 +50,11 @@ class Phi3(Llama):
     model_types = ("phi3",)
 
     def read(self, hf: HFConfig, names: set[str]) -> Spec:
-        window = hf.take("sliding_window", None)
-        if window is not None and window < hf.take("max_position_embeddings"):
-            raise ValueError(
-                f"{hf.source}: config.json sliding_window={window} is not supported by posenc's "
-                "phi3 import: posenc attends to the whole window"
-            )
+        window = read_window(hf, None)
         hf.take("model_type")
         spec = self.read_as(hf, names, "llama")
-        return Spec(spec.model, spec.assembly, spec.encoding, spec.hparams, spec.train_len, {})
+        model = dataclasses.replace(spec.model, window=window)
+        return Spec(model, spec.assembly, spec.encoding, spec.hparams, spec.train_len, {})
 
     def rules(self, spec: Spec) -> list[Rule]:
         m = spec.model

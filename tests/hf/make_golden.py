@@ -325,6 +325,19 @@ FOLDERS: dict[str, list[Folder]] = {
         seed=130,
         lengths=(24, 80),
     ),
+    # -- issue 32, today's families: Mistral's window, Qwen3, SmolLM3, Cohere2 ----------------
+    # Windows of 8 keys: both lengths and the greedy continuation (42 tokens) reach far past them
+    # and past max_position_embeddings (32).
+    "mistral": _folders(
+        transformers.MistralForCausalLM, LLAMA, {"mistral_window": dict(sliding_window=8)}, seed=140
+    ),
+    # Qwen3: QK-norm (head_dim 16, not D / H), biases on all four attention projections.
+    "qwen3": _folders(
+        transformers.Qwen3ForCausalLM,
+        LLAMA,
+        {"qwen3": dict(head_dim=16, attention_bias=True, rope_theta=1e6, tie_word_embeddings=True)},
+        seed=150,
+    ),
 }
 # The folders that also get a tokenizer.json (the import and extrapolation tests'): the first of
 # each decoder-only family but Phi-3.
@@ -420,6 +433,8 @@ def bert_states() -> None:
 # past max_position_embeddings (32) for RoPE with GQA, YaRN's scaled RoPE, partial rotary with
 # a parallel residual and ALiBi; within GPT-2's 64 learned rows (OPT's table ends at 32).
 GREEDY = ("llama", "llama_yarn", "gpt_neox", "gpt2", "bloom")
+# issue 32: through window-sized caches (Mistral's, Cohere2's local layers) and QK-norm.
+GREEDY += ("mistral_window", "qwen3")
 PROMPT, NEW = 12, 30
 
 

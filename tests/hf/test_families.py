@@ -35,9 +35,19 @@ def test_alibi_slopes_are_blooms_for_every_head_count(heads):
 
 
 def test_every_family_is_registered():
-    assert list(families()) == ["bert", "bloom", "gpt2", "gpt_neox", "llama", "opt", "phi3", "t5"]
+    assert list(families()) == [
+        "bert",
+        "bloom",
+        "gpt2",
+        "gpt_neox",
+        "llama",
+        "opt",
+        "phi3",
+        "qwen3",
+        "t5",
+    ]
     expected = {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "bloom", "t5", "bert", "roberta"}
-    expected.update({"opt", "phi3"})
+    expected.update({"opt", "phi3", "qwen3"})
     assert expected <= set(model_types())
 
 
@@ -56,7 +66,18 @@ def _edited(tmp_path, name, edit):
         ("llama", lambda c: c.update(model_type="mpt"), "model_type 'mpt' is not supported"),
         ("llama", lambda c: c.update(quantization_config={"bits": 4}), "quantization_config"),
         ("llama", lambda c: c.update(hidden_act="gelu"), "hidden_act='gelu'"),
-        ("mistral", lambda c: c.update(sliding_window=16), "sliding_window=16"),
+        ("mistral", lambda c: c.update(sliding_window=0), "sliding_window=0 must be a positive"),
+        ("qwen2", lambda c: c.update(layer_types=["full_attention"]), "must list 2 entries"),
+        (
+            "qwen2",
+            lambda c: c.update(layer_types=["full_attention", "sliding_attention"]),
+            "sliding_attention layers but no window",
+        ),
+        (
+            "qwen3",
+            lambda c: c.update(layer_types=["full_attention", "chunked_attention"]),
+            "each one of",
+        ),
         ("llama", lambda c: c.update(num_hidden_layers=3), "no tensor 'model.layers.2"),
         ("llama", lambda c: c.update(intermediate_size=40), "has shape .* says"),
         ("llama", lambda c: c.update(num_hidden_layers=1), "tensors the config does not"),
@@ -86,3 +107,49 @@ def test_a_missing_folder_says_how_to_fetch_it(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no config.json"):
         load_pretrained(str(tmp_path / "empty"))
+
+
+def _pop_layer_types(c, **fields):
+    c.pop("layer_types", None)
+    c.update(fields)
+
+
+# How transformers 5.24 reads each config's window (its config classes, checked by hand with
+# transformers: MistralConfig().sliding_window == 4096; Qwen2/Qwen3 make the layers from
+# max_window_layers on sliding, only with use_sliding_window, unless layer_types says otherwise).
+WINDOWS = [
+    ("mistral", lambda c: None, "full"),  # "sliding_window": null
+    ("mistral", lambda c: c.pop("sliding_window"), "sliding:4096"),  # the class's default
+    ("mistral_window", lambda c: None, "sliding:8"),
+    ("phi3", lambda c: c.update(sliding_window=2047), "sliding:2047"),  # Phi-3-mini-4k's
+    (
+        "qwen2",
+        lambda c: _pop_layer_types(
+            c, use_sliding_window=True, sliding_window=8, max_window_layers=0
+        ),
+        "sliding:8",
+    ),
+    ("qwen2", lambda c: c.update(use_sliding_window=True, sliding_window=8), "full"),
+    (
+        "qwen3",
+        lambda c: _pop_layer_types(
+            c, use_sliding_window=True, sliding_window=8, max_window_layers=2
+        ),
+        "full",
+    ),
+    (
+        "qwen3",
+        lambda c: _pop_layer_types(
+            c, use_sliding_window=False, sliding_window=8, max_window_layers=0
+        ),
+        "full",
+    ),
+]
+
+
+@pytest.mark.parametrize("name,edit,window", WINDOWS)
+def test_windows_are_read_as_transformers_reads_them(tmp_path, name, edit, window):
+    from posenc.hf import read_spec
+
+    _, spec, _ = read_spec(_edited(tmp_path, name, edit))
+    assert spec.model.window == window

@@ -309,7 +309,7 @@ def _llama_like_config():
 
 @pytest.mark.parametrize(
     "field, value",
-    [("softcap", 30.0), ("window", "sliding:32"), ("sinks", True), ("qk_norm", "rms")],
+    [("softcap", 30.0), ("window", "chunked:32"), ("sinks", True), ("qk_norm", "l2")],
 )
 def test_export_refuses_attention_options_no_family_holds(field, value):
     """A Llama-shaped model exports as llama; with an attention option llama's config cannot
@@ -321,6 +321,32 @@ def test_export_refuses_attention_options_no_family_holds(field, value):
     config.model[field] = value
     with pytest.raises(ValueError, match=rf"model\.{field}=.*an attention option"):
         choose_family(spec_of_run(config))
+
+
+@pytest.mark.parametrize(
+    "options, family, fields",
+    [
+        ({"window": "sliding:32"}, "llama", {"model_type": "mistral", "sliding_window": 32}),
+        ({"qk_norm": "rms"}, "qwen3", {"model_type": "qwen3", "use_sliding_window": False}),
+        (
+            {"qk_norm": "rms", "window": "sliding:16"},
+            "qwen3",
+            {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 0},
+        ),
+    ],
+)
+def test_a_sliding_window_or_qk_norm_exports_as_the_family_that_states_it(options, family, fields):
+    """issue 32: a Llama-shaped model with a sliding window is a Mistral (every layer's window
+    in ``sliding_window``), with RMS QK-norm before the rotation a Qwen3."""
+    from posenc.hf.rundir import choose_family, spec_of_run
+
+    config = _llama_like_config()
+    config.model.update(options)
+    spec = spec_of_run(config)
+    chosen = choose_family(spec)
+    assert chosen.name == family
+    written = {"model_type": chosen.export_type, **chosen.write(spec)}
+    assert {k: written.get(k) for k in fields} == fields
 
 
 def test_export_refuses_a_layer_pattern():

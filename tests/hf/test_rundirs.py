@@ -247,6 +247,8 @@ def test_imported_t5_evaluates_as_a_translation_run(tmp_path, texts):
 
 # Folders with transformers' greedy continuation (make_golden.py's GREEDY).
 GREEDY = ("llama", "llama_yarn", "gpt_neox", "gpt2", "bloom")
+# issue 32: Mistral's window of 8 (a window-sized cache, posenc.decoding.window) and Qwen3.
+GREEDY += ("mistral_window", "qwen3")
 
 
 @pytest.mark.slow  # about 3 s each: 30 decoding steps compiled in one program
