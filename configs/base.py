@@ -37,7 +37,7 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.model.head_dim = ml_collections.config_dict.placeholder(int)
     # Dropout on embeddings and residual branches (0 for the short runs posenc targets).
     config.model.dropout = 0.0
-    # "layernorm" or "rmsnorm".
+    # "layernorm", "rmsnorm" or "layernorm_nobias" (mean removed, scale only: Cohere's).
     config.model.norm = "layernorm"
     # Matmul dtype: "bfloat16" (GPU/TPU), "float32" (exact CPU runs) or "float16".
     config.model.dtype = "bfloat16"
@@ -73,7 +73,8 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.model.mlp_bias = True
     # "pre" (norm -> sublayer -> residual, and a final norm) or "post" (residual -> norm).
     config.model.norm_position = "pre"
-    # "sequential" (attention, then the MLP) or "parallel" (both on the block's input: GPT-J).
+    # "sequential" (attention, then the MLP), "parallel" (both on the block's input, each with
+    # its own norm: GPT-NeoX) or "parallel_shared_norm" (both on one norm of it: GPT-J, Cohere).
     config.model.residual = "sequential"
     # The norms' epsilon.
     config.model.norm_eps = 1e-6
@@ -110,6 +111,8 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.model.temperature_scale = 0.1
     # Scalable-Softmax (Nakanishi 2025): queries times s_h * log(keys seen), s_h learned per head.
     config.model.ssmax = False
+    # issue 32 (pretrained families): a factor on the output logits (Cohere's logit_scale); 1: none.
+    config.model.output_logit_scale = 1.0
 
     config.encoding = ml_collections.ConfigDict()
     # Registered encoder name: any of posenc.encodings.names() (alibi, learned, nope, rope, shaw,

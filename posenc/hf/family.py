@@ -379,6 +379,14 @@ def untied(hf: HFConfig, names: set[str], head: str, default: bool) -> bool:
     return not hf.take("tie_word_embeddings", default) or head in names
 
 
+# ModelConfig options a family holds only at their defaults unless its ``needs`` name them (a
+# family written before the option existed cannot state it).
+_AT_DEFAULT = {
+    # issue 32, today's families
+    "output_logit_scale": 1.0,
+}
+
+
 def common_misfits(spec: Spec, family: str, **needs: Any) -> list[str]:
     """What of ``spec`` a family cannot hold, for the options every family checks: the
     assembly, the encoder, per-layer kinds (unless ``needs`` has ``layers=True``: the family
@@ -402,6 +410,9 @@ def common_misfits(spec: Spec, family: str, **needs: Any) -> list[str]:
     for field in OPTION_FIELDS:
         if field not in needs and getattr(options, field) != getattr(plain, field):
             out.append(f"model.{field}={getattr(options, field)!r} (an attention option)")
+    for field in _AT_DEFAULT:
+        if field not in needs and getattr(m, field) != _AT_DEFAULT[field]:
+            out.append(f"model.{field}={getattr(m, field)!r} (needs {_AT_DEFAULT[field]!r})")
     for field, allowed in needs.items():
         allowed = allowed if isinstance(allowed, tuple) else (allowed,)
         if getattr(m, field) not in allowed:

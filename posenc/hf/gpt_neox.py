@@ -97,6 +97,7 @@ class GPTNeoX(Family):
             mlp=tuple(ACT_NAMES),
             mlp_bias=True,
             norm_position="pre",
+            residual=("sequential", "parallel"),
             embed_norm=False,
             causal=True,
             **plain_heads(spec.model),

@@ -8,7 +8,9 @@ from :class:`~posenc.layers.config.ModelConfig`:
 - ``norm_position="pre"`` (default): ``x + f(norm(x))`` per sublayer; ``"post"``:
   ``norm(x + f(x))`` (Vaswani et al., BERT).
 - ``residual="sequential"`` (default): attention, then the MLP on its output;
-  ``"parallel"``: ``x + attn(norm1(x)) + mlp(norm2(x))`` (GPT-J, GPT-NeoX).
+  ``"parallel"``: ``x + attn(norm1(x)) + mlp(norm2(x))`` (GPT-NeoX);
+  ``"parallel_shared_norm"``: ``x + attn(h) + mlp(h)`` with ``h = norm1(x)`` (GPT-J, Cohere): the
+  block has no ``mlp_norm``.
 
 The block owns the positional encoder's parameters when they are per layer
 (``param_scope="layer"``) and hands the encoder to :func:`posenc.attention.core.attend` through its
@@ -91,10 +93,10 @@ class Block(nnx.Module):
         options: AttentionOptions | None = None,
         kind: str | None = None,
     ):
-        if cross and config.residual == "parallel":
+        if cross and config.residual != "sequential":
             raise ValueError(
-                "model.residual='parallel' has no place for cross-attention; an encoder-decoder "
-                "needs model.residual='sequential'"
+                f"model.residual={config.residual!r} has no place for cross-attention; an "
+                "encoder-decoder needs model.residual='sequential'"
             )
         dims = config.dims
         dtype = jnp.dtype(config.dtype)
@@ -105,7 +107,7 @@ class Block(nnx.Module):
         self.options = config.attention_options() if options is None else options
         self.causal = config.causal if causal is None else causal
         self.pre_norm = config.norm_position == "pre"
-        self.parallel = config.residual == "parallel"
+        self.parallel = config.residual != "sequential"
         projections = dict(
             model_dim=config.model_dim,
             num_heads=dims.num_heads,
@@ -126,7 +128,11 @@ class Block(nnx.Module):
             else None
         )
         self.cross_attn = CrossAttention(**projections) if cross else None
-        self.mlp_norm = make_norm(config.norm, config.model_dim, eps=config.norm_eps, rngs=rngs)
+        self.mlp_norm = (
+            None
+            if config.residual == "parallel_shared_norm"
+            else make_norm(config.norm, config.model_dim, eps=config.norm_eps, rngs=rngs)
+        )
         self.mlp = Mlp(
             config.mlp,
             config.model_dim,
@@ -348,7 +354,8 @@ class Block(nnx.Module):
         attn_rng, mlp_rng, cross_rng = rngs
         rate = self.config.dropout
         if self.parallel:  # both branches read the block's input
-            mlp = self.mlp(self._norm_in(self.mlp_norm, x))
+            norm = self.attn_norm if self.mlp_norm is None else self.mlp_norm
+            mlp = self.mlp(self._norm_in(norm, x))
             x = x + dropout(attn, rate, attn_rng).astype(jnp.float32)
             return x + dropout(mlp, rate, mlp_rng).astype(jnp.float32)
         x = self._residual(self.attn_norm, x, attn, attn_rng)

@@ -8,6 +8,7 @@ sets none of them builds exactly that model.
 from __future__ import annotations
 
 import dataclasses
+import math
 
 from posenc.attention.core import IMPLEMENTATIONS
 from posenc.attention.options import OPTION_FIELDS, AttentionOptions
@@ -18,7 +19,7 @@ from posenc.layers.norms import NORMS
 
 DTYPES = ("bfloat16", "float32", "float16")
 NORM_POSITIONS = ("pre", "post")
-RESIDUALS = ("sequential", "parallel")
+RESIDUALS = ("sequential", "parallel", "parallel_shared_norm")
 # Rematerialisation of each block in the backward pass (posenc.layers.block.REMAT_POLICIES).
 REMATS = ("none", "full", "dots")
 
@@ -35,7 +36,8 @@ class ModelConfig:
       mlp_dim: hidden width of the MLP.
       head_dim: per-head width; None derives it from ``model_dim // num_heads``.
       dropout: dropout rate on the embeddings and residual branches.
-      norm: ``"layernorm"`` or ``"rmsnorm"``.
+      norm: ``"layernorm"``, ``"rmsnorm"`` or ``"layernorm_nobias"``
+        (:mod:`posenc.layers.norms`).
       dtype: compute dtype of the matmuls.
       tie_embeddings: reuse the token embedding as the output projection.
       attention_impl: an attention path, see :mod:`posenc.attention.core`.
@@ -55,8 +57,9 @@ class ModelConfig:
       mlp_bias: biases on the MLP's projections.
       norm_position: ``"pre"`` (norm -> sublayer -> residual, and a final norm) or ``"post"``
         (sublayer -> residual -> norm, as Vaswani et al. and BERT; no final norm).
-      residual: ``"sequential"`` (attention, then the MLP on its output) or ``"parallel"``
-        (``x + attn(norm1(x)) + mlp(norm2(x))``, as GPT-J and GPT-NeoX).
+      residual: ``"sequential"`` (attention, then the MLP on its output), ``"parallel"``
+        (``x + attn(norm1(x)) + mlp(norm2(x))``, as GPT-NeoX) or ``"parallel_shared_norm"``
+        (``x + attn(h) + mlp(h)``, ``h = norm(x)``: one norm for both, as GPT-J and Cohere).
       norm_eps: the norms' epsilon.
       scale_embeddings: multiply token embeddings by ``sqrt(D)`` (Vaswani et al.).
       embed_norm: a norm on the embeddings before the first block (BLOOM, BERT).
@@ -77,6 +80,8 @@ class ModelConfig:
         temperature_scale, ssmax: every layer's attention options
         (:class:`posenc.attention.options.AttentionOptions`; a layer kind of ``config.layers``
         may override each); the defaults change nothing.
+      output_logit_scale: a factor on the output logits, after the output projection and bias
+        (Cohere's ``logit_scale``, 0.0625 in Command R7B); 1: none.
     """
 
     vocab_size: int = 257
@@ -118,6 +123,8 @@ class ModelConfig:
     temperature_floor: int = 0
     temperature_scale: float = 0.1
     ssmax: bool = False
+    # issue 32 (pretrained families): the model's own options beyond the attention's.
+    output_logit_scale: float = 1.0
 
     def __post_init__(self):
         positive = ("vocab_size", "num_layers", "model_dim", "num_heads", "mlp_dim")
@@ -176,10 +183,20 @@ class ModelConfig:
                 f"{self.head_transform!r}"
             )
         self.attention_options()  # checks the options, naming model.<field>
-        if self.residual == "parallel" and self.norm_position == "post":
+        if self.residual != "sequential" and self.norm_position == "post":
             raise ValueError(
-                "model.residual='parallel' needs model.norm_position='pre' (a parallel block "
-                "norms its input once for both branches)"
+                f"model.residual={self.residual!r} needs model.norm_position='pre' (a parallel "
+                "block norms its input once for both branches)"
+            )
+        scale = self.output_logit_scale
+        if (
+            isinstance(scale, bool)
+            or not isinstance(scale, int | float)
+            or not math.isfinite(scale)
+            or scale <= 0
+        ):
+            raise ValueError(
+                f"model.output_logit_scale must be a finite number > 0 (1: none), got {scale!r}"
             )
 
     def attention_options(self, **overrides: object) -> AttentionOptions:

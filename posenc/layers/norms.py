@@ -1,4 +1,5 @@
-"""Normalisation layers: LayerNorm or RMSNorm, in float32 whatever the compute dtype."""
+"""Normalisation layers: LayerNorm (with or without its bias) or RMSNorm, in float32 whatever the
+compute dtype."""
 
 from __future__ import annotations
 
@@ -7,14 +8,16 @@ from flax import nnx
 
 from posenc.layers.params import axes_metadata
 
-NORMS = ("layernorm", "rmsnorm")
+# "layernorm_nobias": the mean removed and a learned scale, no bias (Cohere's LayerNorm).
+NORMS = ("layernorm", "rmsnorm", "layernorm_nobias")
 
 
 def make_norm(kind: str, dim: int, *, eps: float, rngs: nnx.Rngs) -> nnx.Module:
     """A norm over the last axis of width ``dim``, parameters and arithmetic in float32.
 
     Args:
-      kind: ``"layernorm"`` (scale and bias, mean removed) or ``"rmsnorm"`` (scale only).
+      kind: ``"layernorm"`` (scale and bias, mean removed), ``"rmsnorm"`` (scale only, no mean
+        removed) or ``"layernorm_nobias"`` (mean removed, scale only: Cohere's).
       dim: the normalised width.
       eps: added to the variance (``1e-6`` by default in posenc; Hugging Face configs state
         theirs, e.g. GPT-2's ``layer_norm_epsilon=1e-5``).
@@ -23,8 +26,10 @@ def make_norm(kind: str, dim: int, *, eps: float, rngs: nnx.Rngs) -> nnx.Module:
     """
     if kind not in NORMS:
         raise ValueError(f"model.norm must be one of {list(NORMS)}, got {kind!r}")
-    cls = nnx.LayerNorm if kind == "layernorm" else nnx.RMSNorm
+    cls = nnx.RMSNorm if kind == "rmsnorm" else nnx.LayerNorm
     axes = dict(scale_metadata=axes_metadata("embed"))
     if kind == "layernorm":
         axes["bias_metadata"] = axes_metadata("embed")
+    if kind == "layernorm_nobias":
+        axes["use_bias"] = False
     return cls(dim, epsilon=eps, dtype=jnp.float32, param_dtype=jnp.float32, rngs=rngs, **axes)

@@ -366,14 +366,16 @@ class Transformer(Stack):
         return x if self.embed_norm is None else self.embed_norm(x)
 
     def head(self, x: jax.Array) -> jax.Array:
-        """Final norm, head transform and output projection (and bias): ``[B, T, D]`` float32
-        -> ``[B, T, V]`` float32."""
+        """Final norm, head transform and output projection (and bias, and the logits' factor
+        ``model.output_logit_scale``): ``[B, T, D]`` float32 -> ``[B, T, V]`` float32."""
         if self.final_norm is not None:
             x = self.final_norm(x)
         if self.head_transform is not None:
             x = self.head_transform(x)
         logits = output_logits(x, self.embed, self.unembed, jnp.dtype(self.config.dtype))
-        return logits if self.output_bias is None else logits + self.output_bias[...]
+        logits = logits if self.output_bias is None else logits + self.output_bias[...]
+        scale = self.config.output_logit_scale
+        return logits if scale == 1.0 else logits * scale
 
     def num_params(self) -> int:
         """Number of learned parameters (encoder parameters included)."""

@@ -252,6 +252,8 @@ ADDED_FIELDS = {
     "model.ssmax": False,
     "layers.pattern": (),
     "layers.kinds": {},
+    # issue 32 (pretrained families): the output logits' factor, none.
+    "model.output_logit_scale": 1.0,
 }
 
 

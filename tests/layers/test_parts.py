@@ -143,8 +143,9 @@ def _mlp(p, h):
         dict(norm_position="post"),
         dict(residual="parallel"),
         dict(qkv_bias=True, out_bias=True),
+        dict(residual="parallel_shared_norm", norm="layernorm_nobias"),
     ],
-    ids=["pre", "post", "parallel", "biases"],
+    ids=["pre", "post", "parallel", "biases", "shared_norm"],
 )
 def test_block_equals_its_formula(options):
     block = _block(**options)
@@ -153,9 +154,13 @@ def test_block_equals_its_formula(options):
     x = np.random.default_rng(6).normal(size=(2, 6, D))
 
     def norm(name, y):
-        return _ln(y, p[f"{name}/scale"], p[f"{name}/bias"])
+        return _ln(y, p[f"{name}/scale"], p.get(f"{name}/bias", 0.0))
 
-    if options.get("norm_position") == "post":
+    if options.get("residual") == "parallel_shared_norm":  # one norm, no bias (Cohere's)
+        assert not any(k.startswith("mlp_norm") or k.endswith("norm/bias") for k in p)
+        h = norm("attn_norm", x)
+        want = x + _attention(p, h) + _mlp(p, h)
+    elif options.get("norm_position") == "post":
         y = norm("attn_norm", x + _attention(p, x))
         want = norm("mlp_norm", y + _mlp(p, y))
     elif options.get("residual") == "parallel":
@@ -175,6 +180,13 @@ def test_bad_options_are_refused_in_one_line():
         (dict(norm_eps=0), r"model\.norm_eps must be a positive number"),
         (dict(head_transform="swiglu"), r"model\.head_transform must be None or one of"),
         (dict(output_bias=1), r"model\.output_bias must be True or False"),
+        (
+            dict(residual="parallel_shared_norm", norm_position="post"),
+            r"model\.residual='parallel_shared_norm' needs",
+        ),
+        (dict(norm="layernorm_bias"), r"model\.norm must be one of"),
+        (dict(output_logit_scale=0.0), r"model\.output_logit_scale must be a finite number > 0"),
+        (dict(output_logit_scale=True), r"model\.output_logit_scale must be"),
     ]:
         with pytest.raises(ValueError, match=match):
             _config(**kw)
@@ -200,5 +212,22 @@ def test_default_options_are_posencs_model():
         True,
         False,
     )
-    assert (c.head_transform, c.output_bias) == (None, False)
+    assert (c.head_transform, c.output_bias, c.output_logit_scale) == (None, False, 1.0)
     assert dataclasses.replace(c).dims == c.dims
+
+
+def test_output_logit_scale_multiplies_the_logits():
+    """``output_logit_scale`` (Cohere's ``logit_scale``) multiplies the logits of the same
+    parameters and nothing else."""
+    from posenc.models.lm import Transformer
+
+    def model(scale):
+        config = _config(num_layers=2, output_logit_scale=scale)
+        return Transformer(config, encodings.get("rope"), rngs=nnx.Rngs(0))
+
+    plain, scaled = model(1.0), model(0.0625)
+    _randomize(plain, 7)
+    nnx.update(scaled, nnx.state(plain, nnx.Param))
+    tokens = jnp.asarray(np.random.default_rng(8).integers(0, 32, (2, 5)))
+    want = np.asarray(plain(tokens), np.float64) * 0.0625
+    np.testing.assert_allclose(np.asarray(scaled(tokens)), want, rtol=1e-6, atol=1e-7)
