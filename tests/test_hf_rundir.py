@@ -79,6 +79,7 @@ def assert_same_folder(exported: Path, golden: Path) -> None:
         spec.train_len,
     )
     assert spec_out.hparams == spec.hparams
+    assert spec_out.layers == spec.layers  # per-layer kinds (issue 32)
     want, got = load_file(golden / "model.safetensors"), load_file(exported / "model.safetensors")
     assert sorted(got) == sorted(want)
     for name, array in want.items():

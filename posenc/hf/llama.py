@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posenc.attention.options import parse_window
+from posenc.attention.options import OPTION_FIELDS, parse_window
 from posenc.hf.family import (
     Family,
     Rule,
@@ -45,6 +45,8 @@ from posenc.hf.family import (
     write_sizes,
 )
 from posenc.hf.fields import HFConfig
+from posenc.hf.layer_types import read_layer_types
+from posenc.hf.per_layer import fold, layer_fields, option_misfits
 from posenc.hf.rope import read_rope, write_rope
 
 
@@ -59,9 +61,17 @@ class Llama(Family):
     def read(self, hf: HFConfig, names: set[str]) -> Spec:
         return self.read_as(hf, names, hf.take("model_type"))
 
-    def read_as(self, hf: HFConfig, names: set[str], kind: str) -> Spec:
+    def read_as(
+        self,
+        hf: HFConfig,
+        names: set[str],
+        kind: str,
+        layers: list[tuple[str, dict[str, Any]]] | None = None,
+    ) -> Spec:
         """:meth:`read` with the fields of ``model_type`` ``kind`` (a family built on Llama's
-        fields, e.g. Phi-3, reads them as ``"llama"``)."""
+        fields, e.g. Phi-3, reads them as ``"llama"``); ``layers``: each layer's kind as
+        :func:`posenc.hf.per_layer.fold` takes it, when the family reads them itself (SmolLM3's
+        RoPE and NoPE layers), else the windows of Mistral, Qwen2 and Qwen3."""
         sizes = read_sizes(hf)
         h = sizes["num_heads"]
         # Qwen3's config class states 128; the others derive it from the width.
@@ -72,23 +82,24 @@ class Llama(Family):
             qkv_bias, out_bias = True, False
         else:
             qkv_bias = out_bias = hf.expect("attention_bias", (False, True), False)
-        if kind in ("qwen2", "qwen3"):
-            windows = qwen_windows(hf, sizes["num_layers"])
-            if len(set(windows)) > 1:
-                raise ValueError(
-                    f"{hf.source}: config.json layer_types {list(windows)} give layers of "
-                    f"different windows, which posenc's {kind} import does not map"
-                )
-            window = windows[0]
+        n = sizes["num_layers"]
+        if layers is not None:
+            pass
+        elif kind in ("qwen2", "qwen3"):
+            layers = [window_kind(w) for w in qwen_windows(hf, n)]
         else:
-            window = read_window(hf, 4096) if kind == "mistral" else "full"
+            layers = [window_kind(read_window(hf, 4096) if kind == "mistral" else "full")] * n
+        common, pattern = fold(layers)
+        encoding = common.pop("encoding", "rope")
         max_len = hf.count("max_position_embeddings")
         hparams, train_len = read_rope(hf, dh, max_len)
+        if encoding == "nope":  # every layer without RoPE (its fields read all the same)
+            hparams = {}
         model = read_model(
             hf,
             names,
             sizes,
-            tied=False,
+            tied=kind == "smollm3",  # SmolLM3Config ties by default, LlamaConfig does not
             head_dim=dh,
             norm="rmsnorm",
             num_kv_heads=hf.take("num_key_value_heads", h),
@@ -98,10 +109,11 @@ class Llama(Family):
             # Qwen3's MLP has no biases (its config no mlp_bias field).
             mlp_bias=False if kind == "qwen3" else hf.expect("mlp_bias", (False, True), False),
             norm_eps=float(hf.take("rms_norm_eps")),
-            window=window,
+            **common,
             **({"qk_norm": "rms"} if kind == "qwen3" else {}),
         )
-        return Spec(model, "lm", "rope", hparams, train_len, {"model_type": kind})
+        extra = {"model_type": kind}
+        return Spec(model, "lm", encoding, hparams, train_len, extra, layers=pattern)
 
     def rules(self, spec: Spec) -> list[Rule]:
         m = spec.model
@@ -137,32 +149,56 @@ class Llama(Family):
 
     def fits(self, spec: Spec) -> list[str]:
         m = spec.model
-        out = self.misfits(spec)
-        if not parse_window(m.window).full and (m.out_bias or m.mlp_bias):
+        qwen2 = m.qkv_bias and not m.out_bias
+        out = self.misfits(spec, layer_windows=qwen2)
+        if any(w != "full" for w in windows_of(spec)[0]) and (m.out_bias or m.mlp_bias):
             out.append(
-                f"model.window={m.window!r} with an output or MLP bias (Mistral and Qwen2, the "
-                "Llamas with a window, have neither)"
+                "a sliding window with an output or MLP bias (Mistral and Qwen2, the Llamas "
+                "with a window, have neither)"
             )
         return out
 
-    def misfits(self, spec: Spec, **needs: Any) -> list[str]:
-        """:meth:`fits` of Llama's parts, with a derived family's own ``needs`` (Qwen3's
-        QK-norm) for :func:`common_misfits`."""
+    def misfits(
+        self, spec: Spec, *, layer_windows: bool, nope_layers: bool = False, **options: Any
+    ) -> list[str]:
+        """What of ``spec`` a config of Llama's parts cannot hold: ``layer_windows``: it states
+        a window per layer (Qwen2's and Qwen3's ``layer_types``), else one for every layer;
+        ``nope_layers``: layers without RoPE (SmolLM3's ``no_rope_layers``); ``options``:
+        attention options every layer must have (Qwen3's QK-norm)."""
         m = spec.model
-        window = parse_window(m.window)
+        layers = layer_fields(spec)
         out = common_misfits(
             spec,
             self.name,
-            encoding="rope",
+            encoding=spec.encoding,  # checked layer by layer below
             norm="rmsnorm",
             mlp="swiglu",
             norm_position="pre",
             residual="sequential",
             embed_norm=False,
             causal=True,
-            window=m.window if window.kind in ("full", "sliding") else "full",
-            **needs,
+            layers=layer_windows or nope_layers,
+            **{f: getattr(m, f) for f in OPTION_FIELDS},  # checked layer by layer below
         )
+        allowed = ("rope", "nope") if nope_layers else ("rope",)
+        for layer in layers:
+            if layer["encoding"] not in allowed:
+                out.append(f"encoding {layer['encoding']!r} (a {self.name} model has RoPE)")
+                break
+            if layer["encoding"] == "rope" and layer["hparams"] != spec.hparams:
+                out.append("a RoPE of their own on some layers (the config states one)")
+                break
+        out += option_misfits(layers, ("window", *options))
+        for field, value in options.items():
+            wrong = sorted({repr(layer[field]) for layer in layers if layer[field] != value})
+            if wrong:
+                out.append(f"model.{field}={wrong[0]} (needs {value!r} on every layer)")
+        types, size = windows_of(spec)
+        if size is None and any(t != "full_attention" for t in types):
+            windows = sorted({layer["window"] for layer in layers} - {"full"})
+            out.append(f"model.window={windows[0]!r} (needs 'full' or one 'sliding:W')")
+        elif not layer_windows and len(set(types)) > 1:
+            out.append("a sliding window on some layers only (the config states one for all)")
         if m.out_bias and not m.qkv_bias:
             out.append("model.out_bias without model.qkv_bias (Llama sets both, Qwen2 the first)")
         if m.qkv_bias and not m.out_bias and m.mlp_bias:
@@ -176,17 +212,18 @@ class Llama(Family):
         """Llama's config; Qwen2's (its own model_type) for biases on q, k, v alone; Mistral's
         for a sliding window."""
         m = spec.model
+        types, size = windows_of(spec)
         if m.qkv_bias and not m.out_bias:
             kind = {
                 "model_type": "qwen2",
                 "architectures": ["Qwen2ForCausalLM"],
-                **qwen_windows_fields(m.window),
+                **write_qwen_windows(types, size),
             }
-        elif not parse_window(m.window).full:
+        elif size is not None:
             kind = {
                 "model_type": "mistral",
                 "architectures": ["MistralForCausalLM"],
-                **write_window(m.window),
+                "sliding_window": size,
             }
         else:
             kind = {"attention_bias": m.qkv_bias, "mlp_bias": m.mlp_bias}
@@ -221,18 +258,13 @@ def qwen_windows(hf: HFConfig, num_layers: int) -> tuple[str, ...]:
         raise ValueError(
             f"{hf.source}: config.json max_window_layers={first!r} must be an integer >= 0"
         )
-    types = hf.take("layer_types", None)
-    if types is None:
-        types = [
-            "sliding_attention" if window != "full" and i >= first else "full_attention"
-            for i in range(num_layers)
-        ]
-    known = ("full_attention", "sliding_attention")
-    if not isinstance(types, list) or len(types) != num_layers or not set(types) <= set(known):
-        raise ValueError(
-            f"{hf.source}: config.json layer_types must list {num_layers} entries (one per "
-            f"layer), each one of {list(known)}; got {types!r}"
-        )
+    derived = [
+        "sliding_attention" if window != "full" and i >= first else "full_attention"
+        for i in range(num_layers)
+    ]
+    types = read_layer_types(
+        hf, num_layers, derived, allowed=("full_attention", "sliding_attention")
+    )
     if "sliding_attention" in types and window == "full":
         raise ValueError(
             f"{hf.source}: config.json layer_types has sliding_attention layers but no window "
@@ -241,12 +273,31 @@ def qwen_windows(hf: HFConfig, num_layers: int) -> tuple[str, ...]:
     return tuple(window if t == "sliding_attention" else "full" for t in types)
 
 
-def qwen_windows_fields(window: str) -> dict[str, Any]:
-    """:func:`qwen_windows` backwards for one window on every layer."""
-    parsed = parse_window(window)
-    if parsed.full:
+def write_qwen_windows(types: list[str], size: int | None) -> dict[str, Any]:
+    """:func:`qwen_windows` backwards: each layer's type and the one window (:func:`windows_of`)."""
+    if size is None:
         return {"use_sliding_window": False}
-    return {"use_sliding_window": True, "sliding_window": parsed.size, "max_window_layers": 0}
+    return {"use_sliding_window": True, "sliding_window": size, "layer_types": types}
+
+
+def windows_of(spec: Spec) -> tuple[list[str], int | None]:
+    """Each layer's transformers type (``"sliding_attention"`` for a sliding window, else
+    ``"full_attention"``) and the one sliding window's size (None without one, or when the
+    layers' windows are not one ``sliding:W``: :meth:`Llama.misfits` names them)."""
+    windows = [parse_window(layer["window"]) for layer in layer_fields(spec)]
+    types = ["full_attention" if w.full else "sliding_attention" for w in windows]
+    sliding = {w for w in windows if not w.full}
+    if len(sliding) != 1 or next(iter(sliding)).kind not in ("sliding", "banded"):
+        return types, None
+    return types, next(iter(sliding)).size
+
+
+def window_kind(window: str) -> tuple[str, dict[str, Any]]:
+    """A layer of ``window`` as :func:`posenc.hf.per_layer.fold` takes it, named after its
+    transformers layer type."""
+    if window == "full":
+        return "full_attention", {}
+    return "sliding_attention", {"window": window}
 
 
 def read_window(hf: HFConfig, default: int | None) -> str:
@@ -263,9 +314,3 @@ def read_window(hf: HFConfig, default: int | None) -> str:
         hf.ignore("sliding_window")
         return "full"
     return f"sliding:{hf.count('sliding_window', default)}"
-
-
-def write_window(window: str) -> dict[str, Any]:
-    """:func:`read_window` backwards: ``{"sliding_window": W or None}``."""
-    parsed = parse_window(window)
-    return {"sliding_window": None if parsed.full else parsed.size}

@@ -24,7 +24,7 @@ import numpy as np
 
 from posenc.hf.family import Rule, Spec, register
 from posenc.hf.fields import HFConfig
-from posenc.hf.llama import Llama, read_window
+from posenc.hf.llama import Llama, read_window, window_kind
 
 
 def _rows(hf: str, parts: tuple[tuple[tuple, int, int], ...], d: int) -> Rule:
@@ -50,11 +50,9 @@ class Phi3(Llama):
     model_types = ("phi3",)
 
     def read(self, hf: HFConfig, names: set[str]) -> Spec:
-        window = read_window(hf, None)
+        layers = [window_kind(read_window(hf, None))] * hf.count("num_hidden_layers")
         hf.take("model_type")
-        spec = self.read_as(hf, names, "llama")
-        model = dataclasses.replace(spec.model, window=window)
-        return Spec(model, spec.assembly, spec.encoding, spec.hparams, spec.train_len, {})
+        return dataclasses.replace(self.read_as(hf, names, "llama", layers), extra={})
 
     def rules(self, spec: Spec) -> list[Rule]:
         m = spec.model

@@ -23,7 +23,7 @@ from typing import Any
 
 from posenc.hf.family import Rule, Spec, copy, register
 from posenc.hf.fields import HFConfig
-from posenc.hf.llama import Llama, qwen_windows_fields
+from posenc.hf.llama import Llama, windows_of, write_qwen_windows
 
 
 @register
@@ -51,7 +51,9 @@ class Qwen3(Llama):
 
     def fits(self, spec: Spec) -> list[str]:
         m = spec.model
-        out = self.misfits(spec, qk_norm="rms", qk_norm_placement="before_rotate")
+        out = self.misfits(
+            spec, layer_windows=True, qk_norm="rms", qk_norm_placement="before_rotate"
+        )
         if m.qkv_bias != m.out_bias or m.mlp_bias:
             out.append(
                 f"model.qkv_bias={m.qkv_bias}, out_bias={m.out_bias}, mlp_bias={m.mlp_bias} "
@@ -61,9 +63,8 @@ class Qwen3(Llama):
         return out
 
     def write(self, spec: Spec) -> dict[str, Any]:
-        m = spec.model
         return {
             **self.write_common(spec),
-            "attention_bias": m.qkv_bias,
-            **qwen_windows_fields(m.window),
+            "attention_bias": spec.model.qkv_bias,
+            **write_qwen_windows(*windows_of(spec)),
         }

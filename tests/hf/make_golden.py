@@ -331,12 +331,54 @@ FOLDERS: dict[str, list[Folder]] = {
     "mistral": _folders(
         transformers.MistralForCausalLM, LLAMA, {"mistral_window": dict(sliding_window=8)}, seed=140
     ),
-    # Qwen3: QK-norm (head_dim 16, not D / H), biases on all four attention projections.
+    # Qwen3: QK-norm (head_dim 16, not D / H), biases on all four attention projections; and
+    # sliding windows on the layers from max_window_layers on (layer 0 full, layers 1-2 sliding).
     "qwen3": _folders(
         transformers.Qwen3ForCausalLM,
         LLAMA,
-        {"qwen3": dict(head_dim=16, attention_bias=True, rope_theta=1e6, tie_word_embeddings=True)},
+        {
+            "qwen3": dict(
+                head_dim=16, attention_bias=True, rope_theta=1e6, tie_word_embeddings=True
+            ),
+            "qwen3_window": dict(
+                num_hidden_layers=3, use_sliding_window=True, sliding_window=8, max_window_layers=1
+            ),
+        },
         seed=150,
+    ),
+    # SmolLM3: every 4th layer without RoPE (its default), and every 2nd without RoPE and with
+    # a sliding window (use_sliding_window's default placement).
+    "smollm3": _folders(
+        transformers.SmolLM3ForCausalLM,
+        dict(LLAMA, num_hidden_layers=4, pad_token_id=0, bos_token_id=1, eos_token_id=2),
+        {
+            "smollm3": {},
+            "smollm3_window": dict(
+                no_rope_layer_interval=2, use_sliding_window=True, sliding_window=8
+            ),
+        },
+        seed=160,
+    ),
+    # Cohere2 (Command R7B's design): three sliding RoPE layers, then one full NoPE layer.
+    "cohere2": _folders(
+        transformers.Cohere2ForCausalLM,
+        dict(
+            TINY,
+            num_hidden_layers=4,
+            intermediate_size=48,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            max_position_embeddings=32,
+            sliding_window=8,
+            logit_scale=0.25,
+            layer_norm_eps=1e-5,
+            rope_theta=500.0,
+            pad_token_id=0,
+            bos_token_id=1,
+            eos_token_id=2,
+        ),
+        {"cohere2": {}},
+        seed=170,
     ),
 }
 # The folders that also get a tokenizer.json (the import and extrapolation tests'): the first of
@@ -434,7 +476,7 @@ def bert_states() -> None:
 # a parallel residual and ALiBi; within GPT-2's 64 learned rows (OPT's table ends at 32).
 GREEDY = ("llama", "llama_yarn", "gpt_neox", "gpt2", "bloom")
 # issue 32: through window-sized caches (Mistral's, Cohere2's local layers) and QK-norm.
-GREEDY += ("mistral_window", "qwen3")
+GREEDY += ("mistral_window", "qwen3", "qwen3_window", "smollm3_window", "cohere2")
 PROMPT, NEW = 12, 30
 
 

@@ -67,7 +67,11 @@ def _edited(tmp_path, name, edit):
         ("llama", lambda c: c.update(quantization_config={"bits": 4}), "quantization_config"),
         ("llama", lambda c: c.update(hidden_act="gelu"), "hidden_act='gelu'"),
         ("mistral", lambda c: c.update(sliding_window=0), "sliding_window=0 must be a positive"),
-        ("qwen2", lambda c: c.update(layer_types=["full_attention"]), "must list 2 entries"),
+        (
+            "qwen2",
+            lambda c: c.update(layer_types=["full_attention"]),
+            "lists 1 layers, but the model has num_hidden_layers=2",
+        ),
         (
             "qwen2",
             lambda c: c.update(layer_types=["full_attention", "sliding_attention"]),
@@ -76,7 +80,7 @@ def _edited(tmp_path, name, edit):
         (
             "qwen3",
             lambda c: c.update(layer_types=["full_attention", "chunked_attention"]),
-            "each one of",
+            "entry 'chunked_attention' is not supported",
         ),
         ("llama", lambda c: c.update(num_hidden_layers=3), "no tensor 'model.layers.2"),
         ("llama", lambda c: c.update(intermediate_size=40), "has shape .* says"),

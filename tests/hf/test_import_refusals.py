@@ -331,7 +331,11 @@ def test_export_refuses_attention_options_no_family_holds(field, value):
         (
             {"qk_norm": "rms", "window": "sliding:16"},
             "qwen3",
-            {"use_sliding_window": True, "sliding_window": 16, "max_window_layers": 0},
+            {
+                "use_sliding_window": True,
+                "sliding_window": 16,
+                "layer_types": ["sliding_attention"] * 2,
+            },
         ),
     ],
 )

@@ -247,8 +247,9 @@ def test_imported_t5_evaluates_as_a_translation_run(tmp_path, texts):
 
 # Folders with transformers' greedy continuation (make_golden.py's GREEDY).
 GREEDY = ("llama", "llama_yarn", "gpt_neox", "gpt2", "bloom")
-# issue 32: Mistral's window of 8 (a window-sized cache, posenc.decoding.window) and Qwen3.
-GREEDY += ("mistral_window", "qwen3")
+# issue 32: windows of 8 (window-sized caches, posenc.decoding.window) on every layer (Mistral)
+# or some (Qwen3's from max_window_layers on, SmolLM3's NoPE layers, Cohere2's RoPE layers).
+GREEDY += ("mistral_window", "qwen3", "qwen3_window", "smollm3_window", "cohere2")
 
 
 @pytest.mark.slow  # about 3 s each: 30 decoding steps compiled in one program
