@@ -148,10 +148,13 @@ def test_phi3_exports_as_llama_with_its_fused_rows_split(tmp_path, name):
         np.testing.assert_array_equal(got[key], want[key], err_msg=key)
 
 
-def _reference_losses(corpus: Path, data_dir: Path, lengths, max_tokens: int) -> list[float]:
-    """Mean cross entropy of the golden Llama on the validation text, tokenised with the
-    ``tokenizers`` library (the end-of-text token after each document), cut by hand into
-    non-overlapping windows of each length."""
+def _reference_losses(
+    corpus: Path, data_dir: Path, lengths, max_tokens: int, model=None
+) -> list[float]:
+    """Mean cross entropy of ``model`` (default the golden Llama) on the validation text,
+    tokenised with the golden Llama's tokenizer through the ``tokenizers`` library (the
+    end-of-text token after each document), cut by hand into non-overlapping windows of each
+    length."""
     from tokenizers import Tokenizer
 
     tokenizer = Tokenizer.from_file(str(GOLDEN / "llama" / "tokenizer.json"))
@@ -167,7 +170,8 @@ def _reference_losses(corpus: Path, data_dir: Path, lengths, max_tokens: int) ->
     ids = np.concatenate(
         [[*tokenizer.encode(d, add_special_tokens=False).ids, eos] for d in documents]
     )
-    model, _ = load_pretrained(str(GOLDEN / "llama"))
+    if model is None:
+        model, _ = load_pretrained(str(GOLDEN / "llama"))
     forward = helpers.jit_forward(model)
     losses = []
     for length in lengths:
@@ -231,21 +235,104 @@ def test_cli_import_eval_at_1x_and_2x_export(tmp_path, corpus):
     assert load_eval(str(tuned))["results"][0]["tokens"] == 64
 
 
+@pytest.mark.slow  # about 35 s a family: posenc eval at two lengths, twice
+@pytest.mark.parametrize("name", ["cohere2", "smollm3_window"])
+def test_imported_per_layer_model_evaluates_and_scales_its_rope_layers(tmp_path, corpus, name):
+    """issue 32: posenc eval of an imported Cohere2 or SmolLM3 (RoPE on some layers, none and
+    a window of 8 on others) at 32 and 64 tokens (max_position_embeddings and twice it) scores
+    what the model's logits (transformers', tests/hf/test_golden.py) give on windows cut here;
+    with --config.encoding.hparams.scaling=linear at evaluation, what the same weights with that
+    scaling on their RoPE layers give (the NoPE layers have no rotation to scale), which differs."""
+    import dataclasses
+
+    from posenc.hf import convert
+    from posenc.hf.load import read_spec
+
+    workdir, data_dir = tmp_path / "run", tmp_path / "data"
+    _import(
+        _with_tokenizer(tmp_path, name),
+        workdir,
+        f"--data=textdir:{corpus / 'texts'}",
+        f"--config.data.data_dir={data_dir}",
+    )
+    assert RunDir(str(workdir)).read_config().layers.pattern  # RoPE and NoPE kinds
+    family, spec, reader = read_spec(str(GOLDEN / name))
+    scaled = dataclasses.replace(spec, hparams={**spec.hparams, "scaling": "linear", "factor": 2.0})
+    args = ["eval", "--workdir", str(workdir), "--lengths=32,64", "--max-tokens=256"]
+    cases = {
+        "plain.json": ((), load_pretrained(str(GOLDEN / name))[0]),
+        "linear.json": (
+            (
+                "--config.encoding.hparams.scaling=linear",
+                "--config.encoding.hparams.factor=2.0",
+            ),
+            convert.fill(family, scaled, reader),
+        ),
+    }
+    losses = {}
+    for output, (flags, model) in cases.items():
+        _ok(*args, f"--output={output}", *flags)
+        results = {r["length"]: r for r in load_eval(str(workdir), output)["results"]}
+        want = _reference_losses(corpus, data_dir, (32, 64), 256, model)
+        for length, loss in zip((32, 64), want, strict=True):
+            assert results[length]["tokens"] == 256
+            np.testing.assert_allclose(results[length]["loss"], loss, rtol=1e-5)
+        losses[output] = want
+    assert abs(losses["linear.json"][1] - losses["plain.json"][1]) > 1e-3
+
+
 # posenc-trained models and the family each is exported as.
 TRAINED = {
     "rope": ("gpt_neox", ()),  # posenc's defaults: LayerNorm, GELU with biases, scaled table
     "alibi": ("bloom", ("model.embed_norm=True", "model.mlp_dim=128")),
     "learned": ("gpt2", ("model.mlp_dim=128",)),
 }
+# issue 32: per-layer models (layer patterns of RoPE and NoPE kinds, windows of 8 tokens).
+_LLAMA_PARTS = ("model.norm=rmsnorm", "model.mlp=swiglu", "model.mlp_bias=False")
+TRAINED_PATTERNS = {
+    "rope_nope": (  # a NoPE layer after a RoPE one, both with Llama's parts: SmolLM3
+        "smollm3",
+        (
+            *_LLAMA_PARTS,
+            "model.num_layers=2",
+            "layers.pattern=('rope', 'nope')",
+            "layers.kinds={'rope': {}, 'nope': {'encoding': 'nope'}}",
+        ),
+    ),
+    "rnope_swa": (  # RNoPE-SWA on Cohere's parts, interleaved RoPE: Cohere2
+        "cohere2",
+        (
+            "model.norm=layernorm_nobias",
+            "model.residual=parallel_shared_norm",
+            "model.mlp=swiglu",
+            "model.mlp_bias=False",
+            "model.output_logit_scale=0.5",
+            "encoding.hparams.layout=interleaved",
+            "model.num_layers=3",
+            "layers.pattern=('local', 'local', 'global')",
+            "layers.kinds={'local': {'window': 'sliding:8'}, 'global': {'encoding': 'nope'}}",
+        ),
+    ),
+    "qk_norm_windows": (  # RMS QK-norm, a sliding window on the second layer: Qwen3
+        "qwen3",
+        (
+            *_LLAMA_PARTS,
+            "model.qk_norm=rms",
+            "model.num_layers=2",
+            "layers.pattern=('full', 'local')",
+            "layers.kinds={'full': {}, 'local': {'window': 'sliding:8'}}",
+        ),
+    ),
+}
 
 
 def _train(tmp_path: Path, corpus: Path, encoding: str) -> tuple[Path, Path]:
-    family, overrides = TRAINED[encoding]
+    family, overrides = {**TRAINED, **TRAINED_PATTERNS}[encoding]
     workdir, out = tmp_path / encoding, tmp_path / f"{encoding}_hf"
     config = helpers.tiny_config(
         tmp_path / "data",
         f"data.source=textdir:{corpus / 'texts'}",
-        f"encoding.name={encoding}",
+        f"encoding.name={'rope' if encoding in TRAINED_PATTERNS else encoding}",
         "train.steps=3",
         "eval.lengths=16",
         *overrides,
@@ -259,7 +346,7 @@ def _train(tmp_path: Path, corpus: Path, encoding: str) -> tuple[Path, Path]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("encoding", sorted(TRAINED))
+@pytest.mark.parametrize("encoding", [*sorted(TRAINED), *TRAINED_PATTERNS])
 def test_trained_model_exported_gives_its_logits(tmp_path, corpus, encoding):
     workdir, out = _train(tmp_path, corpus, encoding)
     tokens = np.random.default_rng(1).integers(0, 257, size=(2, 24))

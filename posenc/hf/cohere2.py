@@ -49,8 +49,7 @@ from posenc.hf.family import (
 )
 from posenc.hf.fields import HFConfig
 from posenc.hf.layer_types import read_layer_types
-from posenc.hf.llama import read_window, windows_of
-from posenc.hf.per_layer import fold, layer_fields, option_misfits
+from posenc.hf.per_layer import fold, layer_fields, option_misfits, read_window, windows_of
 from posenc.hf.rope import read_rope, write_rope
 
 

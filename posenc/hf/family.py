@@ -114,6 +114,10 @@ class Family:
     export_architecture: ClassVar[str] = ""
     # Tensors a checkpoint may hold that transformers does not load either (buffers).
     ignored_suffixes: ClassVar[tuple[str, ...]] = ()
+    # Special token ids whose defaults in the family's config class name tokens of its own
+    # vocabulary (SmolLM3's 128004 padding): export writes them null unless the imported config
+    # named them, so that transformers builds a model of another vocabulary.
+    null_token_ids: ClassVar[tuple[str, ...]] = ()
 
     def read(self, hf: HFConfig, names: set[str]) -> Spec:
         raise NotImplementedError

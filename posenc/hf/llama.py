@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from posenc.attention.options import OPTION_FIELDS, parse_window
+from posenc.attention.options import OPTION_FIELDS
 from posenc.hf.family import (
     Family,
     Rule,
@@ -46,7 +46,14 @@ from posenc.hf.family import (
 )
 from posenc.hf.fields import HFConfig
 from posenc.hf.layer_types import read_layer_types
-from posenc.hf.per_layer import fold, layer_fields, option_misfits
+from posenc.hf.per_layer import (
+    fold,
+    layer_fields,
+    option_misfits,
+    read_window,
+    window_kind,
+    windows_of,
+)
 from posenc.hf.rope import read_rope, write_rope
 
 
@@ -278,39 +285,3 @@ def write_qwen_windows(types: list[str], size: int | None) -> dict[str, Any]:
     if size is None:
         return {"use_sliding_window": False}
     return {"use_sliding_window": True, "sliding_window": size, "layer_types": types}
-
-
-def windows_of(spec: Spec) -> tuple[list[str], int | None]:
-    """Each layer's transformers type (``"sliding_attention"`` for a sliding window, else
-    ``"full_attention"``) and the one sliding window's size (None without one, or when the
-    layers' windows are not one ``sliding:W``: :meth:`Llama.misfits` names them)."""
-    windows = [parse_window(layer["window"]) for layer in layer_fields(spec)]
-    types = ["full_attention" if w.full else "sliding_attention" for w in windows]
-    sliding = {w for w in windows if not w.full}
-    if len(sliding) != 1 or next(iter(sliding)).kind not in ("sliding", "banded"):
-        return types, None
-    return types, next(iter(sliding)).size
-
-
-def window_kind(window: str) -> tuple[str, dict[str, Any]]:
-    """A layer of ``window`` as :func:`posenc.hf.per_layer.fold` takes it, named after its
-    transformers layer type."""
-    if window == "full":
-        return "full_attention", {}
-    return "sliding_attention", {"window": window}
-
-
-def read_window(hf: HFConfig, default: int | None) -> str:
-    """The attention window of a config's ``sliding_window``: ``"sliding:W"``, or ``"full"`` when
-    it is null (or absent with no ``default``: the family's own default when absent).
-
-    transformers' sliding-window mask lets query ``i`` see key ``j`` when ``j > i - W`` (and
-    ``j <= i``): the ``W`` latest keys, its own included, which is posenc's ``"sliding:W"``
-    (:mod:`posenc.attention.options`)."""
-    if "sliding_window" in hf and hf.fields["sliding_window"] is None:
-        hf.ignore("sliding_window")
-        return "full"
-    if "sliding_window" not in hf and default is None:
-        hf.ignore("sliding_window")
-        return "full"
-    return f"sliding:{hf.count('sliding_window', default)}"

@@ -8,6 +8,8 @@ A family states one ``(kind name, fields)`` per layer, the fields being what a r
 ``layers.kinds.<name>`` holds (``encoding`` and ``hparams`` for a kind with an encoder of its own,
 ``window`` and any other attention option): :func:`fold` makes the spec's parts of them, and
 :func:`layer_fields` reads any spec (an imported one or a posenc-trained run's) layer by layer.
+The windows transformers' configs state (``sliding_window`` and the layer types) are read and
+written here too (:func:`read_window`, :func:`window_kind`, :func:`windows_of`).
 """
 
 from __future__ import annotations
@@ -15,8 +17,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from posenc.attention.options import OPTION_FIELDS, AttentionOptions
+from posenc.attention.options import OPTION_FIELDS, AttentionOptions, parse_window
 from posenc.hf.family import Spec
+from posenc.hf.fields import HFConfig
 from posenc.hf.layer_types import expand, pattern_of
 
 
@@ -70,3 +73,39 @@ def option_misfits(layers: list[dict[str, Any]], allowed: Sequence[str]) -> list
         if values:
             out.append(f"model.{field}={values[0]} on some layers (an attention option)")
     return out
+
+
+def read_window(hf: HFConfig, default: int | None) -> str:
+    """The attention window of a config's ``sliding_window``: ``"sliding:W"``, or ``"full"`` when
+    it is null (or absent with no ``default``: the family's own default when absent).
+
+    transformers' sliding-window mask lets query ``i`` see key ``j`` when ``j > i - W`` (and
+    ``j <= i``): the ``W`` latest keys, its own included, which is posenc's ``"sliding:W"``
+    (:mod:`posenc.attention.options`)."""
+    if "sliding_window" in hf and hf.fields["sliding_window"] is None:
+        hf.ignore("sliding_window")
+        return "full"
+    if "sliding_window" not in hf and default is None:
+        hf.ignore("sliding_window")
+        return "full"
+    return f"sliding:{hf.count('sliding_window', default)}"
+
+
+def window_kind(window: str) -> tuple[str, dict[str, Any]]:
+    """A layer of ``window`` as :func:`posenc.hf.per_layer.fold` takes it, named after its
+    transformers layer type."""
+    if window == "full":
+        return "full_attention", {}
+    return "sliding_attention", {"window": window}
+
+
+def windows_of(spec: Spec) -> tuple[list[str], int | None]:
+    """Each layer's transformers type (``"sliding_attention"`` for a sliding window, else
+    ``"full_attention"``) and the one sliding window's size (None without one, or when the
+    layers' windows are not one ``sliding:W``: :meth:`Llama.misfits` names them)."""
+    windows = [parse_window(layer["window"]) for layer in layer_fields(spec)]
+    types = ["full_attention" if w.full else "sliding_attention" for w in windows]
+    sliding = {w for w in windows if not w.full}
+    if len(sliding) != 1 or next(iter(sliding)).kind not in ("sliding", "banded"):
+        return types, None
+    return types, next(iter(sliding)).size

@@ -12,7 +12,7 @@ Hugging Face (``model.layers.i.``)                      posenc (``blocks.i.``)
 
 The other tensors are named as Llama's (:mod:`posenc.hf.llama`). ``sliding_window`` (2047 in the
 4k models, 262144 in the 128k ones) is the attention window ``"sliding:W"``, as Mistral's
-(:func:`posenc.hf.llama.read_window`). Export writes Llama's layout (:mod:`posenc.hf.llama` holds
+(:func:`posenc.hf.per_layer.read_window`). Export writes Llama's layout (:mod:`posenc.hf.llama` holds
 the same model: Mistral's config where there is a window).
 """
 
@@ -24,7 +24,8 @@ import numpy as np
 
 from posenc.hf.family import Rule, Spec, register
 from posenc.hf.fields import HFConfig
-from posenc.hf.llama import Llama, read_window, window_kind
+from posenc.hf.llama import Llama
+from posenc.hf.per_layer import read_window, window_kind
 
 
 def _rows(hf: str, parts: tuple[tuple[tuple, int, int], ...], d: int) -> Rule:

@@ -23,7 +23,8 @@ from typing import Any
 
 from posenc.hf.family import Rule, Spec, copy, register
 from posenc.hf.fields import HFConfig
-from posenc.hf.llama import Llama, windows_of, write_qwen_windows
+from posenc.hf.llama import Llama, write_qwen_windows
+from posenc.hf.per_layer import windows_of
 
 
 @register

@@ -376,6 +376,7 @@ def write_folder(
     hf_config = {
         "architectures": [family.export_architecture],
         "model_type": family.export_type,
+        **dict.fromkeys(family.null_token_ids),
         **(token_ids or {}),
         **family.write(spec),
         "torch_dtype": dtype,

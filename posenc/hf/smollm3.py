@@ -19,8 +19,8 @@ from typing import Any
 from posenc.hf.family import Spec, register
 from posenc.hf.fields import HFConfig
 from posenc.hf.layer_types import read_layer_types
-from posenc.hf.llama import Llama, read_window, windows_of
-from posenc.hf.per_layer import layer_fields
+from posenc.hf.llama import Llama
+from posenc.hf.per_layer import layer_fields, read_window, windows_of
 
 
 @register
@@ -29,6 +29,7 @@ class SmolLM3(Llama):
     model_types = ("smollm3",)
     export_type = "smollm3"
     export_architecture = "SmolLM3ForCausalLM"
+    null_token_ids = ("pad_token_id", "bos_token_id", "eos_token_id")
 
     def read(self, hf: HFConfig, names: set[str]) -> Spec:
         hf.take("model_type")

@@ -38,16 +38,18 @@ def test_every_family_is_registered():
     assert list(families()) == [
         "bert",
         "bloom",
+        "cohere2",
         "gpt2",
         "gpt_neox",
         "llama",
         "opt",
         "phi3",
         "qwen3",
+        "smollm3",
         "t5",
     ]
     expected = {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "bloom", "t5", "bert", "roberta"}
-    expected.update({"opt", "phi3", "qwen3"})
+    expected.update({"opt", "phi3", "qwen3", "smollm3", "cohere2"})
     assert expected <= set(model_types())
 
 
@@ -81,6 +83,21 @@ def _edited(tmp_path, name, edit):
             "qwen3",
             lambda c: c.update(layer_types=["full_attention", "chunked_attention"]),
             "entry 'chunked_attention' is not supported",
+        ),
+        ("smollm3", lambda c: c.update(no_rope_layers=[1, 1, 0]), "no_rope_layers=.*4 entries"),
+        ("smollm3", lambda c: c.update(no_rope_layers=[1, 2, 1, 0]), "each 1 \\(RoPE\\)"),
+        (
+            "smollm3_window",
+            lambda c: c.update(use_sliding_window=False),
+            "without use_sliding_window",
+        ),
+        ("cohere2", lambda c: c.update(layer_types=["full_attention"] * 3), "lists 3 layers"),
+        ("cohere2", lambda c: c.update(sliding_window=None), "sliding_window is null"),
+        ("cohere2", lambda c: c.update(partial_rotary_factor=0.5), "partial_rotary_factor=0.5"),
+        (
+            "cohere2",
+            lambda c: c.update(rope_parameters={"sliding_attention": {"rope_theta": 10.0}}),
+            "rope_scaling key 'sliding_attention'",
         ),
         ("llama", lambda c: c.update(num_hidden_layers=3), "no tensor 'model.layers.2"),
         ("llama", lambda c: c.update(intermediate_size=40), "has shape .* says"),
@@ -157,3 +174,24 @@ def test_windows_are_read_as_transformers_reads_them(tmp_path, name, edit, windo
 
     _, spec, _ = read_spec(_edited(tmp_path, name, edit))
     assert spec.model.window == window
+
+
+def test_cohere2_without_layer_types_reads_sliding_window_pattern(tmp_path):
+    """Hub configs written before ``layer_types`` (Command R7B's) state
+    ``sliding_window_pattern``: layer i slides unless (i + 1) % pattern == 0, as transformers'
+    Cohere2Config derives it (4: three sliding RoPE layers, then a full NoPE one)."""
+    from posenc.hf import read_spec
+
+    _, spec, _ = read_spec(os.path.join(GOLDEN, "cohere2"))
+    assert spec.pattern == ("sliding_attention",) * 3 + ("full_attention",)
+    for every, want in ((4, spec.layers), (2, None)):
+        folder = _edited(
+            tmp_path / str(every),
+            "cohere2",
+            lambda c, every=every: (c.pop("layer_types"), c.update(sliding_window_pattern=every)),
+        )
+        got = read_spec(folder)[1]
+        if want is not None:
+            assert got.layers == want
+        else:
+            assert got.pattern == ("sliding_attention", "full_attention")

@@ -27,6 +27,9 @@ TOLERANCE = 1e-5
 # (learned positions, as GPT-2) and Phi-3 (Llama's parts, fused) in the slow step; their import
 # and export are in the default suite (tests/test_hf_rundir.py).
 FAST = ("llama", "gpt_neox", "gpt2", "bloom", "t5", "bert")
+# issue 32: Cohere2 (RoPE and NoPE kinds, windows of 8, a shared-norm parallel block); Mistral's
+# window, Qwen3, SmolLM3 in the slow step.
+FAST += ("cohere2",)
 FOLDERS = [
     name if name in FAST else pytest.param(name, marks=pytest.mark.slow)
     for name in sorted(os.listdir(GOLDEN))

@@ -19,20 +19,35 @@ TESTS = Path(__file__).resolve().parents[1]
 LLAMA = TESTS / "hf" / "golden" / "llama"
 
 
+def _with_tokenizer(tmp_path: Path, name: str) -> Path:
+    """The golden folder ``name`` with the golden Llama's tokenizer (import_hf needs one)."""
+    import shutil
+
+    folder = tmp_path / name
+    shutil.copytree(LLAMA.parent / name, folder, ignore=shutil.ignore_patterns("*.npz"))
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        if not (folder / file).exists():
+            shutil.copyfile(LLAMA / file, folder / file)
+    return folder
+
+
 @pytest.mark.slow
-def test_a_llama_loads_into_its_shards_on_2_fsdp_x_4_tensor(tmp_path):
+@pytest.mark.parametrize("name", ["llama", "cohere2"])
+def test_a_llama_loads_into_its_shards_on_2_fsdp_x_4_tensor(tmp_path, name):
     """The tiny Llama (width 32, 4 heads, 2 key/value heads, vocabulary 96) loaded onto a mesh of
     2 fsdp x 4 tensor: every parameter has the sharding the rules give its axis names (the
     2 key/value heads stay whole over 4 tensor shards), no device holds the whole of a sharded
     one, and the logits equal the unsharded load's; imported on that mesh and used as
-    ``train.init_from``, the parameters arrive on the run's shardings, bit for bit."""
+    ``train.init_from``, the parameters arrive on the run's shardings, bit for bit. The same for
+    the tiny Cohere2 (issue 32: a layer pattern of RoPE and NoPE kinds, one norm per block)."""
     out = tmp_path / "report.json"
+    folder = LLAMA if name == "llama" else _with_tokenizer(tmp_path, name)
     env = {
         **os.environ,
         "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
         "JAX_PLATFORMS": "cpu",
     }
-    args = [sys.executable, str(TESTS / "_hf_shards_devices.py"), "--folder", str(LLAMA)]
+    args = [sys.executable, str(TESTS / "_hf_shards_devices.py"), "--folder", str(folder)]
     args += ["--workdir", str(tmp_path / "imported"), "--out", str(out)]
     proc = subprocess.run(args, env=env, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
