@@ -12,8 +12,8 @@ Hugging Face (``model.layers.i.``)                      posenc (``blocks.i.``)
 
 The other tensors are named as Llama's (:mod:`posenc.hf.llama`). ``sliding_window`` (2047 in the
 4k models, 262144 in the 128k ones) is the attention window ``"sliding:W"``, as Mistral's
-(:func:`posenc.hf.per_layer.read_window`). Export writes Llama's layout (:mod:`posenc.hf.llama` holds
-the same model: Mistral's config where there is a window).
+(:func:`posenc.hf.per_layer.read_window`). Export writes Llama's layout (:mod:`posenc.hf.llama`
+holds the same model: Mistral's config where there is a window).
 """
 
 from __future__ import annotations
