@@ -161,7 +161,7 @@ class Cohere2(Family):
         )
         types, size = windows_of(spec)
         for layer, t in zip(layers, types, strict=True):
-            rope = layer["encoding"] == "rope" and layer["hparams"] == spec.hparams
+            rope = layer["encoding"] == "rope" and layer["models_encoder"]
             if (t == "sliding_attention") != rope or layer["encoding"] not in ("rope", "nope"):
                 out.append(
                     f"a layer with encoding {layer['encoding']!r} and window "

@@ -192,7 +192,7 @@ class Llama(Family):
             if layer["encoding"] not in allowed:
                 out.append(f"encoding {layer['encoding']!r} (a {self.name} model has RoPE)")
                 break
-            if layer["encoding"] == "rope" and layer["hparams"] != spec.hparams:
+            if layer["encoding"] == "rope" and not layer["models_encoder"]:
                 out.append("a RoPE of their own on some layers (the config states one)")
                 break
         out += option_misfits(layers, ("window", *options))

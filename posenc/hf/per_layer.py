@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from posenc import encodings
 from posenc.attention.options import OPTION_FIELDS, AttentionOptions, parse_window
 from posenc.hf.family import Spec
 from posenc.hf.fields import HFConfig
@@ -41,21 +42,28 @@ def layer_fields(spec: Spec) -> list[dict[str, Any]]:
     """Each layer's effective ``encoding``, ``hparams`` and attention options (every field of
     :class:`~posenc.attention.options.AttentionOptions`): the model's, with its kind's
     overrides (a kind that names no encoder takes the model's, with the model's
-    hyperparameters)."""
+    hyperparameters); ``"models_encoder"`` says whether the layer's encoder is the model's (the
+    same name and hyperparameters, defaults filled in), which a config stating one RoPE needs."""
     m = spec.model
     model = {
         "encoding": spec.encoding,
         "hparams": dict(spec.hparams),
+        "models_encoder": True,
         **{f: getattr(m, f) for f in OPTION_FIELDS},
     }
     if not spec.pattern:
         return [dict(model) for _ in range(m.num_layers)]
+    filled = encodings.get(spec.encoding, **spec.hparams).hparams()
     out = []
     for name in expand(spec.pattern, m.num_layers):
         kind = spec.kinds[name]
         fields = {**model, **{f: kind[f] for f in OPTION_FIELDS if f in kind}}
         if kind.get("encoding") is not None:
-            fields.update(encoding=kind["encoding"], hparams=dict(kind.get("hparams") or {}))
+            hparams = dict(kind.get("hparams") or {})
+            same = kind["encoding"] == spec.encoding and (
+                encodings.get(kind["encoding"], **hparams).hparams() == filled
+            )
+            fields.update(encoding=kind["encoding"], hparams=hparams, models_encoder=same)
         out.append(fields)
     return out
 

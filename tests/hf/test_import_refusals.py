@@ -323,13 +323,23 @@ def test_export_refuses_attention_options_no_family_holds(field, value):
         choose_family(spec_of_run(config))
 
 
+_WINDOWED = {"full": {}, "local": {"window": "sliding:16"}}
+_NOPE = {"rope": {}, "nope": {"encoding": "nope"}}
+_COHERE = dict(
+    norm="layernorm_nobias",
+    residual="parallel_shared_norm",
+    output_logit_scale=0.5,
+)
+
+
 @pytest.mark.parametrize(
-    "options, family, fields",
+    "options, layers, family, fields",
     [
-        ({"window": "sliding:32"}, "llama", {"model_type": "mistral", "sliding_window": 32}),
-        ({"qk_norm": "rms"}, "qwen3", {"model_type": "qwen3", "use_sliding_window": False}),
+        ({"window": "sliding:32"}, None, "llama", {"model_type": "mistral", "sliding_window": 32}),
+        ({"qk_norm": "rms"}, None, "qwen3", {"model_type": "qwen3", "use_sliding_window": False}),
         (
             {"qk_norm": "rms", "window": "sliding:16"},
+            None,
             "qwen3",
             {
                 "use_sliding_window": True,
@@ -337,20 +347,109 @@ def test_export_refuses_attention_options_no_family_holds(field, value):
                 "layer_types": ["sliding_attention"] * 2,
             },
         ),
+        (
+            {"qkv_bias": True},
+            (("full", "local"), _WINDOWED),
+            "llama",
+            {
+                "model_type": "qwen2",
+                "sliding_window": 16,
+                "layer_types": ["full_attention", "sliding_attention"],
+            },
+        ),
+        (
+            {},
+            (("rope", "nope"), _NOPE),
+            "smollm3",
+            {"no_rope_layers": [1, 0], "use_sliding_window": False, "pad_token_id": None},
+        ),
+        (
+            {},
+            (("nope", "rope"), {"rope": {"encoding": "rope"}, "nope": {"encoding": "nope"}}),
+            "smollm3",
+            {"no_rope_layers": [0, 1]},
+        ),
+        (
+            _COHERE,
+            (
+                ("local", "global"),
+                {"local": {"window": "sliding:16"}, "global": {"encoding": "nope"}},
+            ),
+            "cohere2",
+            {
+                "logit_scale": 0.5,
+                "sliding_window": 16,
+                "layer_types": ["sliding_attention", "full_attention"],
+            },
+        ),
     ],
 )
-def test_a_sliding_window_or_qk_norm_exports_as_the_family_that_states_it(options, family, fields):
+def test_per_layer_options_export_as_the_family_that_states_them(options, layers, family, fields):
     """issue 32: a Llama-shaped model with a sliding window is a Mistral (every layer's window
-    in ``sliding_window``), with RMS QK-norm before the rotation a Qwen3."""
+    in ``sliding_window``), with RMS QK-norm before the rotation a Qwen3, with q/k/v biases and
+    windows on some layers a Qwen2 (``layer_types``); RoPE and NoPE layers on Llama's parts are
+    a SmolLM3 (a kind naming the model's RoPE itself too); RNoPE-SWA on Cohere's parts a
+    Cohere2."""
     from posenc.hf.rundir import choose_family, spec_of_run
 
     config = _llama_like_config()
     config.model.update(options)
+    if options.get("residual"):
+        config.model.update(mlp_bias=False)
+        config.encoding.hparams = {"layout": "interleaved"}
+    if layers is not None:
+        config.layers.pattern, config.layers.kinds = layers
     spec = spec_of_run(config)
     chosen = choose_family(spec)
     assert chosen.name == family
-    written = {"model_type": chosen.export_type, **chosen.write(spec)}
+    written = {"model_type": chosen.export_type, **dict.fromkeys(chosen.null_token_ids)}
+    written.update(chosen.write(spec))
     assert {k: written.get(k) for k in fields} == fields
+
+
+@pytest.mark.parametrize(
+    "options, layers, match",
+    [
+        (  # a kind with a RoPE of its own: SmolLM3's config states one
+            {},
+            (
+                ("rope", "nope"),
+                {
+                    "rope": {"encoding": "rope", "hparams": {"base": 500.0}},
+                    **{"nope": {"encoding": "nope"}},
+                },
+            ),
+            r"smollm3: .*a RoPE of their own on some layers",
+        ),
+        (  # two window sizes: the configs state one sliding_window
+            {},
+            (("a", "b"), {"a": {"window": "sliding:8"}, "b": {"window": "sliding:16"}}),
+            r"smollm3: .*model\.window='sliding:16' \(needs 'full' or one 'sliding:W'\)",
+        ),
+        (  # RoPE on Cohere2's full layer
+            _COHERE,
+            (("local", "global"), {"local": {"window": "sliding:16"}, "global": {}}),
+            r"cohere2: a layer with encoding 'rope' and window 'full'",
+        ),
+        (  # a sink on one kind
+            {},
+            (("rope", "nope"), {"rope": {"sinks": True}, "nope": {"encoding": "nope"}}),
+            r"smollm3: .*model\.sinks=True on some layers",
+        ),
+    ],
+)
+def test_per_layer_options_no_family_states_are_named(options, layers, match):
+    from posenc.hf.rundir import choose_family, spec_of_run
+
+    config = _llama_like_config()
+    config.model.update(options)
+    if options.get("residual"):
+        config.model.update(mlp_bias=False)
+        config.encoding.hparams = {"layout": "interleaved"}
+    config.layers.pattern, config.layers.kinds = layers
+    with pytest.raises(ValueError, match=match) as error:
+        choose_family(spec_of_run(config))
+    assert "\n" not in str(error.value)
 
 
 def test_export_refuses_a_layer_pattern_no_family_holds():
