@@ -19,7 +19,10 @@ Hugging Face                                         posenc
 Mistral's ``sliding_window`` (every layer; transformers' default 4096 when the field is absent,
 none when it is null) is the attention option ``window="sliding:W"``: a query sees its own key and
 the ``W - 1`` before it, as transformers' mask (``kv_idx > q_idx - W``) has it. A model with such a
-window exports as Mistral. Qwen2's ``use_sliding_window`` is refused.
+window exports as Mistral. Qwen2's ``use_sliding_window`` puts that window on the layers
+``layer_types`` names ``"sliding_attention"`` (without it, the layers from ``max_window_layers``
+on: :func:`qwen_windows`); a model whose layers differ gets a layer pattern of kinds named after
+the layer types (:mod:`posenc.hf.per_layer`), exported as Qwen2's ``layer_types``.
 """
 
 from __future__ import annotations

@@ -18,7 +18,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from posenc.attention.options import parse_window
 from posenc.hf import load_pretrained
+from posenc.hf.per_layer import layer_fields
 
 GOLDEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden")
 TOLERANCE = 1e-5
@@ -69,6 +71,9 @@ def test_logits_equal_transformers(name):
     # The longer length is beyond what the model was trained at (GPT-2's table ends there).
     lengths = [int(k.split("_")[1]) for k in golden.files if k.startswith(("ids_", "src_"))]
     assert max(lengths) > spec.train_len or spec.encoding != "rope"
+    # ... and beyond every sliding window (issue 32: Mistral, Qwen3, SmolLM3, Cohere2).
+    windows = [parse_window(layer["window"]) for layer in layer_fields(spec)]
+    assert all(w.full or max(lengths) > w.size for w in windows)
 
 
 @pytest.mark.slow
@@ -92,7 +97,9 @@ import jax, numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 from flax import nnx
 from posenc.devices.distributed import make_mesh
+from posenc.attention.options import parse_window
 from posenc.hf import load_pretrained
+from posenc.hf.per_layer import layer_fields
 mesh = make_mesh()
 assert mesh.size == 2
 replicated = NamedSharding(mesh, P())
