@@ -228,6 +228,6 @@ def test_output_logit_scale_multiplies_the_logits():
     plain, scaled = model(1.0), model(0.0625)
     _randomize(plain, 7)
     nnx.update(scaled, nnx.state(plain, nnx.Param))
-    tokens = jnp.asarray(np.random.default_rng(8).integers(0, 32, (2, 5)))
-    want = np.asarray(plain(tokens), np.float64) * 0.0625
-    np.testing.assert_allclose(np.asarray(scaled(tokens)), want, rtol=1e-6, atol=1e-7)
+    x = jnp.asarray(np.random.default_rng(8).normal(size=(2, 5, D)), jnp.float32)
+    want = np.asarray(plain.head(x), np.float64) * 0.0625  # the head: every forward ends there
+    np.testing.assert_allclose(np.asarray(scaled.head(x)), want, rtol=1e-6, atol=1e-7)
