@@ -313,6 +313,16 @@ TRAINED_PATTERNS = {
             "layers.kinds={'local': {'window': 'sliding:8'}, 'global': {'encoding': 'nope'}}",
         ),
     ),
+    "qkv_bias_windows": (  # q/k/v biases, a sliding window on the second layer: Qwen2
+        "qwen2",
+        (
+            *_LLAMA_PARTS,
+            "model.qkv_bias=True",
+            "model.num_layers=2",
+            "layers.pattern=('full', 'local')",
+            "layers.kinds={'full': {}, 'local': {'window': 'sliding:8'}}",
+        ),
+    ),
     "qk_norm_windows": (  # RMS QK-norm, a sliding window on the second layer: Qwen3
         "qwen3",
         (
