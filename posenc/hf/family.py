@@ -382,6 +382,9 @@ def common_misfits(spec: Spec, family: str, **needs: Any) -> list[str]:
     for field in OPTION_FIELDS:
         if field not in needs and getattr(options, field) != getattr(plain, field):
             out.append(f"model.{field}={getattr(options, field)!r} (an attention option)")
+    for field, default in _LATER_FIELDS.items():
+        if field not in needs and getattr(m, field) != default:
+            out.append(f"model.{field}={getattr(m, field)!r}")
     for field, allowed in needs.items():
         allowed = allowed if isinstance(allowed, tuple) else (allowed,)
         if getattr(m, field) not in allowed:
@@ -389,6 +392,11 @@ def common_misfits(spec: Spec, family: str, **needs: Any) -> list[str]:
                 f"model.{field}={getattr(m, field)!r} (needs {' or '.join(map(repr, allowed))})"
             )
     return out
+
+
+# ModelConfig fields added after most families were written, at the value those families hold:
+# a family that can hold another value names the field in common_misfits' needs.
+_LATER_FIELDS = {"norm_unit_offset": False, "output_softcap": 0.0}
 
 
 # transformers' activation names (ACT2FN) -> posenc's MLP kinds; "gelu" is the exact one.
