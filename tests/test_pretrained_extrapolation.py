@@ -90,3 +90,39 @@ def test_a_model_that_is_not_a_causal_lm_is_refused_in_one_line(tmp_path):
     with pytest.raises(ValueError, match="is a t5 model, not a causal LM") as error:
         pe.run([str(GOLDEN / "t5")], str(tmp_path / "exp"), "pystdlib")
     assert "\n" not in str(error.value) and not os.path.exists(tmp_path / "exp" / "t5")
+
+
+def _config(encoding: str, pattern=(), kinds=None, window="full"):
+    from posenc.runs.config import load_config
+
+    config = load_config(str(REPO / "configs" / "base.py") + ":tiny")
+    config.encoding.name = encoding
+    config.model.window = window
+    with config.unlocked():
+        config.layers.pattern = tuple(pattern)
+        config.layers.kinds = kinds or {}
+    return config
+
+
+def test_rope_scopes_are_the_global_rope_layers():
+    """Scaling goes where a published per-layer model puts it: its full-attention RoPE layers,
+    not its windowed ones (which never see a distance past the window)."""
+    assert pe.rope_scopes(_config("rope")) == ["encoding"]
+    assert pe.rope_scopes(_config("alibi")) == []
+    local = {"window": "sliding:8"}
+    # Gemma 3: both kinds have their own RoPE; only the global one is scaled.
+    gemma3 = {
+        "sliding_attention": {**local, "encoding": "rope", "hparams": {"base": 1e4}},
+        "full_attention": {"encoding": "rope", "hparams": {"base": 1e6}},
+    }
+    pattern = ("sliding_attention", "full_attention")
+    assert pe.rope_scopes(_config("rope", pattern, gemma3)) == ["layers.kinds.full_attention"]
+    # Cohere2: RoPE on the windowed layers, none on the global ones: nothing to scale.
+    cohere2 = {"sliding_attention": local, "full_attention": {"encoding": "nope"}}
+    assert pe.rope_scopes(_config("rope", pattern, cohere2)) == []
+    # SmolLM3: global layers on the model's RoPE, every fourth without: the model's encoder.
+    smol = {"rope": {}, "nope": {"encoding": "nope"}}
+    assert pe.rope_scopes(_config("rope", ("rope", "rope", "rope", "nope"), smol)) == ["encoding"]
+    # A model whose every layer is windowed (Mistral) has no global layer.
+    assert pe.rope_scopes(_config("rope", window="sliding:8")) == []
+    assert pe.rope_scopes(_config("rope", ("a",), {"a": {}}, window="sliding:8")) == []

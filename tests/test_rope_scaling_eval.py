@@ -10,7 +10,7 @@ import _train_helpers as helpers
 import numpy as np
 import pytest
 
-from posenc.runs.config import evaluation_changes
+from posenc.runs.config import apply_overrides, evaluation_changes
 from posenc.runs.train import train
 from posenc.workdir import RunDir
 
@@ -172,3 +172,35 @@ def test_checks_at_binding_name_the_field_a_user_types():
     with pytest.raises(ValueError, match=r"encoding\.hparams\.scaling='ntk'.*at least 4") as info:
         validate(config)
     assert "encoding." not in str(info.value).replace("encoding.hparams.", "")
+
+
+def _layered(*overrides: str):
+    """The tiny run with a local kind on the model's RoPE and a global kind with its own."""
+    config = helpers.tiny_config("/nonexistent")
+    with config.unlocked():
+        config.layers.pattern = ("local", "global")
+        config.layers.kinds = {
+            "local": {"window": "sliding:8"},
+            "global": {"encoding": "rope", "hparams": {"base": 1000.0}},
+        }
+    return apply_overrides(config, overrides)
+
+
+def test_evaluation_may_scale_one_layer_kinds_rope_alone():
+    """A layer kind with its own RoPE takes the scaling overrides under
+    layers.kinds.<kind>.hparams (a model that scales only its global layers); its base, and any
+    other field of a kind, stays what was trained."""
+    trained = _layered()
+    requested = _layered(
+        "layers.kinds.global.hparams.scaling=yarn", "layers.kinds.global.hparams.factor=4"
+    )
+    assert evaluation_changes(trained, requested) == {
+        "layers.kinds.global.hparams.scaling": "yarn",
+        "layers.kinds.global.hparams.factor": 4,
+        "layers.kinds.global.hparams.original_max_len": 16,
+    }
+    assert requested.layers.kinds["global"].hparams.original_max_len == 16
+    with pytest.raises(ValueError, match=r"layers\.kinds\.global\.hparams\.base 1000\.0 -> 5"):
+        evaluation_changes(trained, _layered("layers.kinds.global.hparams.base=5"))
+    with pytest.raises(ValueError, match=r"layers\.kinds\.local\.window 'sliding:8' -> 'full'"):
+        evaluation_changes(trained, _layered("layers.kinds.local.window=full"))

@@ -27,6 +27,7 @@ from posenc import encodings
 from posenc.devices import sharding as sharding_lib
 from posenc.hf.family import Family, Path, Rule, Spec
 from posenc.hf.tensors import TensorReader
+from posenc.models.build import kinds_of
 from posenc.models.encdec import EncoderDecoder
 from posenc.models.lm import Transformer
 
@@ -39,7 +40,9 @@ def build(spec: Spec, dtype: str | None = None) -> tuple[Any, Any, Any]:
     config = spec.model if dtype is None else dataclasses.replace(spec.model, dtype=dtype)
     encoding = encodings.get(spec.encoding, **spec.hparams)
     cls = _ASSEMBLIES[spec.assembly]
-    abstract = nnx.eval_shape(lambda: cls(config, encoding, rngs=nnx.Rngs(0)))
+    layers = kinds_of(spec.pattern, spec.kinds, config, spec.assembly)
+    kwargs = {"layers": layers} if layers else {}
+    abstract = nnx.eval_shape(lambda: cls(config, encoding, rngs=nnx.Rngs(0), **kwargs))
     return nnx.split(abstract, nnx.Param, ...)
 
 

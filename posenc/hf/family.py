@@ -54,6 +54,11 @@ class Spec:
       train_len: the length the model was trained at (``max_position_embeddings``, or RoPE
         scaling's ``original_max_position_embeddings``); a run's ``train.seq_len``.
       extra: family facts that are not options of posenc's model (recorded in provenance).
+      layers: per-layer kinds exactly as a run config's ``layers`` section holds them
+        (``{"pattern": (kind, ...), "kinds": {kind: {"encoding": ..., "hparams": ...,
+        "window": ..., ...}}}``, :mod:`posenc.layers.pattern`); empty: every layer alike. An
+        imported family names its kinds after transformers' layer types
+        (:mod:`posenc.hf.layer_types`).
     """
 
     model: ModelConfig
@@ -62,6 +67,17 @@ class Spec:
     hparams: dict[str, Any]
     train_len: int
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    layers: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    @property
+    def pattern(self) -> tuple[str, ...]:
+        """The layer pattern (empty: every layer alike)."""
+        return tuple(self.layers.get("pattern", ()))
+
+    @property
+    def kinds(self) -> dict[str, dict[str, Any]]:
+        """Each kind's fields (empty without a pattern)."""
+        return {k: dict(v) for k, v in self.layers.get("kinds", {}).items()}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -365,10 +381,14 @@ def untied(hf: HFConfig, names: set[str], head: str, default: bool) -> bool:
 
 def common_misfits(spec: Spec, family: str, **needs: Any) -> list[str]:
     """What of ``spec`` a family cannot hold, for the options every family checks: the
-    assembly, the encoder, and each ``ModelConfig`` field named in ``needs`` with the value (or
-    tuple of values) the family needs."""
+    assembly, the encoder, per-layer kinds (unless ``needs`` has ``layers=True``: the family
+    writes them and checks the kinds itself), and each ``ModelConfig`` field named in ``needs``
+    with the value (or tuple of values) the family needs."""
     m = spec.model
     out = []
+    if spec.pattern and not needs.pop("layers", False):
+        out.append(f"layers.pattern={spec.pattern!r} (per-layer kinds)")
+    needs.pop("layers", None)
     if spec.assembly != needs.pop("assembly", "lm"):
         out.append(f"model.assembly={spec.assembly!r}")
     encoding = needs.pop("encoding")

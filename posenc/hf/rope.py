@@ -80,6 +80,7 @@ def read_rope(
     theta_key: str = "rope_theta",
     fraction_key: str = "partial_rotary_factor",
     fraction_default: float = 1.0,
+    params: dict[str, Any] | None = None,
 ) -> tuple[dict[str, Any], int]:
     """posenc ``rope`` hyperparameters and the training length of a config's rotary embedding.
 
@@ -89,12 +90,15 @@ def read_rope(
       max_len: the config's ``max_position_embeddings``.
       theta_key, fraction_key, fraction_default: the family's legacy names and default for the
         base and the rotated fraction (GPT-NeoX: ``rotary_emb_base``, ``rotary_pct``, 0.25).
+      params: the rope parameters to read (one layer type's entry of a ``rope_parameters``
+        nested by layer type, :func:`posenc.hf.layer_types.read_rope_by_type`); None: the
+        config's own (``rope_scaling`` or ``rope_parameters``).
 
     Returns:
       ``(hparams, train_len)``: ``train_len`` is the scaling's
       ``original_max_position_embeddings`` when it has one, else ``max_len``.
     """
-    params = _effective(hf)
+    params = _effective(hf) if params is None else dict(params)
     kind = params.pop("rope_type") if "rope_type" in params else params.get("type", "default")
     params.pop("type", None)
     # rope_parameters' own base and fraction come first, then the fields beside it, then the

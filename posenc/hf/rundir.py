@@ -112,6 +112,8 @@ def run_config(
     if spec.assembly != "lm":
         fields["model"]["assembly"] = spec.assembly
     fields["encoding"] = {"name": spec.encoding, "hparams": dict(spec.hparams)}
+    if spec.pattern:
+        fields["layers"] = {"pattern": spec.pattern, "kinds": spec.kinds}
     fields["data"].update(source=source, tokenizer=tokenizer)
     if spec.assembly == "encoder_decoder":
         fields["data"]["vocab"] = tokenizer
@@ -289,15 +291,12 @@ def _copy_tokenizer(src: str, dst: str) -> list[str]:
 
 
 def spec_of_run(config: ml_collections.ConfigDict, extra: dict[str, Any] | None = None) -> Spec:
-    """The :class:`Spec` of a run config (hyperparameters with their defaults filled in); a
-    config with a layer pattern is refused in one line (no family posenc writes holds one)."""
-    layers = config.get("layers")
-    if layers is not None and tuple(layers.get("pattern", ())):
-        raise ValueError(
-            f"layers.pattern={tuple(layers.pattern)!r}: no Hugging Face family posenc writes "
-            "holds per-layer kinds; export a model without a layer pattern"
-        )
+    """The :class:`Spec` of a run config (hyperparameters with their defaults filled in, the
+    layer pattern and kinds as ``config.layers`` holds them)."""
     hparams = encodings.get(config.encoding.name, **config.encoding.hparams.to_dict()).hparams()
+    section = config.get("layers")
+    pattern = tuple(section.get("pattern", ())) if section is not None else ()
+    layers = {"pattern": pattern, "kinds": section.kinds.to_dict()} if pattern else {}
     return Spec(
         model=model_config(config),
         assembly=assembly(config),
@@ -305,6 +304,7 @@ def spec_of_run(config: ml_collections.ConfigDict, extra: dict[str, Any] | None 
         hparams=hparams,
         train_len=config.train.seq_len,
         extra=dict(extra or {}),
+        layers=layers,
     )
 
 

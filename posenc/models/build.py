@@ -4,6 +4,8 @@ parameters from the seed."""
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import ml_collections
 from flax import nnx
@@ -52,46 +54,57 @@ def make_encoding(config: ml_collections.ConfigDict) -> encodings.Encoding:
 def layer_kinds(
     config: ml_collections.ConfigDict, model: ModelConfig | None = None
 ) -> tuple[LayerKind, ...]:
-    """The layer kinds of ``config.layers`` in pattern order, one entry per pattern slot (empty
-    without a pattern), each with its encoder (None: the model's) and its options (the model's,
-    with the kind's overrides); one-line errors naming ``layers.<field>``
-    (:mod:`posenc.layers.pattern`): also for a pattern in an encoder-decoder and for a kind
-    whose encoder adds an input embedding (that belongs to the whole model)."""
+    """The layer kinds of ``config.layers`` in pattern order (:func:`kinds_of`)."""
     section = config.get("layers")
     pattern = tuple(section.get("pattern", ())) if section is not None else ()
     kinds = section.kinds.to_dict() if section is not None and "kinds" in section else {}
     if not pattern and not kinds:
         return ()
-    if assembly(config) == "encoder_decoder":
+    model = model_config(config) if model is None else model
+    return kinds_of(pattern, kinds, model, assembly(config))
+
+
+def kinds_of(
+    pattern: Sequence[str], kinds: Mapping[str, Mapping[str, Any]], model: ModelConfig, name: str
+) -> tuple[LayerKind, ...]:
+    """The layer kinds of a pattern and its kinds' fields (a run config's ``config.layers``, or
+    an imported model's) in pattern order, one entry per pattern slot (empty without a pattern),
+    each with its encoder (None: the model's) and its options (the model's, with the kind's
+    overrides); one-line errors naming ``layers.<field>`` (:mod:`posenc.layers.pattern`): also
+    for a pattern in an encoder-decoder (assembly ``name``) and for a kind whose encoder adds an
+    input embedding (that belongs to the whole model)."""
+    pattern = tuple(pattern)
+    if not pattern and not kinds:
+        return ()
+    if name == "encoder_decoder":
         raise ValueError(
             "layers.pattern applies to the decoder-only and classifier assemblies, not to "
             "model.assembly='encoder_decoder'; leave layers.pattern and layers.kinds empty"
         )
-    model = model_config(config) if model is None else model
     check_pattern(pattern, kinds, model.num_layers)
     built = {}
-    for name, fields in kinds.items():
+    for kind, fields in kinds.items():
         overrides = {k: fields[k] for k in OPTION_FIELDS if k in fields}
-        options = model.attention_options(**overrides, prefix=f"layers.kinds.{name}")
+        options = model.attention_options(**overrides, prefix=f"layers.kinds.{kind}")
         encoding = None
         if fields.get("encoding") is not None:
             try:
                 encoding = encodings.get(fields["encoding"], **dict(fields.get("hparams") or {}))
             except (KeyError, ValueError, TypeError) as error:
-                raise ValueError(f"layers.kinds.{name}: {error}") from None
+                raise ValueError(f"layers.kinds.{kind}: {error}") from None
             if {"embed", "embed_tokens"} & set(encoding.hooks):
                 raise ValueError(
-                    f"layers.kinds.{name}.encoding={encoding.name!r} adds an input embedding, "
+                    f"layers.kinds.{kind}.encoding={encoding.name!r} adds an input embedding, "
                     "which belongs to the whole model, not to a layer: set it as encoding.name "
                     "and give the kind an encoder that acts in attention (or none)"
                 )
         elif fields.get("hparams"):
             raise ValueError(
-                f"layers.kinds.{name}.hparams is set without layers.kinds.{name}.encoding; name "
+                f"layers.kinds.{kind}.hparams is set without layers.kinds.{kind}.encoding; name "
                 "the kind's encoder (the model's takes encoding.hparams)"
             )
-        built[name] = LayerKind(name, encoding, options)
-    return tuple(built[name] for name in pattern)
+        built[kind] = LayerKind(kind, encoding, options)
+    return tuple(built[kind] for kind in pattern)
 
 
 def build(

@@ -160,7 +160,7 @@ def set_field(config: ml_collections.ConfigDict, key: str, value: Any) -> None:
                 f"cannot set {key!r}"
             )
     prefix = ".".join(parents)
-    if prefix in _OPEN_FIELDS:
+    if prefix in _OPEN_FIELDS or _kind_hparams(parents):
         with node.unlocked():
             node[leaf] = value
         return
@@ -173,6 +173,12 @@ def set_field(config: ml_collections.ConfigDict, key: str, value: Any) -> None:
         node[leaf] = value
     except TypeError as e:
         raise ValueError(f"config field {key}: {e}") from None
+
+
+def _kind_hparams(parents: list[str]) -> bool:
+    """Whether ``parents`` is a layer kind's hyperparameters (``layers.kinds.<kind>.hparams``),
+    an open section like ``encoding.hparams``."""
+    return len(parents) == 4 and parents[:2] == ["layers", "kinds"] and parents[3] == "hparams"
 
 
 def _unknown_field(key: str, node: ml_collections.ConfigDict) -> str:
@@ -226,6 +232,7 @@ def evaluation_changes(
         EVAL_MAY_CHANGE
         + tuple(kinds.kind_of(trained).eval_may_change)
         + tuple(f"encoding.hparams.{h}" for h in safe)
+        + _kind_eval_safe(trained)
     )
     before, after = trained.to_dict(), requested.to_dict()
     changed = diff_fields(before, after)
@@ -237,6 +244,8 @@ def evaluation_changes(
         flat_before, flat_after = flatten(before), flatten(after)
         what = ", ".join(f"{f} {flat_before.get(f)!r} -> {flat_after.get(f)!r}" for f in refused)
         hparams = ", ".join(f"encoding.hparams.{h}" for h in safe) or "none"
+        if _kind_eval_safe(trained):
+            hparams += ", and the same of each layer kind's encoder (layers.kinds.<kind>.hparams)"
         raise ValueError(
             f"evaluation cannot change {what}: that changes what was trained. An evaluation may "
             "change the eval section, model.attention_impl (not to or from a linear path), "
@@ -248,22 +257,56 @@ def evaluation_changes(
     return {f: flat_after.get(f) for f in changed if not matches(f, _EVAL_NEUTRAL)}
 
 
+def _kinds(config: ml_collections.ConfigDict) -> dict[str, Any]:
+    """``config.layers.kinds`` as a dict of ConfigDicts (empty without a layers section)."""
+    section = config.get("layers")
+    kinds_ = section.get("kinds") if section is not None else None
+    return dict(kinds_.items()) if kinds_ is not None else {}
+
+
+def _kind_eval_safe(trained: ml_collections.ConfigDict) -> tuple[str, ...]:
+    """The fields an evaluation may change in the layer kinds that name their own encoder:
+    that encoder's ``eval_safe_hparams`` (a RoPE kind's scaling), under
+    ``layers.kinds.<kind>.hparams``."""
+    out: list[str] = []
+    for name, fields in _kinds(trained).items():
+        encoder = fields.get("encoding")
+        if encoder:
+            safe = getattr(encodings.get_class(encoder), "eval_safe_hparams", ())
+            out += [f"layers.kinds.{name}.hparams.{h}" for h in safe]
+    return tuple(out)
+
+
 def _default_original_max_len(
     trained: ml_collections.ConfigDict, requested: ml_collections.ConfigDict
 ) -> None:
-    """Sets ``encoding.hparams.original_max_len`` of ``requested`` to the training length where
-    its scaling needs one and none is given (:func:`evaluation_changes`)."""
+    """Sets ``original_max_len`` of ``requested``'s encoder, and of each layer kind's own, to
+    the training length where its scaling needs one and none is given
+    (:func:`evaluation_changes`)."""
     from posenc.encodings.rope import NEEDS_ORIGINAL
 
-    hparams = requested.encoding.hparams
-    if (
-        requested.encoding.name == trained.encoding.name
-        and "original_max_len" in encodings.hparam_names(requested.encoding.name)
-        and hparams.get("scaling") in NEEDS_ORIGINAL
-        and hparams.get("original_max_len") is None
-    ):
-        with hparams.unlocked():  # an open section: the field may not be there yet
-            hparams.original_max_len = int(trained.train.seq_len)
+    pairs = [(trained.encoding.name, requested.encoding.name, requested.encoding.get("hparams"))]
+    trained_kinds = _kinds(trained)
+    for name, fields in _kinds(requested).items():
+        before = trained_kinds.get(name)
+        pairs.append(
+            (
+                before.get("encoding") if before is not None else None,
+                fields.get("encoding"),
+                fields.get("hparams"),
+            )
+        )
+    for before, now, hparams in pairs:
+        if (
+            now
+            and now == before
+            and hparams is not None
+            and "original_max_len" in encodings.hparam_names(now)
+            and hparams.get("scaling") in NEEDS_ORIGINAL
+            and hparams.get("original_max_len") is None
+        ):
+            with hparams.unlocked():  # an open section: the field may not be there yet
+                hparams.original_max_len = int(trained.train.seq_len)
 
 
 def validate(

@@ -7,7 +7,9 @@ scored at ``1 .. 8 x L`` tokens (``L``: the length it was trained at, from its c
 - RoPE models (Llama, Mistral, Qwen2, GPT-NeoX / Pythia) as released and under each scaling mode
   as an evaluation-time override (``posenc eval``'s), with ``factor = s`` (default the largest
   multiple) and ``original_max_len = L``; a model released with a ``rope_scaling`` is scored "as
-  released" in the first row;
+  released" in the first row; a model with layers of several kinds (Gemma 3, OLMo 3, SmolLM3,
+  Cohere2) is scaled on its global RoPE layers alone (:func:`rope_scopes`), as those models are
+  released;
 - the others (ALiBi: BLOOM; learned: GPT-2; T5's bias) as they are; a learned table has no row
   past its length, so those cells stay empty.
 
@@ -126,6 +128,42 @@ def _lengths(config: ml_collections.ConfigDict, plan: Plan) -> dict[int, int]:
     return out
 
 
+def rope_scopes(config: ml_collections.ConfigDict) -> list[str]:
+    """Where an evaluation-time RoPE scaling goes: the config sections (``encoding``,
+    ``layers.kinds.<kind>``) whose ``hparams`` are a RoPE the scaling applies to. Without a
+    layer pattern, the model's encoder when it is RoPE and attends to the whole context (not
+    Mistral's window). With one, the RoPE of the layers that
+    attend to the whole context, as the published models that scale do (Gemma 3's and OLMo 3's
+    global layers): a windowed layer never sees a distance past its window, so it keeps its
+    RoPE. A global kind with its own encoder is scaled alone; one on the model's encoder scales
+    that (every layer on it). A model with no global RoPE layer has no scope (scored as
+    released)."""
+    section = config.get("layers")
+    pattern = tuple(section.get("pattern", ())) if section is not None else ()
+    if not pattern:
+        full = config.model.window == "full"
+        return ["encoding"] if config.encoding.name == "rope" and full else []
+    scopes = []
+    for name in dict.fromkeys(pattern):
+        fields = section.kinds[name]
+        window = fields.get("window") or config.model.window
+        encoder = fields.get("encoding") or None
+        if window != "full" or (encoder or config.encoding.name) != "rope":
+            continue
+        scope = f"layers.kinds.{name}" if encoder else "encoding"
+        if scope not in scopes:
+            scopes.append(scope)
+    return scopes
+
+
+def _hparams(config: ml_collections.ConfigDict, scope: str) -> dict[str, Any]:
+    node = config
+    for part in scope.split("."):
+        node = node[part]
+    hparams = node.get("hparams")
+    return hparams.to_dict() if hparams is not None else {}
+
+
 def score_model(
     run_dir: str, name: str, plan: Plan, data_dir: str | None, progress: bool = True
 ) -> list[Row]:
@@ -141,14 +179,18 @@ def score_model(
     ]
     if data_dir:
         common.append(f"data.data_dir={data_dir}")
-    rope = config.encoding.name == "rope"
-    released = rope and config.encoding.hparams.get("scaling")
+    scopes = rope_scopes(config)
+    rope = bool(scopes)
+    released = any(_hparams(config, scope).get("scaling") for scope in scopes)
     methods = [m for m in plan.methods if m] if rope else []
     rows = []
     for method in [None, *methods]:
-        settings = apply_overrides(
-            config, common + scaling_overrides(method, plan.scaling_factor, train_len)
-        )
+        scaling = [
+            f"{scope}.{o}"
+            for scope in scopes
+            for o in scaling_overrides(method, plan.scaling_factor, train_len)
+        ]
+        settings = apply_overrides(config, common + scaling)
         if progress:
             print(f"{name}: {LABELS[method]} at {list(lengths.values())}", flush=True)
         report = evaluated(run_dir, settings, progress)

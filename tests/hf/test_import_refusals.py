@@ -323,11 +323,15 @@ def test_export_refuses_attention_options_no_family_holds(field, value):
         choose_family(spec_of_run(config))
 
 
-def test_export_refuses_a_layer_pattern():
-    from posenc.hf.rundir import spec_of_run
+def test_export_refuses_a_layer_pattern_no_family_holds():
+    """A layer pattern reaches the spec; a family that does not write per-layer kinds (llama)
+    names it as what it cannot hold."""
+    from posenc.hf.rundir import choose_family, spec_of_run
 
     config = _llama_like_config()
     config.layers.pattern = ("a",)
     config.layers.kinds = {"a": {"window": "sliding:16"}}
-    with pytest.raises(ValueError, match=r"layers\.pattern=.*per-layer kinds"):
-        spec_of_run(config)
+    spec = spec_of_run(config)
+    assert spec.pattern == ("a",) and spec.kinds == {"a": {"window": "sliding:16"}}
+    with pytest.raises(ValueError, match=r"llama: .*layers\.pattern=\('a',\) \(per-layer kinds\)"):
+        choose_family(spec, recorded="llama")
