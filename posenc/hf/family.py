@@ -503,3 +503,35 @@ def megatron_layer(hf: str, attention: str, at: Path, m: ModelConfig) -> list[Ru
     if m.out_bias:
         rules.append(copy(attn + "dense.bias", (*at, "attn", "o_bias"), (d,)))
     return rules + dense_mlp(hf + "mlp.dense_h_to_4h", hf + "mlp.dense_4h_to_h", at, d, f)
+
+
+def llama_attention_mlp(hf: str, at: Path, m: ModelConfig) -> list[Rule]:
+    """The attention and MLP of a Llama-style layer as Gemma, OLMo and their successors name
+    them (``self_attn.{q,k,v,o}_proj``, with biases where ``m`` has them; ``mlp.{gate,up,
+    down}_proj`` without) under ``hf``, onto the block ``at``; its norms are the family's."""
+    d, h, kv, dh, f = m.model_dim, m.num_heads, m.kv_heads, m.dims.head_dim, m.mlp_dim
+    attn, mlp = hf + "self_attn.", hf + "mlp."
+    rules = [
+        heads_in(attn + "q_proj.weight", (*at, "attn", "q"), d, h, dh),
+        heads_in(attn + "k_proj.weight", (*at, "attn", "k"), d, kv, dh),
+        heads_in(attn + "v_proj.weight", (*at, "attn", "v"), d, kv, dh),
+        heads_out(attn + "o_proj.weight", (*at, "attn", "o"), h, dh, d),
+        linear(mlp + "gate_proj.weight", (*at, "mlp", "wg", "kernel"), d, f),
+        linear(mlp + "up_proj.weight", (*at, "mlp", "wi", "kernel"), d, f),
+        linear(mlp + "down_proj.weight", (*at, "mlp", "wo", "kernel"), f, d),
+    ]
+    if m.qkv_bias:
+        rules += [
+            head_bias(attn + f"{n}_proj.bias", (*at, "attn", f"{n}_bias"), heads, dh)
+            for n, heads in (("q", h), ("k", kv), ("v", kv))
+        ]
+    if m.out_bias:
+        rules.append(copy(attn + "o_proj.bias", (*at, "attn", "o_bias"), (d,)))
+    return rules
+
+
+def nullable(hf: HFConfig, key: str, default: Any) -> Any:
+    """``key``'s value where an explicit ``null`` means "off" (Gemma's soft caps): the value as
+    written, null included, and ``default`` (the config class's) only when the key is absent."""
+    hf.take(key, None)
+    return hf.fields[key] if key in hf.fields else default

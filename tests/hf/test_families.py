@@ -35,9 +35,22 @@ def test_alibi_slopes_are_blooms_for_every_head_count(heads):
 
 
 def test_every_family_is_registered():
-    assert list(families()) == ["bert", "bloom", "gpt2", "gpt_neox", "llama", "opt", "phi3", "t5"]
+    assert list(families()) == [
+        "bert",
+        "bloom",
+        "gemma2",
+        "gemma3",
+        "gpt2",
+        "gpt_neox",
+        "llama",
+        "olmo2",
+        "olmo3",
+        "opt",
+        "phi3",
+        "t5",
+    ]
     expected = {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "bloom", "t5", "bert", "roberta"}
-    expected.update({"opt", "phi3"})
+    expected.update({"opt", "phi3", "gemma2", "gemma3_text", "olmo2", "olmo3"})
     assert expected <= set(model_types())
 
 

@@ -26,7 +26,7 @@ TOLERANCE = 1e-5
 # variants (Qwen2, Mistral, every rope_scaling type, sequential NeoX, Flan-T5, RoBERTa), OPT
 # (learned positions, as GPT-2) and Phi-3 (Llama's parts, fused) in the slow step; their import
 # and export are in the default suite (tests/test_hf_rundir.py).
-FAST = ("llama", "gpt_neox", "gpt2", "bloom", "t5", "bert")
+FAST = ("llama", "gpt_neox", "gpt2", "bloom", "t5", "bert", "gemma3", "olmo3")
 FOLDERS = [
     name if name in FAST else pytest.param(name, marks=pytest.mark.slow)
     for name in sorted(os.listdir(GOLDEN))
