@@ -94,7 +94,7 @@ class Gemma2(Family):
         hf.expect("use_bidirectional_attention", (None, False), None)
         max_len = hf.count("max_position_embeddings", self._max_len)
         types = self._types(hf, sizes["num_layers"])
-        window = hf.take("sliding_window", 4096)
+        window = nullable(hf, "sliding_window", 4096)  # null: transformers refuses local layers
         if SLIDING in types and (isinstance(window, bool) or not isinstance(window, int)):
             raise ValueError(
                 f"{hf.source}: config.json sliding_window={window!r} must be a positive integer "

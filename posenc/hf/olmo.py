@@ -37,6 +37,7 @@ from posenc.hf.family import (
     copy,
     linear,
     llama_attention_mlp,
+    nullable,
     read_model,
     read_sizes,
     register,
@@ -99,7 +100,7 @@ class Olmo2(Family):
         num_layers = sizes["num_layers"]
         default = [SLIDING if (i + 1) % 4 else FULL for i in range(num_layers)]
         types = read_layer_types(hf, num_layers, default, allowed=(SLIDING, FULL))
-        window = hf.take("sliding_window", 4096)
+        window = nullable(hf, "sliding_window", 4096)  # null: transformers refuses local layers
         if SLIDING in types and (
             isinstance(window, bool) or not isinstance(window, int) or window < 1
         ):
