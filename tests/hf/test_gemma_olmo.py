@@ -235,3 +235,80 @@ def test_imported_olmo3_evaluates_with_its_global_layers_scaled(tmp_path):
             np.testing.assert_allclose(results[length]["loss"], want, rtol=1e-5, err_msg=output)
     plain = load_eval(str(workdir), "plain.json")["results"][1]["loss"]
     assert plain != load_eval(str(workdir), "scaled.json")["results"][1]["loss"]
+
+
+# posenc-built models with Gemma 2's and OLMo 3's options (run-config overrides) and layer kinds.
+_BUILT = {
+    "gemma2": (
+        dict(
+            norm="rmsnorm",
+            norm_position="sandwich",
+            norm_unit_offset=True,
+            mlp="geglu",
+            mlp_bias=False,
+            softcap=20.0,
+            output_softcap=10.0,
+            logit_scale=0.2,
+            num_kv_heads=2,
+        ),
+        {S: {"window": "sliding:8"}, F: {}},
+    ),
+    "olmo3": (
+        dict(
+            norm="rmsnorm",
+            norm_position="post_branch",
+            mlp="swiglu",
+            mlp_bias=False,
+            scale_embeddings=False,
+            tie_embeddings=False,
+            qk_norm="rms_all_heads",
+            num_kv_heads=2,
+        ),
+        {
+            S: {"window": "sliding:8"},
+            F: {"encoding": "rope", "hparams": {"base": 500.0, "scaling": "linear", "factor": 2.0}},
+        },
+    ),
+}
+
+
+@pytest.mark.slow  # about 15 s each: two compilations of a model
+@pytest.mark.parametrize("family", ["gemma2", "olmo3"])
+def test_posenc_model_with_their_options_is_saved_as_that_family(tmp_path, family):
+    """A model posenc builds with Gemma 2's (OLMo 3's) options and layer kinds named after
+    transformers' layer types is saved as that family and loads back with its own logits
+    (norm scales and QK-norm scales away from their initial values, so that the unit offset
+    matters)."""
+    import jax
+    from flax import nnx
+
+    from posenc.hf import save_pretrained
+    from posenc.hf.rundir import spec_of_run
+    from posenc.models.build import build
+    from posenc.runs.config import load_config
+
+    options, kinds = _BUILT[family]
+    config = load_config(str(Path(__file__).resolve().parents[2] / "configs" / "base.py") + ":tiny")
+    config.unlock()
+    config.model.update(options)
+    config.layers.pattern = (S, F)
+    config.layers.kinds = kinds
+    config.lock()
+    model = build(config)
+    state = nnx.state(model, nnx.Param)
+    leaves, tree = jax.tree.flatten(state)
+    keys = jax.random.split(jax.random.key(0), len(leaves))
+    noise = [x + 0.1 * jax.random.normal(k, x.shape) for k, x in zip(keys, leaves, strict=True)]
+    nnx.update(model, jax.tree.unflatten(tree, noise))
+    spec = spec_of_run(config)
+    assert save_pretrained(model, spec, str(tmp_path / "out")) == family
+    loaded, got_spec = load_pretrained(str(tmp_path / "out"))
+    assert got_spec.layers["pattern"] == (S, F)
+    tokens = jnp.asarray(np.random.default_rng(1).integers(0, 257, (2, 20)))
+
+    def logits(m):
+        graphdef, state = nnx.split(m)
+        return np.asarray(jax.jit(lambda s: nnx.merge(graphdef, s)(tokens))(state))
+
+    want = logits(model)
+    np.testing.assert_allclose(logits(loaded), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
