@@ -312,3 +312,24 @@ def test_posenc_model_with_their_options_is_saved_as_that_family(tmp_path, famil
 
     want = logits(model)
     np.testing.assert_allclose(logits(loaded), want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize(
+    "name,scopes",
+    [
+        ("gemma2", ["encoding"]),  # one RoPE for every layer
+        ("gemma3", ["layers.kinds.full_attention"]),  # the global layers' own
+        ("olmo2", ["encoding"]),
+        ("olmo3", ["layers.kinds.full_attention"]),
+    ],
+)
+def test_evaluation_time_scaling_reaches_the_layers_that_take_it(name, scopes):
+    """The run config of an import names the RoPE that ``experiments/pretrained_extrapolation``
+    scales (:func:`rope_scopes`): Gemma 3's and OLMo 3's global layers alone (their local layers
+    keep theirs, as released), the one RoPE of Gemma 2 and OLMo 2."""
+    from posenc.hf.rundir import base_config, run_config
+    from posenc.studies.pretrained_extrapolation import rope_scopes
+
+    spec = read_spec(str(GOLDEN / name))[1]
+    config = run_config(spec, base_config(), source="pystdlib", tokenizer="bytes")
+    assert rope_scopes(config) == scopes
