@@ -332,7 +332,8 @@ def read_model(
 ) -> ModelConfig:
     """The ``ModelConfig`` of a Hugging Face model: its ``sizes`` (:func:`read_sizes`) and the
     family's ``options``, in float32 (import and loading set the dtype they are asked for),
-    embeddings not scaled by ``sqrt(D)`` (no family here scales them; posenc's default does),
+    embeddings not scaled by ``sqrt(D)`` (posenc's default does; of the families here only
+    Gemma's scale them, which set it after),
     and a head of its own when :func:`untied` finds one. ``head`` is that tensor's name and
     ``tied`` the family's default for ``tie_word_embeddings``; both default to transformers'
     own (``*ForCausalLM``'s ``lm_head``, ``PretrainedConfig``'s tied embeddings)."""
@@ -353,7 +354,7 @@ def plain_heads(m: ModelConfig) -> dict[str, tuple[int | None, int]]:
 
 def embeddings(spec: Spec, embed: str, head: str, prefix: Path = ()) -> list[Rule]:
     """The token table and output projection: ``embed`` ``[V, D]`` and, when posenc's model has
-    its own (or scales its embeddings by ``sqrt(D)``, which a Hugging Face model does not), the
+    its own (or scales its embeddings by ``sqrt(D)``, which the families using this do not), the
     head ``[V, D]``. A scaled posenc table is written scaled, with the unscaled table as the
     head (so the exported model computes what posenc's does)."""
     m = spec.model
