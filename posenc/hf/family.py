@@ -54,6 +54,8 @@ class Spec:
       train_len: the length the model was trained at (``max_position_embeddings``, or RoPE
         scaling's ``original_max_position_embeddings``); a run's ``train.seq_len``.
       extra: family facts that are not options of posenc's model (recorded in provenance).
+      ignored: the config's fields that no transformers model of its type reads, by name
+        (:meth:`~posenc.hf.fields.HFConfig.finish`; recorded in provenance, not exported).
     """
 
     model: ModelConfig
@@ -62,6 +64,7 @@ class Spec:
     hparams: dict[str, Any]
     train_len: int
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
+    ignored: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,0 +1,147 @@
+"""Writes ``posenc/hf/consumed.json``: for every ``model_type`` posenc's families read, the
+``config.json`` keys that transformers' config class of that type consumes (run by hand).
+
+posenc's import refuses a config field that its family does not read when transformers'
+config class consumes it (the model may read it; posenc does not map it), and records any other
+unread field as ignored (:meth:`posenc.hf.fields.HFConfig.finish`). Which keys a config class
+consumes is read here from transformers itself, so the rule is transformers' own and not a list
+of names kept by hand:
+
+- the class's fields (transformers 5 config classes are dataclasses; its ``__init__``
+  parameters under transformers 4), PretrainedConfig's own among them;
+- the keys of its ``attribute_map`` (``n_embd`` for ``hidden_size``, ...);
+- the keys its ``__init__``/``__post_init__`` take from their keyword arguments by name
+  (``kwargs.pop("rotary_pct")``, ``torch_dtype``), and for a class with ``rope_parameters`` those
+  its ``convert_rope_params_to_dict`` converts (``rope_scaling``, ``rope_theta``,
+  ``partial_rotary_factor``, Pythia's ``rotary_emb_base``, Gemma 3's ``rope_local_base_freq``);
+- for a class with sub-configs (Gemma 3's ``text_config``), the ``model_type`` of each, whose
+  own keys are recorded under that type.
+
+Keys that transformers drops while reading (generation defaults, ``_name_or_path``) or keeps as
+plain attributes no model reads (``unk_token_id``, ``transformers.js_config``) are not consumed.
+
+    /work/refvenv/bin/python tests/hf/make_consumed.py   # rewrites posenc/hf/consumed.json
+
+The model types are those of ``posenc/hf/*.py`` (each family's ``model_types``, read from the
+source, as this environment has transformers but not posenc) and :data:`MORE`, the types
+families being added read.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import json
+import os
+import re
+import sys
+import textwrap
+
+import transformers
+from transformers import AutoConfig, PretrainedConfig
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+OUT = os.path.join(ROOT, "posenc", "hf", "consumed.json")
+# Model types of families landing with issue 32 (their modules may not exist yet here).
+MORE = (
+    "mistral",
+    "qwen3",
+    "smollm3",
+    "cohere2",
+    "gemma2",
+    "gemma3_text",
+    "gemma3",
+    "olmo2",
+    "olmo3",
+)
+# The methods of a config class that read config.json keys out of their keyword arguments.
+READERS = ("__init__", "__post_init__")
+ROPE_READERS = ("convert_rope_params_to_dict",)
+_TAKEN = re.compile(r"""kwargs\.(?:pop|get)\(\s*["']([^"']+)["']""")
+
+
+def family_model_types() -> list[str]:
+    """The ``model_types`` of every family module, read from its source (literal tuples, or
+    ``tuple(NAME)`` of a literal dict in the module)."""
+    found = []
+    folder = os.path.join(ROOT, "posenc", "hf")
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".py"):
+            continue
+        tree = ast.parse(open(os.path.join(folder, name)).read())
+        literals = {
+            t.id: node.value
+            for node in tree.body
+            if isinstance(node, ast.Assign)
+            for t in node.targets
+            if isinstance(t, ast.Name)
+        }
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+                continue
+            target = node.targets[0]
+            if not (isinstance(target, ast.Name) and target.id == "model_types"):
+                continue
+            value = node.value
+            if isinstance(value, ast.Call) and isinstance(value.args[0], ast.Name):
+                value = literals[value.args[0].id]
+            found += list(ast.literal_eval(value))
+    return found
+
+
+def consumed(cls: type[PretrainedConfig]) -> set[str]:
+    """The ``config.json`` keys config class ``cls`` consumes (module docstring)."""
+    if dataclasses.is_dataclass(cls):
+        keys = {f.name for f in dataclasses.fields(cls)}
+    else:  # transformers 4: __init__ parameters, PretrainedConfig's own included
+        keys = set()
+        for c in cls.__mro__:
+            if "__init__" in c.__dict__:
+                keys |= set(inspect.signature(c.__init__).parameters)
+        keys -= {"self", "kwargs", "args"}
+    keys |= set(getattr(cls, "attribute_map", {}))
+    readers = READERS + (ROPE_READERS if "rope_parameters" in keys else ())
+    for c in cls.__mro__:
+        for name in readers:
+            if name in c.__dict__ and c.__module__.startswith("transformers"):
+                try:
+                    source = inspect.getsource(c.__dict__[name])
+                except (OSError, TypeError):  # a dataclass's generated __init__
+                    continue
+                keys |= set(_TAKEN.findall(textwrap.dedent(source)))
+    return keys
+
+
+def main() -> int:
+    types = sorted(set(family_model_types()) | set(MORE))
+    table: dict[str, dict] = {}
+    todo = list(types)
+    while todo:
+        model_type = todo.pop(0)
+        if model_type in table:
+            continue
+        cls = type(AutoConfig.for_model(model_type))
+        subs = {
+            key: spec.model_type for key, spec in getattr(cls, "sub_configs_defaults", {}).items()
+        }
+        entry = {"class": cls.__name__, "keys": sorted(consumed(cls))}
+        if subs:
+            entry["sub_configs"] = subs
+            todo += list(subs.values())
+        table[model_type] = entry
+    out = {
+        "about": "config.json keys each transformers config class consumes; written by "
+        "tests/hf/make_consumed.py",
+        "transformers_version": transformers.__version__,
+        "model_types": dict(sorted(table.items())),
+    }
+    with open(OUT, "w") as f:
+        json.dump(out, f, indent=1)
+        f.write("\n")
+    print(f"wrote {OUT}: {len(table)} model types, transformers {transformers.__version__}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
