@@ -62,14 +62,29 @@ def read_spec(path: str, strict: bool = False) -> tuple[Family, Spec, TensorRead
     (refused too with ``strict``)."""
     fields = read_config(path)
     source = os.path.join(path, CONFIG_FILE)
+    family_of(fields, source)  # an unknown model_type is refused before the weights are opened
+    reader = TensorReader(path)
+    family, spec = spec_of_config(fields, source, reader.names(), strict=strict)
+    return family, family.keep(spec, reader.read, reader.names()), reader
+
+
+def family_of(fields: dict[str, Any], source: str) -> Family:
+    """The family that reads a config's ``model_type`` (one line naming ``source`` if none)."""
     if "model_type" not in fields:
         raise ValueError(f"{source} has no model_type; is it a transformers config?")
-    family = for_model_type(fields["model_type"], source)
-    reader = TensorReader(path)
+    return for_model_type(fields["model_type"], source)
+
+
+def spec_of_config(
+    fields: dict[str, Any], source: str, names: set[str] = frozenset(), strict: bool = False
+) -> tuple[Family, Spec]:
+    """The family and :class:`~posenc.hf.family.Spec` of a parsed ``config.json`` (what
+    :func:`read_spec` reads, without the weights): ``names`` are the checkpoint's tensor names
+    (none: the config alone says whether the head is tied); ``source`` names it in messages."""
+    family = family_of(fields, source)
     hf = HFConfig(fields, family.name, source, strict=strict)
-    spec = family.read(hf, reader.names())
-    spec = dataclasses.replace(spec, ignored=hf.finish())
-    return family, family.keep(spec, reader.read, reader.names()), reader
+    spec = family.read(hf, set(names))
+    return family, dataclasses.replace(spec, ignored=hf.finish())
 
 
 def report_ignored(path: str, spec: Spec) -> None:

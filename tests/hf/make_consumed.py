@@ -10,10 +10,12 @@ of names kept by hand:
 - the class's fields (transformers 5 config classes are dataclasses; its ``__init__``
   parameters under transformers 4), PretrainedConfig's own among them;
 - the keys of its ``attribute_map`` (``n_embd`` for ``hidden_size``, ...);
-- the keys its ``__init__``/``__post_init__`` take from their keyword arguments by name
-  (``kwargs.pop("rotary_pct")``, ``torch_dtype``), and for a class with ``rope_parameters`` those
-  its ``convert_rope_params_to_dict`` converts (``rope_scaling``, ``rope_theta``,
-  ``partial_rotary_factor``, Pythia's ``rotary_emb_base``, Gemma 3's ``rope_local_base_freq``);
+- the keys its ``__init__``/``__post_init__`` (and, for a class with ``rope_parameters``, the
+  ``convert_rope_params_to_dict`` that runs for it) name as ``kwargs.pop("...")`` or
+  ``kwargs.get("...")`` and that constructing the class with that key really takes (converts,
+  moves or validates) rather than keeping as a plain attribute (:func:`_taken`): Pythia's
+  ``rotary_emb_base``, Gemma 3's ``rope_local_base_freq``, ``torch_dtype``; GPT-NeoX's
+  converter keeps a top-level ``rope_theta`` as a plain attribute its model never reads;
 - for a class with sub-configs (Gemma 3's ``text_config``), the ``model_type`` of each, whose
   own keys are recorded under that type.
 
@@ -102,15 +104,50 @@ def consumed(cls: type[PretrainedConfig]) -> set[str]:
         keys -= {"self", "kwargs", "args"}
     keys |= set(getattr(cls, "attribute_map", {}))
     readers = READERS + (ROPE_READERS if "rope_parameters" in keys else ())
-    for c in cls.__mro__:
-        for name in readers:
-            if name in c.__dict__ and c.__module__.startswith("transformers"):
-                try:
-                    source = inspect.getsource(c.__dict__[name])
-                except (OSError, TypeError):  # a dataclass's generated __init__
-                    continue
-                keys |= set(_TAKEN.findall(textwrap.dedent(source)))
-    return keys
+    named = set()
+    for name in readers:
+        for c in cls.__mro__:
+            if name not in c.__dict__ or not c.__module__.startswith("transformers"):
+                continue
+            try:
+                source = textwrap.dedent(inspect.getsource(c.__dict__[name]))
+            except (OSError, TypeError):  # a dataclass's generated __init__: look further up
+                continue
+            named |= set(_TAKEN.findall(source))
+            if f"super().{name}(" not in source:
+                break  # this definition replaces those above it
+    return keys | {key for key in named - keys if _taken(cls, key)}
+
+
+# A value no config class has as a default, to tell a key the class keeps from one it takes.
+_PROBE = 12345.0
+
+
+def _taken(cls: type[PretrainedConfig], key: str) -> bool:
+    """Whether constructing ``cls`` with ``key`` takes it out of the keyword arguments (moves or
+    converts it, or refuses the value) rather than keeping it as a plain attribute: a name a
+    method only mentions in a branch that does not run for this class is not consumed."""
+    try:
+        config = cls(**{key: _PROBE})
+    except Exception:  # noqa: BLE001 - the class validates the key: it reads it
+        return True
+    kept = dict(vars(config))
+    if kept.pop(key, None) != _PROBE:
+        return True
+    return _holds(kept)  # kept, but also copied where the model reads it (Phi-3's rope dict)
+
+
+def _holds(value) -> bool:
+    """Whether :data:`_PROBE` is somewhere in ``value`` (nested dicts, lists, configs)."""
+    if isinstance(value, float) and value == _PROBE:
+        return True
+    if isinstance(value, dict):
+        return any(_holds(v) for v in value.values())
+    if isinstance(value, list | tuple):
+        return any(_holds(v) for v in value)
+    if isinstance(value, PretrainedConfig):
+        return _holds(dict(vars(value)))
+    return False
 
 
 def main() -> int:
