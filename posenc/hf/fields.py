@@ -10,7 +10,8 @@ generation and training settings):
 - a field that transformers' config class of the ``model_type`` consumes (:func:`consumed`,
   from ``consumed.json``, which ``tests/hf/make_consumed.py`` writes from transformers) is
   refused: the model may read it, and posenc does not map it (a sliding window, a per-layer
-  scale), so the logits could differ;
+  scale), so the logits could differ; unless it states the class's own default
+  (:func:`at_default`), which is the model transformers builds without it;
 - any other field (``unk_token_id``, ``_model_name_or_path``, ``transformers.js_config``, a
   ``quantization_config``, whose tensors the weight checks judge) is a field no transformers
   model of that type reads: it is returned as ignored, which an import records in
@@ -121,6 +122,16 @@ def consumed(model_type: str) -> frozenset[str] | None:
     ``consumed.json`` has no entry for it (then every unread field is refused)."""
     entry = _table()["model_types"].get(model_type)
     return None if entry is None else frozenset(entry["keys"])
+
+
+def at_default(model_type: str, key: str, value: Any) -> bool:
+    """Whether ``value`` is the default of ``key`` in transformers' config class of
+    ``model_type`` (the model it builds when a config omits the key), by JSON value and type."""
+    defaults = (_table()["model_types"].get(model_type) or {}).get("defaults", {})
+    if key not in defaults:
+        return False
+    default = defaults[key]
+    return type(value) is type(default) and value == default
 
 
 def config_class(model_type: str) -> str:
@@ -241,6 +252,9 @@ class HFConfig:
                 raise _Unmapped(str(e).replace(" field ", f" field {key}.", 1)) from None
         left = sorted(k for k in self.fields if k not in self._read and k not in NOT_THE_MODEL)
         known = consumed(self.model_type)
+        # A consumed field at its transformers default is the model the family was checked
+        # against (an old file's "is_encoder_decoder": false): accepted as read.
+        left = [k for k in left if not at_default(self.model_type, k, self.fields[k])]
         unmapped = [k for k in left if known is None or k in known]
         if unmapped:
             key = unmapped[0]

@@ -17,7 +17,10 @@ of names kept by hand:
   ``rotary_emb_base``, Gemma 3's ``rope_local_base_freq``, ``torch_dtype``; GPT-NeoX's
   converter keeps a top-level ``rope_theta`` as a plain attribute its model never reads;
 - for a class with sub-configs (Gemma 3's ``text_config``), the ``model_type`` of each, whose
-  own keys are recorded under that type.
+  own keys are recorded under that type;
+- the class's default of each field with a plain JSON default (``defaults``): a consumed field
+  stated at that value is what transformers builds without it (``is_encoder_decoder: false`` in
+  an old decoder-only file), so it is accepted rather than refused.
 
 Keys that transformers drops while reading (generation defaults, ``_name_or_path``) or keeps as
 plain attributes no model reads (``unk_token_id``, ``transformers.js_config``) are not consumed.
@@ -119,6 +122,25 @@ def consumed(cls: type[PretrainedConfig]) -> set[str]:
     return keys | {key for key in named - keys if _taken(cls, key)}
 
 
+def defaults(cls: type[PretrainedConfig]) -> dict[str, object]:
+    """The class's default of each consumed field that has a plain JSON default (a bool,
+    number, string or null): a config stating that value is the model transformers builds when
+    the config omits the field, which the golden files of each family were made with."""
+    out = {}
+    if dataclasses.is_dataclass(cls):
+        pairs = [(f.name, f.default) for f in dataclasses.fields(cls)]
+    else:
+        pairs = []
+        for c in reversed(cls.__mro__):
+            if "__init__" in c.__dict__:
+                params = inspect.signature(c.__init__).parameters.values()
+                pairs += [(p.name, p.default) for p in params]
+    for name, value in pairs:
+        if value is None or isinstance(value, bool | int | float | str):
+            out[name] = value
+    return out
+
+
 # A value no config class has as a default, to tell a key the class keeps from one it takes.
 _PROBE = 12345.0
 
@@ -162,7 +184,11 @@ def main() -> int:
         subs = {
             key: spec.model_type for key, spec in getattr(cls, "sub_configs_defaults", {}).items()
         }
-        entry = {"class": cls.__name__, "keys": sorted(consumed(cls))}
+        entry = {
+            "class": cls.__name__,
+            "keys": sorted(consumed(cls)),
+            "defaults": dict(sorted(defaults(cls).items())),
+        }
         if subs:
             entry["sub_configs"] = subs
             todo += list(subs.values())

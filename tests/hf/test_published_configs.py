@@ -237,6 +237,20 @@ def test_a_field_the_model_reads_and_posenc_does_not_map_is_refused():
         hf.finish()
 
 
+@pytest.mark.parametrize("value,refused", [(False, False), (True, True), (0, True)])
+def test_a_consumed_field_at_transformers_default_is_accepted(value, refused):
+    """Old files state PretrainedConfig's attributes at their defaults (is_encoder_decoder:
+    false): the model transformers builds then is the one without the field; any other value
+    is refused, naming it."""
+    fields = {**_fields("Llama-2-7b-hf.json"), "is_encoder_decoder": value}
+    if not refused:
+        _, spec = spec_of_config(fields, "c", strict=True)
+        assert spec.ignored == {}
+        return
+    with pytest.raises(ValueError, match=r"is_encoder_decoder=.*LlamaConfig reads it"):
+        spec_of_config(fields, "c")
+
+
 def test_a_model_type_missing_from_the_table_refuses_every_unread_field():
     hf = HFConfig({"model_type": "not_a_type", "unk_token_id": 0}, "llama", "c")
     with pytest.raises(ValueError, match="consumed.json has no model_type 'not_a_type'"):
