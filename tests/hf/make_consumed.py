@@ -89,9 +89,12 @@ def family_model_types() -> list[str]:
             if not (isinstance(target, ast.Name) and target.id == "model_types"):
                 continue
             value = node.value
-            if isinstance(value, ast.Call) and isinstance(value.args[0], ast.Name):
-                value = literals[value.args[0].id]
-            found += list(ast.literal_eval(value))
+            if isinstance(value, ast.Call) and value.args and isinstance(value.args[0], ast.Name):
+                value = literals.get(value.args[0].id, value)
+            try:
+                found += list(ast.literal_eval(value))
+            except ValueError:
+                print(f"{name}: model_types is no literal; add its types to MORE", file=sys.stderr)
     return found
 
 
