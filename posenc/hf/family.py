@@ -59,6 +59,8 @@ class Spec:
         "window": ..., ...}}}``, :mod:`posenc.layers.pattern`); empty: every layer alike. An
         imported family names its kinds after transformers' layer types
         (:mod:`posenc.hf.layer_types`).
+      ignored: the config's fields that no transformers model of its type reads, by name
+        (:meth:`~posenc.hf.fields.HFConfig.finish`; recorded in provenance, not exported).
     """
 
     model: ModelConfig
@@ -68,6 +70,7 @@ class Spec:
     train_len: int
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     layers: dict[str, Any] = dataclasses.field(default_factory=dict)
+    ignored: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def pattern(self) -> tuple[str, ...]:

@@ -67,7 +67,8 @@ def _edited(tmp_path, name, edit):
     "name,edit,match",
     [
         ("llama", lambda c: c.update(model_type="mpt"), "model_type 'mpt' is not supported"),
-        ("llama", lambda c: c.update(quantization_config={"bits": 4}), "quantization_config"),
+        # A field transformers' GPT2Config consumes and posenc's gpt2 import does not map.
+        ("gpt2", lambda c: c.update(add_cross_attention=True), "add_cross_attention=True"),
         ("llama", lambda c: c.update(hidden_act="gelu"), "hidden_act='gelu'"),
         ("mistral", lambda c: c.update(sliding_window=16), "sliding_window=16"),
         ("llama", lambda c: c.update(num_hidden_layers=3), "no tensor 'model.layers.2"),
