@@ -89,8 +89,6 @@ class Gemma2(Family):
         # Absent fields take the config class's defaults (Gemma2Config's, Gemma3TextConfig's).
         dh = hf.count("head_dim", 256)
         hf.expect("hidden_activation", _TANH_GELUS, "gelu_pytorch_tanh")
-        hf.ignore("hidden_act")  # older files state it beside; the model reads hidden_activation
-        hf.ignore("cache_implementation")  # generate()'s cache layout, not the logits
         hf.expect("use_bidirectional_attention", (None, False), None)
         max_len = hf.count("max_position_embeddings", self._max_len)
         types = self._types(hf, sizes["num_layers"])
@@ -281,8 +279,6 @@ class Gemma3(Gemma2):
         """Gemma 3's layer_types: default five local layers, then a global one
         (``sliding_window_pattern``, 6, in older files)."""
         n = hf.count("sliding_window_pattern", 6)
-        # transformers 5 saves its private copy of the above; it reads only the public name.
-        hf.ignore("_sliding_window_pattern")
         default = [SLIDING if (i + 1) % n else FULL for i in range(num_layers)]
         return read_layer_types(hf, num_layers, default, allowed=(SLIDING, FULL))
 
