@@ -24,7 +24,7 @@ encoder-decoders, the greedy continuations and BERT's states have functions of t
 
 Weights are redrawn at a scale that makes every part matter (norm scales around 1, biases and
 T5's bucket table of order 0.1-1), so a mapping mistake moves the logits by far more than
-float32 rounding. Files stay small (vocabulary 64-96, width 32-48, two layers).
+float32 rounding. Files stay small (vocabulary 64-96, width 32-48, two to four layers).
 """
 
 from __future__ import annotations
