@@ -125,7 +125,8 @@ def _gemma2(n: Length) -> dict[str, Any]:
             # Logits scaled by query_pre_attn_scalar ** -0.5 = 256 ** -0.5 (2B, 9B; there 256 is
             # the head size, so the usual scale; on posenc's smaller heads, a colder softmax).
             logit_scale=256**-0.5,
-            # final_logit_softcapping=30 caps the output logits, not attention: not transcribed.
+            # final_logit_softcapping=30 caps the output logits, not attention: not transcribed
+            # (model.output_softcap holds it; the presets transcribe attention).
         ),
     )
 
@@ -221,9 +222,9 @@ def _olmo3(n: Length) -> dict[str, Any]:
                 ),
             ),
         },
-        # OLMo's QK-norm normalises the whole query (all heads together), which posenc's
-        # per-head norm is not: left out.
-        model={},
+        # RMSNorm of the whole query and key projections (all heads of a token together, with a
+        # learned scale per channel) before the rotation, in every layer.
+        model=dict(qk_norm="rms_all_heads", qk_norm_placement="before_rotate"),
     )
 
 

@@ -71,7 +71,9 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # MLP kind: "gelu" (tanh), "gelu_exact", "relu", "swiglu" or "geglu"; biases on its weights.
     config.model.mlp = "gelu"
     config.model.mlp_bias = True
-    # "pre" (norm -> sublayer -> residual, and a final norm) or "post" (residual -> norm).
+    # Where the norms sit: "pre" (x + f(norm(x)), and a final norm), "post" (norm(x + f(x))),
+    # "sandwich" (x + norm(f(norm(x))): Gemma 2, 3) or "post_branch" (x + norm(f(x)): OLMo 2, 3);
+    # the last two with a final norm too.
     config.model.norm_position = "pre"
     # "sequential" (attention, then the MLP), "parallel" (both on the block's input, each with
     # its own norm: GPT-NeoX) or "parallel_shared_norm" (both on one norm of it: GPT-J, Cohere).
@@ -80,6 +82,10 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.model.norm_eps = 1e-6
     # Multiply token embeddings by sqrt(model_dim) (Vaswani et al.).
     config.model.scale_embeddings = True
+    # Norms multiply by (1 + scale), the scale starting at 0 (Gemma's RMSNorm; QK-norm too).
+    config.model.norm_unit_offset = False
+    # Soft cap of the output logits, cap * tanh(logits / cap) (Gemma 2: 30); 0: none.
+    config.model.output_softcap = 0.0
     # A norm on the embeddings before the first block (BLOOM; BERT with post-norm).
     config.model.embed_norm = False
     # A masked-LM head (BERT, RoBERTa): None, or an activation ("gelu", "gelu_exact", "relu") of a
@@ -97,8 +103,9 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.model.window = "full"
     # A learned sink logit per head in the softmax's denominator (gpt-oss).
     config.model.sinks = False
-    # QK-norm: "none", "rms" (learned scale per channel: Qwen3, Gemma 3) or "l2" (Llama 4's,
-    # no scale); "before_rotate" (Qwen3, Gemma 3) or "after_rotate" (Llama 4) the rotation.
+    # QK-norm: "none", "rms" (per head, learned scale per channel: Qwen3, Gemma 3),
+    # "rms_all_heads" (over all heads of a token together: OLMo 2, 3) or "l2" (Llama 4's, no
+    # scale); "before_rotate" (Qwen3, Gemma 3, OLMo) or "after_rotate" (Llama 4) the rotation.
     config.model.qk_norm = "none"
     config.model.qk_norm_placement = "before_rotate"
     # Logit soft-capping cap * tanh(z / cap) (Gemma 2: 50); 0: none.

@@ -346,6 +346,7 @@ def _cmd_import_hf(args, overrides) -> int:
         tokenizer=not args.no_tokenizer,
         base=args.config,
         overrides=overrides,
+        strict=args.strict,
     )
     print(
         f"imported {record['family']} model {args.hf_dir} ({record['tensors']} tensors) into "
@@ -589,7 +590,11 @@ def build_parser() -> argparse.ArgumentParser:
         "base config configs/translation.py:base). --config.<field>=<value> overrides the "
         "base run config (e.g. data.data_dir, eval.lengths); the model, encoding and "
         "train.seq_len are the pretrained model's. Nothing downloads: fetch the folder with "
-        "your own tools.",
+        "your own tools. A config.json field that transformers' config class of the model_type "
+        "consumes and posenc does not map is refused (it may change the model); any other "
+        "field (unk_token_id, _model_name_or_path, quantization_config of float weights, ...) "
+        "no transformers model of that type reads, so it is ignored: recorded in "
+        "pretrained.json and reported in one warning (--strict refuses it).",
     )
     p.add_argument("hf_dir", help="the model's folder")
     p.add_argument("--workdir", required=True, help="the run directory to create")
@@ -613,6 +618,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="base run config file[:variant] (default configs/base.py; "
         "configs/translation.py:base for an encoder-decoder)",
+    )
+    p.add_argument(
+        "--strict",
+        action="store_true",
+        help="also refuse config.json fields no transformers model of the type reads (by "
+        "default they are ignored, recorded in pretrained.json and reported)",
     )
     p.set_defaults(func=_cmd_import_hf)
 

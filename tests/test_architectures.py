@@ -69,12 +69,13 @@ PUBLISHED = {
         ("local", "rope", 1.5e5, "half", _GPT_OSS_YARN, "banded:128", {"sinks": True}),
         ("global", "rope", 1.5e5, "half", _GPT_OSS_YARN, "full", {"sinks": True}),
     ],
-    # OLMo 3: 3 sliding (4096) layers with plain RoPE, 1 full layer with YaRN x8 over 8192.
+    # OLMo 3: 3 sliding (4096) layers with plain RoPE, 1 full layer with YaRN x8 over 8192; QK-norm
+    # over all heads everywhere.
     "olmo3": [
-        ("local", "rope", 5e5, "half", None, "sliding:4096", {}),
-        ("local", "rope", 5e5, "half", None, "sliding:4096", {}),
-        ("local", "rope", 5e5, "half", None, "sliding:4096", {}),
-        ("global", "rope", 5e5, "half", _OLMO3_YARN, "full", {}),
+        ("local", "rope", 5e5, "half", None, "sliding:4096", {"qk_norm": "rms_all_heads"}),
+        ("local", "rope", 5e5, "half", None, "sliding:4096", {"qk_norm": "rms_all_heads"}),
+        ("local", "rope", 5e5, "half", None, "sliding:4096", {"qk_norm": "rms_all_heads"}),
+        ("global", "rope", 5e5, "half", _OLMO3_YARN, "full", {"qk_norm": "rms_all_heads"}),
     ],
 }
 

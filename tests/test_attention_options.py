@@ -48,7 +48,16 @@ QWEN = dict(  # RMS QK-norm before the rotation, temperature, SSMax, a logit sca
 )
 RMS_AFTER = dict(qk_norm="rms", qk_norm_placement="after_rotate", ssmax=True)
 LLAMA4 = dict(qk_norm="l2", qk_norm_placement="after_rotate", temperature_floor=3)
-BUNDLES = {"inside": INSIDE, "qwen": QWEN, "rms_after": RMS_AFTER, "llama4": LLAMA4, "none": {}}
+# OLMo 2's QK-norm over all heads of a token, before the rotation: every path.
+OLMO = dict(qk_norm="rms_all_heads", qk_norm_placement="before_rotate")
+BUNDLES = {
+    "inside": INSIDE,
+    "qwen": QWEN,
+    "rms_after": RMS_AFTER,
+    "llama4": LLAMA4,
+    "olmo": OLMO,
+    "none": {},
+}
 
 _jit = functools.partial(jax.jit, compiler_options={"xla_backend_optimization_level": 0})
 
@@ -64,12 +73,13 @@ def _encoder(name):
     return enc, params
 
 
-def _learned():
-    """Values of every option's learned parameters, away from their initial values."""
+def _learned(width=DH):
+    """Values of every option's learned parameters, away from their initial values (QK-norm's
+    scales of ``width``: ``H * DH`` for ``"rms_all_heads"``)."""
     r = np.random.default_rng(7)
     return {
-        "q_norm": (1.0 + 0.3 * r.standard_normal(DH)).astype(np.float32),
-        "k_norm": (1.0 + 0.3 * r.standard_normal(DH)).astype(np.float32),
+        "q_norm": (1.0 + 0.3 * r.standard_normal(width)).astype(np.float32),
+        "k_norm": (1.0 + 0.3 * r.standard_normal(width)).astype(np.float32),
         "sinks": np.array([1.0, -0.5], np.float32),
         "ssmax": np.array([0.6, 0.9], np.float32),
     }
@@ -112,7 +122,13 @@ def _rope(x, pos, base=10000.0):
 
 def _qk_norm(x, kind, scale):
     """Over the channels: ``x / sqrt(mean(x^2) + eps)``, times the scale for ``"rms"``
-    (Qwen3's RMSNorm; Llama 4's L2Norm has no scale)."""
+    (Qwen3's RMSNorm; Llama 4's L2Norm has no scale); for ``"rms_all_heads"`` (OLMo 2) the
+    token's ``[H, D]`` channels flattened, normed together and scaled by ``[H * D]``."""
+    if kind == "rms_all_heads":
+        b, n, h, d = x.shape
+        flat = x.reshape(b, n, h * d)
+        y = flat / np.sqrt(np.mean(flat * flat, axis=-1, keepdims=True) + EPS) * scale
+        return y.reshape(b, n, h, d)
     y = x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + EPS)
     return y * scale if kind == "rms" else y
 
@@ -214,7 +230,7 @@ def _check(name, path, window, causal, bundle, t, s, offset=5, k_valid=None, q_i
     """``attend`` on ``path`` equals the float64 transcription (positions from ``offset``)."""
     options = AttentionOptions(window=window, **BUNDLES[bundle])
     _, params = _encoder(name)
-    learned = _learned()
+    learned = _learned(H * DH if options.qk_norm == "rms_all_heads" else DH)
     q, k, v = _qkv(t * 1000 + s, 2, t, s)
     k_pos = offset + np.arange(s)[None, :]
     first = s - t if q_index is None else q_index
@@ -250,6 +266,7 @@ BLOCKED = [
     ("rope", "sliding:5", False, "inside", 21, 64),
     # One tile: the blocked path runs the reference.
     ("rope", "sliding:5", True, "inside", 8, 8),
+    ("rope", "sliding:20", True, "olmo", 21, 64),
 ]
 
 
@@ -265,6 +282,7 @@ EINSUM = [
     ("rope", "full", False, "llama4", 16, 16),
     ("xl", "sliding:20", True, "inside", 13, 40),
     ("rope", "chunked:6", True, "rms_after", 13, 40),
+    ("rope", "full", True, "olmo", 13, 40),
 ]
 
 
@@ -280,6 +298,7 @@ XLA = [
     ("rope", "sliding:5", True, "rms_after", 13, 40),  # a mask: keys before the queries
     ("alibi", "banded:11", False, "llama4", 16, 16),
     ("xl", "full", True, "qwen", 16, 16),
+    ("rope", "sliding:5", True, "olmo", 16, 16),
 ]
 
 

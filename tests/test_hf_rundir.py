@@ -34,7 +34,7 @@ from posenc.workdir import RunDir
 GOLDEN = Path(__file__).resolve().parent / "hf" / "golden"
 # Decoder-only golden folders (T5, BERT and RoBERTa: tests/hf/test_rundirs.py); one per family in
 # the default suite (about 0.4 s each), the other variants in the slow step.
-FAST = ("llama", "gpt_neox", "gpt2", "bloom", "opt")
+FAST = ("llama", "gpt_neox", "gpt2", "bloom", "opt", "gemma3", "olmo3")
 DECODERS = [
     name if name in FAST else pytest.param(name, marks=pytest.mark.slow)
     for name in sorted(os.listdir(GOLDEN))
@@ -79,7 +79,7 @@ def assert_same_folder(exported: Path, golden: Path) -> None:
         spec.train_len,
     )
     assert spec_out.hparams == spec.hparams
-    assert spec_out.layers == spec.layers  # per-layer kinds (issue 32)
+    assert spec_out.layers == spec.layers  # per-layer kinds, each with its window and RoPE
     want, got = load_file(golden / "model.safetensors"), load_file(exported / "model.safetensors")
     assert sorted(got) == sorted(want)
     for name, array in want.items():

@@ -238,7 +238,7 @@ def model_attention_sums(
                 weights=weights,
                 block_size=block_size,
                 options=block.options,
-                learned=values(block.attn_params),
+                learned=block.learned(),
                 norm_eps=block.config.norm_eps,
             )
         )

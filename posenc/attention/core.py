@@ -344,11 +344,12 @@ def prepare_qk(
 
 
 def _qk_norm(q, k, norm, learned, eps):
-    """QK-norm of ``q`` and ``k`` over their channels (``"rms"`` with the learned scales)."""
-    if norm == "rms" and learned["q_norm"].shape[-1] != q.shape[-1]:
+    """QK-norm of ``q`` and ``k`` over their channels (the RMSNorms with the learned scales)."""
+    width = q.shape[-1] * (q.shape[-2] if norm == "rms_all_heads" else 1)
+    if norm in ("rms", "rms_all_heads") and learned["q_norm"].shape[-1] != width:
         raise ValueError(
-            f"qk_norm='rms' has scales of width {learned['q_norm'].shape[-1]}, but the queries "
-            f"have {q.shape[-1]} channels here (an encoder whose rotate widens them needs "
+            f"qk_norm={norm!r} has scales of width {learned['q_norm'].shape[-1]}, but the "
+            f"queries have {width} channels here (an encoder whose rotate widens them needs "
             "qk_norm_placement='before_rotate')"
         )
     return (

@@ -21,10 +21,12 @@ The other options (each off by default):
 - ``sinks``: one learned logit per head in the softmax's denominator only (gpt-oss; Xiao et
   al.'s sink as a parameter): ``p_ij = exp(z_ij) / (exp(s_h) + sum_j exp(z_ij))``.
 - ``qk_norm``: ``"rms"`` (RMSNorm over each head's channels, one learned scale of ``head_dim``
-  for queries and one for keys: Qwen3, OLMo 2's per-head form, Gemma 3) or ``"l2"`` (Llama 4's
-  ``L2Norm``, which despite its name divides by the root mean square, not the length: unit RMS,
-  no parameter), applied ``"before_rotate"`` (Qwen3, Gemma 3) or
-  ``"after_rotate"`` (Llama 4) by ``qk_norm_placement``.
+  for queries and one for keys: Qwen3, Gemma 3), ``"rms_all_heads"`` (RMSNorm over every head's
+  channels of a token together, ``H * Dh`` for the queries and ``KV * Dh`` for the keys, each
+  with a learned scale of that width: OLMo 2 and OLMo 3, which norm the whole projection before
+  splitting it into heads) or ``"l2"`` (Llama 4's ``L2Norm``, which despite its name divides by
+  the root mean square, not the length: unit RMS, no parameter), applied ``"before_rotate"``
+  (Qwen3, Gemma 3, OLMo) or ``"after_rotate"`` (Llama 4) by ``qk_norm_placement``.
 - ``temperature_floor`` (> 0): Llama 4's attention temperature tuning, queries multiplied by
   ``log(floor((pos + 1) / temperature_floor) + 1) * temperature_scale + 1`` at their position.
 - ``ssmax``: Scalable-Softmax (Nakanishi 2025), queries multiplied by ``s_h * log n_i`` with
@@ -50,7 +52,7 @@ import jax
 import jax.numpy as jnp
 
 WINDOW_KINDS = ("full", "sliding", "banded", "chunked")
-QK_NORMS = ("none", "rms", "l2")
+QK_NORMS = ("none", "rms", "rms_all_heads", "l2")
 QK_NORM_PLACEMENTS = ("before_rotate", "after_rotate")
 SSMAX_INIT = 0.43  # Nakanishi (2025)'s initial s
 
@@ -161,12 +163,18 @@ class AttentionOptions:
             out.append("softcap")
         return out
 
-    def learned(self, num_heads: int, head_dim: int) -> dict[str, tuple[tuple[int, ...], float]]:
-        """The options' learned parameters: name -> (shape, initial value)."""
+    def learned(
+        self, num_heads: int, head_dim: int, num_kv_heads: int | None = None
+    ) -> dict[str, tuple[tuple[int, ...], float]]:
+        """The options' learned parameters: name -> (shape, initial value); ``num_kv_heads``
+        (None: ``num_heads``) sizes the keys' scale of ``"rms_all_heads"``."""
         out: dict[str, tuple[tuple[int, ...], float]] = {}
         if self.qk_norm == "rms":
             out["q_norm"] = ((head_dim,), 1.0)
             out["k_norm"] = ((head_dim,), 1.0)
+        if self.qk_norm == "rms_all_heads":
+            out["q_norm"] = ((num_heads * head_dim,), 1.0)
+            out["k_norm"] = (((num_kv_heads or num_heads) * head_dim,), 1.0)
         if self.sinks:
             out["sinks"] = ((num_heads,), 0.0)
         if self.ssmax:
@@ -224,13 +232,26 @@ def visible_count(
 
 
 def qk_normalize(x: jax.Array, kind: str, scale: jax.Array | None, eps: float) -> jax.Array:
-    """``x [.., Dh]`` normalised over its last axis in float32, ``x * rsqrt(mean(x^2) + eps)``:
-    times ``scale [Dh]`` for ``"rms"`` (RMSNorm), without one for ``"l2"`` (Llama 4's
-    ``L2Norm``, the same unit-RMS form); returned in ``x.dtype``."""
+    """``x [.., H, Dh]`` normalised in float32, ``x * rsqrt(mean(x^2) + eps)``, the mean over
+    each head's ``Dh`` channels (``"rms"``, ``"l2"``) or over all ``H * Dh`` channels of a
+    token (``"rms_all_heads"``): times ``scale`` (``[Dh]``, or ``[H * Dh]`` for all heads) for
+    the RMSNorms, without one for ``"l2"`` (Llama 4's ``L2Norm``, the same unit-RMS form);
+    returned in ``x.dtype``.
+
+    Keys repeated for grouped-query attention (``[.., H, Dh]`` made of ``KV`` heads, each
+    repeated ``H / KV`` times in a row) with a ``[KV * Dh]`` scale of ``"rms_all_heads"`` take
+    the scale repeated alike; the mean over the repeated channels is the mean over the ``KV``
+    heads' own."""
     x32 = x.astype(jnp.float32)
-    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + eps)
-    if kind == "rms" and scale is not None:
-        y = y * scale.astype(jnp.float32)
+    axes = (-2, -1) if kind == "rms_all_heads" else (-1,)
+    y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=axes, keepdims=True) + eps)
+    if kind in ("rms", "rms_all_heads") and scale is not None:
+        scale = scale.astype(jnp.float32)
+        if kind == "rms_all_heads":
+            heads, width = x.shape[-2], x.shape[-1]
+            scale = scale.reshape(-1, width)  # [KV, Dh]
+            scale = jnp.repeat(scale, heads // scale.shape[0], axis=0)  # [H, Dh]
+        y = y * scale
     return y.astype(x.dtype)
 
 

@@ -43,6 +43,8 @@ _SUPPORTED = {
     "output_bias": False,
     "tie_embeddings": True,
     "scale_embeddings": True,
+    "norm_unit_offset": False,
+    "output_softcap": 0.0,
     "embed_norm": False,
     "residual": "sequential",
     "num_kv_heads": None,

@@ -108,7 +108,7 @@ class Bert(Family):
         hf.expect("position_embedding_type", ("absolute",), "absolute")
         hf.expect("is_decoder", (False,), False)
         hf.expect("add_cross_attention", (False,), False)
-        hf.ignore("hidden_dropout_prob", "attention_probs_dropout_prob", "gradient_checkpointing")
+        hf.ignore("hidden_dropout_prob", "attention_probs_dropout_prob")
         offset = hf.take("pad_token_id") + 1 if kind == "roberta" else 0
         max_len = hf.count("max_position_embeddings") - offset
         if max_len < 1:

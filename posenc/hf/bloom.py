@@ -61,11 +61,10 @@ class Bloom(Family):
         hf.expect("apply_residual_connection_post_layernorm", (False,), False)
         hf.expect("slow_but_exact", (False,), False)
         hf.expect("n_inner", (None,), None)
-        # Megatron-DeepSpeed's training switches (fusions, fp32 softmax, an unused ALiBi
-        # offset) and the tensor-parallel rank: transformers computes the same model.
-        hf.ignore("pretraining_tp", "masked_softmax_fusion", "bias_dropout_fusion")
-        hf.ignore("skip_bias_add", "skip_bias_add_qkv", "attention_softmax_in_fp32")
-        hf.ignore("offset_alibi", "unk_token_id")
+        # The tensor-parallel rank of BloomConfig: transformers computes the same model.
+        # (Megatron-DeepSpeed's training switches the Hub files hold, masked_softmax_fusion and
+        # the like, BloomConfig does not consume: they are ignored by the general rule.)
+        hf.ignore("pretraining_tp")
         model = read_model(
             hf,
             names,

@@ -130,6 +130,11 @@ def _place(
     return jax.make_array_from_callback(value.shape, placement, lambda index: value[index])
 
 
+# The dtypes of a checkpoint's tensors that hold the weights themselves; any other (int8, uint8,
+# float8 with its scales in other tensors) is a quantized encoding of them.
+_FLOATS = ("float32", "bfloat16", "float16", "float64")
+
+
 def _read(reader: TensorReader, family: Family, name: str, shape: tuple[int, ...]) -> np.ndarray:
     """Tensor ``name`` as float32, refused in one line when missing or of another shape."""
     if name not in reader.names():
@@ -138,6 +143,11 @@ def _read(reader: TensorReader, family: Family, name: str, shape: tuple[int, ...
             f"({family.name}) needs"
         )
     array = reader.read(name)
+    if array.dtype.name not in _FLOATS:
+        raise ValueError(
+            f"{reader.folder}: tensor {name!r} is {array.dtype}, not float32, bfloat16 or "
+            "float16: a quantized checkpoint, which posenc does not import (dequantize it first)"
+        )
     if tuple(array.shape) != shape:
         raise ValueError(
             f"{reader.folder}: tensor {name!r} has shape {tuple(array.shape)}, the config "

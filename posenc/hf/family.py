@@ -59,6 +59,8 @@ class Spec:
         "window": ..., ...}}}``, :mod:`posenc.layers.pattern`); empty: every layer alike. An
         imported family names its kinds after transformers' layer types
         (:mod:`posenc.hf.layer_types`).
+      ignored: the config's fields that no transformers model of its type reads, by name
+        (:meth:`~posenc.hf.fields.HFConfig.finish`; recorded in provenance, not exported).
     """
 
     model: ModelConfig
@@ -68,6 +70,7 @@ class Spec:
     train_len: int
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     layers: dict[str, Any] = dataclasses.field(default_factory=dict)
+    ignored: dict[str, Any] = dataclasses.field(default_factory=dict)
 
     @property
     def pattern(self) -> tuple[str, ...]:
@@ -336,7 +339,8 @@ def read_model(
 ) -> ModelConfig:
     """The ``ModelConfig`` of a Hugging Face model: its ``sizes`` (:func:`read_sizes`) and the
     family's ``options``, in float32 (import and loading set the dtype they are asked for),
-    embeddings not scaled by ``sqrt(D)`` (no family here scales them; posenc's default does),
+    embeddings not scaled by ``sqrt(D)`` (posenc's default does; of the families here only
+    Gemma's scale them, which set it after),
     and a head of its own when :func:`untied` finds one. ``head`` is that tensor's name and
     ``tied`` the family's default for ``tie_word_embeddings``; both default to transformers'
     own (``*ForCausalLM``'s ``lm_head``, ``PretrainedConfig``'s tied embeddings)."""
@@ -357,7 +361,7 @@ def plain_heads(m: ModelConfig) -> dict[str, tuple[int | None, int]]:
 
 def embeddings(spec: Spec, embed: str, head: str, prefix: Path = ()) -> list[Rule]:
     """The token table and output projection: ``embed`` ``[V, D]`` and, when posenc's model has
-    its own (or scales its embeddings by ``sqrt(D)``, which a Hugging Face model does not), the
+    its own (or scales its embeddings by ``sqrt(D)``, which the families using this do not), the
     head ``[V, D]``. A scaled posenc table is written scaled, with the unscaled table as the
     head (so the exported model computes what posenc's does)."""
     m = spec.model
@@ -383,14 +387,6 @@ def untied(hf: HFConfig, names: set[str], head: str, default: bool) -> bool:
     return not hf.take("tie_word_embeddings", default) or head in names
 
 
-# ModelConfig options a family holds only at their defaults unless its ``needs`` name them (a
-# family written before the option existed cannot state it).
-_AT_DEFAULT = {
-    # issue 32, today's families
-    "output_logit_scale": 1.0,
-}
-
-
 def common_misfits(spec: Spec, family: str, **needs: Any) -> list[str]:
     """What of ``spec`` a family cannot hold, for the options every family checks: the
     assembly, the encoder, per-layer kinds (unless ``needs`` has ``layers=True``: the family
@@ -414,9 +410,9 @@ def common_misfits(spec: Spec, family: str, **needs: Any) -> list[str]:
     for field in OPTION_FIELDS:
         if field not in needs and getattr(options, field) != getattr(plain, field):
             out.append(f"model.{field}={getattr(options, field)!r} (an attention option)")
-    for field in _AT_DEFAULT:
-        if field not in needs and getattr(m, field) != _AT_DEFAULT[field]:
-            out.append(f"model.{field}={getattr(m, field)!r} (needs {_AT_DEFAULT[field]!r})")
+    for field, default in _LATER_FIELDS.items():
+        if field not in needs and getattr(m, field) != default:
+            out.append(f"model.{field}={getattr(m, field)!r}")
     for field, allowed in needs.items():
         allowed = allowed if isinstance(allowed, tuple) else (allowed,)
         if getattr(m, field) not in allowed:
@@ -424,6 +420,15 @@ def common_misfits(spec: Spec, family: str, **needs: Any) -> list[str]:
                 f"model.{field}={getattr(m, field)!r} (needs {' or '.join(map(repr, allowed))})"
             )
     return out
+
+
+# ModelConfig fields added after most families were written, at the value those families hold:
+# a family that can hold another value names the field in common_misfits' needs.
+_LATER_FIELDS = {
+    "norm_unit_offset": False,
+    "output_softcap": 0.0,
+    "output_logit_scale": 1.0,  # issue 32: Cohere2's logit_scale
+}
 
 
 # transformers' activation names (ACT2FN) -> posenc's MLP kinds; "gelu" is the exact one.
@@ -510,3 +515,35 @@ def megatron_layer(hf: str, attention: str, at: Path, m: ModelConfig) -> list[Ru
     if m.out_bias:
         rules.append(copy(attn + "dense.bias", (*at, "attn", "o_bias"), (d,)))
     return rules + dense_mlp(hf + "mlp.dense_h_to_4h", hf + "mlp.dense_4h_to_h", at, d, f)
+
+
+def llama_attention_mlp(hf: str, at: Path, m: ModelConfig) -> list[Rule]:
+    """The attention and MLP of a Llama-style layer as Gemma, OLMo and their successors name
+    them (``self_attn.{q,k,v,o}_proj``, with biases where ``m`` has them; ``mlp.{gate,up,
+    down}_proj`` without) under ``hf``, onto the block ``at``; its norms are the family's."""
+    d, h, kv, dh, f = m.model_dim, m.num_heads, m.kv_heads, m.dims.head_dim, m.mlp_dim
+    attn, mlp = hf + "self_attn.", hf + "mlp."
+    rules = [
+        heads_in(attn + "q_proj.weight", (*at, "attn", "q"), d, h, dh),
+        heads_in(attn + "k_proj.weight", (*at, "attn", "k"), d, kv, dh),
+        heads_in(attn + "v_proj.weight", (*at, "attn", "v"), d, kv, dh),
+        heads_out(attn + "o_proj.weight", (*at, "attn", "o"), h, dh, d),
+        linear(mlp + "gate_proj.weight", (*at, "mlp", "wg", "kernel"), d, f),
+        linear(mlp + "up_proj.weight", (*at, "mlp", "wi", "kernel"), d, f),
+        linear(mlp + "down_proj.weight", (*at, "mlp", "wo", "kernel"), f, d),
+    ]
+    if m.qkv_bias:
+        rules += [
+            head_bias(attn + f"{n}_proj.bias", (*at, "attn", f"{n}_bias"), heads, dh)
+            for n, heads in (("q", h), ("k", kv), ("v", kv))
+        ]
+    if m.out_bias:
+        rules.append(copy(attn + "o_proj.bias", (*at, "attn", "o_bias"), (d,)))
+    return rules
+
+
+def nullable(hf: HFConfig, key: str, default: Any) -> Any:
+    """``key``'s value where an explicit ``null`` means "off" (Gemma's soft caps): the value as
+    written, null included, and ``default`` (the config class's) only when the key is absent."""
+    hf.take(key, None)
+    return hf.fields[key] if key in hf.fields else default

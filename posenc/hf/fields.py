@@ -1,15 +1,29 @@
 """Strict reading of a Hugging Face ``config.json``: every field is mapped, at its default, or
-known not to change the forward pass; anything else is refused in one line.
+cannot change the forward pass; a field that can and that posenc does not map is refused in one
+line.
 
-A family's converter reads fields through :class:`HFConfig` (``take``, ``expect``, ``ignore``);
-:meth:`HFConfig.finish` then refuses every field it did not read, unless it is one of
-:data:`NOT_THE_MODEL` (bookkeeping, token ids, generation and training settings). A field that
-would change the model and that posenc does not map (a quantisation, sliding-window attention,
-a per-layer scale) therefore stops the import instead of giving silently different logits.
+A family's converter reads fields through :class:`HFConfig` (``take``, ``expect``, ``ignore``,
+``sub`` for a nested config such as Gemma 3's ``text_config``); :meth:`HFConfig.finish` then
+sorts every field it did not read, other than :data:`NOT_THE_MODEL` (bookkeeping, token ids,
+generation and training settings):
+
+- a field that transformers' config class of the ``model_type`` consumes (:func:`consumed`,
+  from ``consumed.json``, which ``tests/hf/make_consumed.py`` writes from transformers) is
+  refused: the model may read it, and posenc does not map it (a sliding window, a per-layer
+  scale), so the logits could differ; unless it states the class's own default
+  (:func:`at_default`), which is the model transformers builds without it;
+- any other field (``unk_token_id``, ``_model_name_or_path``, ``transformers.js_config``, a
+  ``quantization_config``, whose tensors the weight checks judge) is a field no transformers
+  model of that type reads: it is returned as ignored, which an import records in
+  ``pretrained.json`` and reports once, and ``strict=True`` (``posenc import-hf --strict``)
+  refuses.
 """
 
 from __future__ import annotations
 
+import functools
+import json
+import os
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -81,8 +95,62 @@ NOT_THE_MODEL = frozenset(
         "begin_suppress_tokens",
         "tf_legacy_loss",
         "n_ctx",  # GPT-2's duplicate of n_positions in old files
+        # Bookkeeping that PretrainedConfig takes and drops, or uses only to pick a kernel of
+        # the same function (attention, mixture-of-experts implementations) or a head's size.
+        "_commit_hash",
+        "name_or_path",
+        "attn_implementation",
+        "experts_implementation",
+        "num_labels",
     }
 )
+
+# What tests/hf/make_consumed.py wrote: transformers' version and, per model_type, the keys its
+# config class consumes and the model_types of its sub-configs.
+CONSUMED_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "consumed.json")
+
+
+@functools.cache
+def _table() -> dict[str, Any]:
+    with open(CONSUMED_FILE) as f:
+        return json.load(f)
+
+
+def consumed(model_type: str) -> frozenset[str] | None:
+    """The ``config.json`` keys transformers' config class of ``model_type`` consumes (its
+    fields, ``attribute_map`` aliases and the keys it converts); None when
+    ``consumed.json`` has no entry for it (then every unread field is refused)."""
+    entry = _table()["model_types"].get(model_type)
+    return None if entry is None else frozenset(entry["keys"])
+
+
+def at_default(model_type: str, key: str, value: Any) -> bool:
+    """Whether ``value`` is the default of ``key`` in transformers' config class of
+    ``model_type`` (the model it builds when a config omits the key), by JSON value and type."""
+    defaults = (_table()["model_types"].get(model_type) or {}).get("defaults", {})
+    if key not in defaults:
+        return False
+    default = defaults[key]
+    return type(value) is type(default) and value == default
+
+
+def config_class(model_type: str) -> str:
+    """The name of transformers' config class of ``model_type``, for messages."""
+    entry = _table()["model_types"].get(model_type)
+    return entry["class"] if entry else f"config of model_type {model_type!r}"
+
+
+def sub_config_type(model_type: str, key: str) -> str | None:
+    """The ``model_type`` of sub-config ``key`` of ``model_type`` (Gemma 3's ``text_config``:
+    ``gemma3_text``), as transformers' config class states it."""
+    entry = _table()["model_types"].get(model_type) or {}
+    return entry.get("sub_configs", {}).get(key)
+
+
+def transformers_version() -> str:
+    """The transformers version ``consumed.json`` was read from."""
+    return _table()["transformers_version"]
+
 
 _MISSING = object()
 
@@ -94,13 +162,27 @@ class HFConfig:
       fields: the parsed JSON object.
       family: the importing family's name, for messages.
       source: where the fields came from (a path), for messages.
+      strict: refuse the fields :meth:`finish` would report as ignored.
+      model_type: whose transformers config class decides what is consumed; default the
+        fields' own ``model_type``.
     """
 
-    def __init__(self, fields: Mapping[str, Any], family: str, source: str):
+    def __init__(
+        self,
+        fields: Mapping[str, Any],
+        family: str,
+        source: str,
+        *,
+        strict: bool = False,
+        model_type: str | None = None,
+    ):
         self.fields = dict(fields)
         self.family = family
         self.source = source
+        self.strict = strict
+        self.model_type = model_type or self.fields.get("model_type")
         self._read: set[str] = set()
+        self._subs: list[tuple[str, HFConfig]] = []
 
     def __contains__(self, key: str) -> bool:
         return key in self.fields
@@ -142,14 +224,74 @@ class HFConfig:
         """Marks fields as read that this family knows do not change the forward pass."""
         self._read.update(keys)
 
-    def finish(self) -> None:
-        """Refuses every field that was not read and is not :data:`NOT_THE_MODEL`."""
-        left = sorted(k for k in self.fields if k not in self._read and k not in NOT_THE_MODEL)
-        if left:
-            key = left[0]
-            more = f" (and {len(left) - 1} more: {', '.join(left[1:])})" if len(left) > 1 else ""
+    def sub(self, key: str, model_type: str | None = None) -> HFConfig:
+        """The nested config object ``key`` (Gemma 3's ``text_config``), read field by field as
+        this one is; :meth:`finish` finishes it too, naming its fields ``key.field``. Its
+        ``model_type`` is its own, else ``model_type``, else the one transformers' config class
+        gives that sub-config."""
+        value = self.take(key)
+        if not isinstance(value, Mapping):
             raise ValueError(
-                f"{self.source}: config.json field {key}={self.fields[key]!r} is not supported by "
-                f"posenc's {self.family} import: posenc neither maps it nor knows it leaves the "
-                f"logits unchanged{more}"
+                f"{self.source}: config.json {key} must be an object, not {type(value).__name__}"
             )
+        kind = value.get("model_type") or model_type or sub_config_type(self.model_type, key)
+        child = HFConfig(value, self.family, self.source, model_type=kind)  # strict: ours
+        self._subs.append((key, child))
+        return child
+
+    def finish(self) -> dict[str, Any]:
+        """Sorts the fields that were not read (module docstring): refuses, in one line, those
+        transformers' config class consumes (all of them when ``consumed.json`` lacks the
+        type), and with ``strict`` every one; returns the others, ignored, by name (a nested
+        config's as ``key.field``)."""
+        ignored = {}
+        for key, child in self._subs:
+            try:
+                ignored.update({f"{key}.{k}": v for k, v in child.finish().items()})
+            except _Unmapped as e:
+                raise _Unmapped(str(e).replace(" field ", f" field {key}.", 1)) from None
+        left = sorted(k for k in self.fields if k not in self._read and k not in NOT_THE_MODEL)
+        known = consumed(self.model_type)
+        # A consumed field at its transformers default is the model the family was checked
+        # against (an old file's "is_encoder_decoder": false): accepted as read.
+        left = [k for k in left if not at_default(self.model_type, k, self.fields[k])]
+        unmapped = [k for k in left if known is None or k in known]
+        if unmapped:
+            key = unmapped[0]
+            more = ", ".join(unmapped[1:])
+            more = f" (and {len(unmapped) - 1} more: {more})" if more else ""
+            why = (
+                f"transformers' {config_class(self.model_type)} reads it"
+                if known is not None
+                else f"posenc/hf/consumed.json has no model_type {self.model_type!r} to tell"
+            )
+            raise _Unmapped(
+                f"{self.source}: config.json field {key}={self.fields[key]!r} is not supported by "
+                f"posenc's {self.family} import: {why}, so it may change the model, and posenc "
+                f"does not map it{more}"
+            )
+        ignored.update({k: self.fields[k] for k in left})
+        if self.strict and ignored:
+            raise ValueError(
+                f"{self.source}: config.json fields {', '.join(ignored)} are read by no "
+                f"transformers model of type {self.model_type!r} and would be ignored; strict "
+                "import refuses them (without --strict they are recorded in pretrained.json)"
+            )
+        return ignored
+
+
+class _Unmapped(ValueError):
+    """A field a model reads that posenc does not map (:meth:`HFConfig.finish`)."""
+
+
+class IgnoredFieldsWarning(UserWarning):
+    """An imported config held fields no transformers model of its type reads."""
+
+
+def ignored_line(source: str, ignored: Mapping[str, Any]) -> str:
+    """The one line that reports a config's ignored fields."""
+    return (
+        f"{source}: ignored {len(ignored)} config.json field{'s' * (len(ignored) != 1)} no "
+        f"transformers model of this type reads: {', '.join(ignored)} (import-hf records them "
+        "in pretrained.json; --strict refuses them)"
+    )

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from posenc.hf.fields import HFConfig
-from posenc.hf.rope import read_rope
+from posenc.hf.rope import read_rope, write_rope
 
 # The attention layer types posenc's model builds (transformers' names).
 LAYER_TYPES = ("full_attention", "sliding_attention", "chunked_attention")
@@ -113,3 +113,68 @@ def write_layer_types(pattern: Sequence[str], num_layers: int) -> dict[str, list
             f"({', '.join(LAYER_TYPES)}); an exported model names its kinds after them"
         )
     return {"layer_types": list(expand(pattern, num_layers))}
+
+
+SLIDING, FULL = "sliding_attention", "full_attention"
+
+
+def read_rope_global_local(
+    hf: HFConfig,
+    head_dim: int,
+    max_len: int,
+    types: Sequence[str],
+    *,
+    global_base: float,
+    local_base: float,
+    local_key: str | None = None,
+) -> dict[str, tuple[dict[str, Any], int]]:
+    """Each layer type's ``(rope hyperparameters, training length)`` as transformers 5 reads the
+    rotary fields of a model with local and global layers (Gemma 3's and OLMo 3's
+    ``convert_rope_params_to_dict``): ``rope_parameters`` nested by layer type where given, each
+    entry's base defaulting to ``rope_theta`` (else ``global_base``) for the full-attention
+    layers and to ``local_key`` (Gemma 3's ``rope_local_base_freq``; else ``local_base``) for
+    the sliding ones; a ``rope_scaling`` scales the full-attention layers alone.
+
+    OLMo 3 has no ``local_key``: transformers hands the one ``rope_theta`` to the full-attention
+    layers and gives the sliding ones the class default, ``local_base`` (the published configs
+    set both to it). ``tests/hf/test_gemma_olmo.py`` records transformers' own reading."""
+    nested = hf.take("rope_parameters", None)
+    scaling = hf.take("rope_scaling", None)
+    if nested is not None and not (
+        isinstance(nested, dict) and all(isinstance(v, dict) for v in nested.values())
+    ):
+        raise ValueError(
+            f"{hf.source}: config.json rope_parameters={nested!r} must be nested by layer type "
+            f"({{{SLIDING!r}: {{...}}, {FULL!r}: {{...}}}}) for posenc's {hf.family} import"
+        )
+    if scaling is not None and not isinstance(scaling, dict):
+        raise ValueError(
+            f"{hf.source}: config.json rope_scaling must be an object (rope_type, factor, ...), "
+            f"got {type(scaling).__name__} {scaling!r}"
+        )
+    params = {t: dict(v) for t, v in (nested or {}).items()}
+    extra = sorted(set(params) - {SLIDING, FULL})
+    if extra:
+        raise ValueError(
+            f"{hf.source}: config.json rope_parameters has an entry for layer type {extra[0]!r}; "
+            f"posenc's {hf.family} import reads {SLIDING!r} and {FULL!r}"
+        )
+    full = params.setdefault(FULL, {"rope_type": "default"})
+    full.update(scaling or {})
+    theta = hf.take("rope_theta", None)
+    full.setdefault("rope_theta", global_base if theta is None else theta)
+    local = hf.take(local_key, None) if local_key else None
+    params.setdefault(SLIDING, {"rope_type": "default"}).setdefault(
+        "rope_theta", local_base if local is None else local
+    )
+    return {t: read_rope(hf, head_dim, max_len, params=params[t]) for t in dict.fromkeys(types)}
+
+
+def rope_entry(hparams: dict[str, Any], head_dim: int) -> tuple[dict[str, Any], int | None]:
+    """One layer type's entry of a ``rope_parameters`` nested by layer type, of posenc ``rope``
+    hyperparameters (:func:`posenc.hf.rope.write_rope`), and the ``max_position_embeddings`` a
+    dynamic scaling needs (None: any)."""
+    flat, dynamic_len = write_rope(hparams, head_dim, fraction_key=None)
+    entry = dict(flat.get("rope_scaling") or {"rope_type": "default"})
+    entry["rope_theta"] = flat["rope_theta"]
+    return entry, dynamic_len

@@ -6,7 +6,9 @@ the user's own tools.
 
 from __future__ import annotations
 
+import dataclasses
 import os
+import warnings
 from typing import Any
 
 import jax
@@ -14,7 +16,7 @@ import jax
 from posenc.data.hf_tokenizer import read_json_object
 from posenc.hf import convert
 from posenc.hf.family import Family, Spec, for_model_type
-from posenc.hf.fields import HFConfig
+from posenc.hf.fields import HFConfig, IgnoredFieldsWarning, ignored_line
 from posenc.hf.tensors import CONFIG_FILE, TensorReader
 from posenc.models.encdec import EncoderDecoder
 from posenc.models.lm import Transformer
@@ -53,19 +55,44 @@ def check_dtypes(dtype: str, param_dtype: str | None) -> None:
             raise ValueError(f"{name}={value!r} is not one of {', '.join(DTYPES)}")
 
 
-def read_spec(path: str) -> tuple[Family, Spec, TensorReader]:
+def read_spec(path: str, strict: bool = False) -> tuple[Family, Spec, TensorReader]:
     """The family, the :class:`~posenc.hf.family.Spec` and the tensors of a Hugging Face folder,
-    read strictly (:mod:`posenc.hf.fields`)."""
+    read strictly (:mod:`posenc.hf.fields`): a field the model may read and posenc does not map
+    is refused; the fields no transformers model of the type reads are ``spec.ignored``
+    (refused too with ``strict``)."""
     fields = read_config(path)
     source = os.path.join(path, CONFIG_FILE)
+    family_of(fields, source)  # an unknown model_type is refused before the weights are opened
+    reader = TensorReader(path)
+    family, spec = spec_of_config(fields, source, reader.names(), strict=strict)
+    return family, family.keep(spec, reader.read, reader.names()), reader
+
+
+def family_of(fields: dict[str, Any], source: str) -> Family:
+    """The family that reads a config's ``model_type`` (one line naming ``source`` if none)."""
     if "model_type" not in fields:
         raise ValueError(f"{source} has no model_type; is it a transformers config?")
-    family = for_model_type(fields["model_type"], source)
-    reader = TensorReader(path)
-    hf = HFConfig(fields, family.name, source)
-    spec = family.read(hf, reader.names())
-    hf.finish()
-    return family, family.keep(spec, reader.read, reader.names()), reader
+    return for_model_type(fields["model_type"], source)
+
+
+def spec_of_config(
+    fields: dict[str, Any], source: str, names: set[str] = frozenset(), strict: bool = False
+) -> tuple[Family, Spec]:
+    """The family and :class:`~posenc.hf.family.Spec` of a parsed ``config.json`` (what
+    :func:`read_spec` reads, without the weights): ``names`` are the checkpoint's tensor names
+    (none: the config alone says whether the head is tied); ``source`` names it in messages."""
+    family = family_of(fields, source)
+    hf = HFConfig(fields, family.name, source, strict=strict)
+    spec = family.read(hf, set(names))
+    return family, dataclasses.replace(spec, ignored=hf.finish())
+
+
+def report_ignored(path: str, spec: Spec) -> None:
+    """Warns (:class:`~posenc.hf.fields.IgnoredFieldsWarning`, one line; the CLI prints it as
+    ``posenc: warning: ...``) of the config fields an import ignored, if any."""
+    if spec.ignored:
+        source = os.path.join(path, CONFIG_FILE)
+        warnings.warn(ignored_line(source, spec.ignored), IgnoredFieldsWarning, stacklevel=3)
 
 
 def load_pretrained(
@@ -74,6 +101,7 @@ def load_pretrained(
     param_dtype: str | None = None,
     sharding: jax.sharding.Sharding | None = None,
     mesh: jax.sharding.Mesh | None = None,
+    strict: bool = False,
 ) -> tuple[Transformer | EncoderDecoder, Spec]:
     """A local Hugging Face model as a posenc model.
 
@@ -92,6 +120,8 @@ def load_pretrained(
         (``posenc.devices.sharding.make_mesh(config)``), as training places it: FSDP and tensor
         parallelism split every parameter by its axis names, and no device ever holds a whole
         copy of a sharded one.
+      strict: refuse the config fields no transformers model of its type reads, which are
+        otherwise ignored (``spec.ignored``) with one warning.
 
     Returns:
       ``(model, spec)``: the spec holds the :class:`~posenc.layers.config.ModelConfig`
@@ -99,12 +129,13 @@ def load_pretrained(
 
     Raises:
       FileNotFoundError: no such folder, no config or no weights.
-      ValueError: an unsupported architecture or config field, a missing tensor or one whose
-        shape does not match the config, a dtype other than float32, bfloat16 or float16 (one
-        line each).
+      ValueError: an unsupported architecture or config field (with ``strict``, also an
+        ignored one), a missing tensor or one whose shape does not match the config or that is
+        not floating point, a dtype other than float32, bfloat16 or float16 (one line each).
     """
     check_dtypes(dtype, param_dtype)
-    family, spec, reader = read_spec(path)
+    family, spec, reader = read_spec(path, strict=strict)
+    report_ignored(path, spec)
     model = convert.fill(
         family, spec, reader, dtype=dtype, param_dtype=param_dtype, sharding=sharding, mesh=mesh
     )

@@ -9,7 +9,8 @@ An imported run directory is an ordinary one::
                          data.tokenizer = hf:tokenizer (relative to the run directory)
       checkpoints/1/     the parameters as an orbax checkpoint (step 1 = train.steps: finished)
       tokenizer/         the model's tokenizer files, as found
-      pretrained.json    provenance: the family, the source folder, its config.json
+      pretrained.json    provenance: the family, the source folder, its config.json, the
+                         fields of it no transformers model of its type reads (ignored)
       pretrained_parts.safetensors   a sequence classifier's parts the checkpoint holds beside
                          its masked LM (BERT: token-type table, pooler), which
                          ``posenc train --init-from`` starts a classifier's own parts from
@@ -49,7 +50,8 @@ from posenc.data.hf_tokenizer import PREFIX as HF_PREFIX
 from posenc.devices import sharding
 from posenc.hf import convert
 from posenc.hf.family import Family, Spec, families, get
-from posenc.hf.load import check_dtypes, read_config, read_spec
+from posenc.hf.fields import transformers_version
+from posenc.hf.load import check_dtypes, read_config, read_spec, report_ignored
 from posenc.hf.tensors import CONFIG_FILE, TensorReader, write_safetensors
 from posenc.models.build import assembly, model_config
 from posenc.workdir import (
@@ -133,6 +135,7 @@ def import_hf(
     tokenizer: bool = True,
     base: str | None = None,
     overrides: Sequence[str] = (),
+    strict: bool = False,
 ) -> dict[str, Any]:
     """Writes the run directory of a local Hugging Face model (module docstring).
 
@@ -148,12 +151,14 @@ def import_hf(
       base: the run config to start from (``file.py[:variant]``); default ``configs/base.py``
         (``configs/translation.py:base`` for an encoder-decoder).
       overrides: ``"field=value"`` overrides of that config (``data.data_dir``, ``eval.*``).
+      strict: refuse the config fields no transformers model of its type reads; otherwise
+        they are recorded in ``pretrained.json`` (``ignored``) and reported in one warning.
 
     Returns:
       The provenance record written to ``pretrained.json``.
     """
     check_dtypes(dtype, param_dtype)
-    family, spec, reader = read_spec(hf_dir)
+    family, spec, reader = read_spec(hf_dir, strict=strict)
     has_tokenizer = os.path.isfile(os.path.join(hf_dir, "tokenizer.json"))
     if tokenizer and not has_tokenizer:
         raise FileNotFoundError(
@@ -194,6 +199,9 @@ def import_hf(
         "source": os.path.abspath(hf_dir),
         "hf_config": read_config(hf_dir),
         "extra": spec.extra,
+        # Fields no transformers model of the type reads (by transformers' own config class).
+        "ignored": spec.ignored,
+        "ignored_by": f"transformers {transformers_version()} config classes",
         "param_dtype": param_dtype or "float32",
         "tensors": len(reader.names()),
     }
@@ -213,6 +221,7 @@ def import_hf(
             save_file(parts, run.file(PRETRAINED_PARTS))
         write_json(run.file(PRETRAINED_FILE), record)
         started()
+    report_ignored(hf_dir, spec)
     return record
 
 

@@ -6,7 +6,12 @@ and the decoder stack of an encoder-decoder (causal, with ``cross=True``). Its o
 from :class:`~posenc.layers.config.ModelConfig`:
 
 - ``norm_position="pre"`` (default): ``x + f(norm(x))`` per sublayer; ``"post"``:
-  ``norm(x + f(x))`` (Vaswani et al., BERT).
+  ``norm(x + f(x))`` (Vaswani et al., BERT); ``"sandwich"``: ``x + norm_out(f(norm_in(x)))``
+  (Gemma 2 and 3; Ding et al. 2021's sandwich LayerNorm); ``"post_branch"``: ``x + norm(f(x))``,
+  the sublayer's output normed before the residual add and its input not (OLMo 2's reordered
+  norm, Swin V2's res-post-norm). The input norms are ``attn_norm``, ``cross_norm`` and
+  ``mlp_norm`` (for ``"post"``, the norms after each sum); the output norms, made after every
+  other part, ``attn_out_norm``, ``cross_out_norm`` and ``mlp_out_norm``.
 - ``residual="sequential"`` (default): attention, then the MLP on its output;
   ``"parallel"``: ``x + attn(norm1(x)) + mlp(norm2(x))`` (GPT-NeoX);
   ``"parallel_shared_norm"``: ``x + attn(h) + mlp(h)`` with ``h = norm1(x)`` (GPT-J, Cohere): the
@@ -44,7 +49,7 @@ from posenc.layers.cache import CrossCache, LayerCache
 from posenc.layers.config import ModelConfig
 from posenc.layers.mlp import Mlp
 from posenc.layers.norms import make_norm
-from posenc.layers.params import encoder_params, option_params, values
+from posenc.layers.params import NORM_SCALES, encoder_params, option_params, values
 
 # ``model.remat`` -> what ``jax.checkpoint`` keeps of a block for the backward pass ("none": no
 # checkpoint, every intermediate kept). "full" keeps the block's inputs only (MaxText's "full");
@@ -106,7 +111,10 @@ class Block(nnx.Module):
         self.kind = kind
         self.options = config.attention_options() if options is None else options
         self.causal = config.causal if causal is None else causal
-        self.pre_norm = config.norm_position == "pre"
+        position = config.norm_position
+        self.pre_norm = position in ("pre", "sandwich")  # a norm on each sublayer's input
+        self.post_norm = position == "post"  # a norm after each residual sum
+        out_norms = position in ("sandwich", "post_branch")  # a norm on each sublayer's output
         self.parallel = config.residual != "sequential"
         projections = dict(
             model_dim=config.model_dim,
@@ -118,20 +126,28 @@ class Block(nnx.Module):
             dtype=dtype,
             rngs=rngs,
         )
+
+        def norm(made: bool = True) -> nnx.Module | None:
+            if not made:
+                return None
+            return make_norm(
+                config.norm,
+                config.model_dim,
+                eps=config.norm_eps,
+                rngs=rngs,
+                unit_offset=config.norm_unit_offset,
+            )
+
         # Construction order fixes the initialisation keys; it is posenc's original order
-        # (attention norm, projections, MLP norm, MLP, encoder parameters).
-        self.attn_norm = make_norm(config.norm, config.model_dim, eps=config.norm_eps, rngs=rngs)
+        # (attention norm, projections, MLP norm, MLP, encoder parameters), the output norms
+        # after them.
+        self.attn_norm = norm(position != "post_branch")
         self.attn = SelfAttention(**projections)
-        self.cross_norm = (
-            make_norm(config.norm, config.model_dim, eps=config.norm_eps, rngs=rngs)
-            if cross
-            else None
-        )
+        self.cross_norm = norm(cross and position != "post_branch")
         self.cross_attn = CrossAttention(**projections) if cross else None
-        self.mlp_norm = (
-            None
-            if config.residual == "parallel_shared_norm"
-            else make_norm(config.norm, config.model_dim, eps=config.norm_eps, rngs=rngs)
+        # One norm for both branches of a parallel block (Cohere's): no MLP norm.
+        self.mlp_norm = norm(
+            position != "post_branch" and config.residual != "parallel_shared_norm"
         )
         self.mlp = Mlp(
             config.mlp,
@@ -146,7 +162,16 @@ class Block(nnx.Module):
         )
         # The attention options' own parameters (QK-norm scales, sinks, SSMax's s): constants
         # at initialisation, drawing no key, so the other parameters stay as they were.
-        self.attn_params = option_params(self.options, dims.num_heads, dims.head_dim)
+        self.attn_params = option_params(
+            self.options,
+            dims.num_heads,
+            dims.head_dim,
+            config.kv_heads,
+            unit_offset=config.norm_unit_offset,
+        )
+        self.attn_out_norm = norm(out_norms)
+        self.cross_out_norm = norm(out_norms and cross)
+        self.mlp_out_norm = norm(out_norms)
 
     def __call__(
         self,
@@ -329,18 +354,30 @@ class Block(nnx.Module):
         (none when it has the defaults, so the call is posenc's original one)."""
         if self.options.default:
             return {}
-        return dict(
-            options=self.options, learned=values(self.attn_params), norm_eps=self.config.norm_eps
-        )
+        return dict(options=self.options, learned=self.learned(), norm_eps=self.config.norm_eps)
 
-    def _norm_in(self, norm: nnx.Module, x: jax.Array) -> jax.Array:
-        """A sublayer's input in the compute dtype: ``norm(x)`` (pre-norm) or ``x`` (post)."""
+    def learned(self) -> Params:
+        """The attention options' learned parameters as attention reads them: QK-norm's scales
+        as ``1 + w`` when the model's norms have a unit offset (stored as ``w``)."""
+        learned = values(self.attn_params)
+        if self.config.norm_unit_offset:
+            learned = {k: 1.0 + v if k in NORM_SCALES else v for k, v in learned.items()}
+        return learned
+
+    def _norm_in(self, norm: nnx.Module | None, x: jax.Array) -> jax.Array:
+        """A sublayer's input in the compute dtype: ``norm(x)`` (pre-norm, sandwich) or ``x``
+        (post, post-branch)."""
         return (norm(x) if self.pre_norm else x).astype(self.config.dtype)
 
-    def _residual(self, norm: nnx.Module, x: jax.Array, y: jax.Array, rng) -> jax.Array:
-        """``x + dropout(y)``, normed after the sum in a post-norm block; float32."""
+    def _residual(
+        self, norm: nnx.Module | None, out_norm: nnx.Module | None, x: jax.Array, y: jax.Array, rng
+    ) -> jax.Array:
+        """``x + dropout(y)``, ``y`` normed first by ``out_norm`` (sandwich, post-branch) and
+        the sum after by ``norm`` in a post-norm block; float32."""
+        if out_norm is not None:
+            y = out_norm(y)
         x = x + dropout(y, self.config.dropout, rng).astype(jnp.float32)
-        return x if self.pre_norm else norm(x)
+        return norm(x) if self.post_norm else x
 
     def _finish(
         self,
@@ -358,7 +395,7 @@ class Block(nnx.Module):
             mlp = self.mlp(self._norm_in(norm, x))
             x = x + dropout(attn, rate, attn_rng).astype(jnp.float32)
             return x + dropout(mlp, rate, mlp_rng).astype(jnp.float32)
-        x = self._residual(self.attn_norm, x, attn, attn_rng)
+        x = self._residual(self.attn_norm, self.attn_out_norm, x, attn, attn_rng)
         if cross is not None:
             config = self.config
             h = self._norm_in(self.cross_norm, x)
@@ -368,5 +405,6 @@ class Block(nnx.Module):
                 implementation=config.attention_impl,
                 block_size=config.attention_block_size,
             )
-            x = self._residual(self.cross_norm, x, y, cross_rng)
-        return self._residual(self.mlp_norm, x, self.mlp(self._norm_in(self.mlp_norm, x)), mlp_rng)
+            x = self._residual(self.cross_norm, self.cross_out_norm, x, y, cross_rng)
+        y = self.mlp(self._norm_in(self.mlp_norm, x))
+        return self._residual(self.mlp_norm, self.mlp_out_norm, x, y, mlp_rng)

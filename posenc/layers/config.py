@@ -18,7 +18,7 @@ from posenc.layers.mlp import MLP_KINDS
 from posenc.layers.norms import NORMS
 
 DTYPES = ("bfloat16", "float32", "float16")
-NORM_POSITIONS = ("pre", "post")
+NORM_POSITIONS = ("pre", "post", "sandwich", "post_branch")
 RESIDUALS = ("sequential", "parallel", "parallel_shared_norm")
 # Rematerialisation of each block in the backward pass (posenc.layers.block.REMAT_POLICIES).
 REMATS = ("none", "full", "dots")
@@ -55,13 +55,23 @@ class ModelConfig:
       out_bias: a bias on the attention output projection.
       mlp: the MLP kind (:data:`posenc.layers.mlp.MLP_KINDS`).
       mlp_bias: biases on the MLP's projections.
-      norm_position: ``"pre"`` (norm -> sublayer -> residual, and a final norm) or ``"post"``
-        (sublayer -> residual -> norm, as Vaswani et al. and BERT; no final norm).
+      norm_position: where each sublayer's norms sit (:mod:`posenc.layers.block`): ``"pre"``
+        (``x + f(norm(x))``, and a final norm), ``"post"`` (``norm(x + f(x))``, as Vaswani et
+        al. and BERT; no final norm), ``"sandwich"`` (``x + norm_out(f(norm_in(x)))``, a norm
+        before and after each sublayer, and a final norm: Gemma 2 and 3) or ``"post_branch"``
+        (``x + norm(f(x))``, the sublayer's output normed before the residual add, its input
+        not: OLMo 2 and 3; and a final norm).
       residual: ``"sequential"`` (attention, then the MLP on its output), ``"parallel"``
         (``x + attn(norm1(x)) + mlp(norm2(x))``, as GPT-NeoX) or ``"parallel_shared_norm"``
         (``x + attn(h) + mlp(h)``, ``h = norm(x)``: one norm for both, as GPT-J and Cohere).
       norm_eps: the norms' epsilon.
       scale_embeddings: multiply token embeddings by ``sqrt(D)`` (Vaswani et al.).
+      norm_unit_offset: every norm (QK-norm's learned scales too) multiplies by
+        ``1 + scale`` instead of ``scale``, the scale starting at 0 (Gemma's RMSNorm): the same
+        functions, with the parameter stored as the offset from 1
+        (:class:`posenc.layers.norms.UnitOffsetNorm`).
+      output_softcap: ``cap * tanh(logits / cap)`` on the output logits (Gemma 2's
+        ``final_logit_softcapping=30``); 0: none. Decoder-only model only.
       embed_norm: a norm on the embeddings before the first block (BLOOM, BERT).
       num_encoder_layers: the encoder's blocks in an encoder-decoder (None: ``num_layers``);
         unused by the decoder-only model.
@@ -108,6 +118,8 @@ class ModelConfig:
     residual: str = "sequential"
     norm_eps: float = 1e-6
     scale_embeddings: bool = True
+    norm_unit_offset: bool = False
+    output_softcap: float = 0.0
     embed_norm: bool = False
     num_encoder_layers: int | None = None
     share_embeddings: bool = True
@@ -152,6 +164,7 @@ class ModelConfig:
             "out_bias",
             "mlp_bias",
             "scale_embeddings",
+            "norm_unit_offset",
             "embed_norm",
             "share_embeddings",
             "output_bias",
@@ -164,6 +177,11 @@ class ModelConfig:
             raise ValueError(f"model.dropout must be in [0, 1), got {self.dropout!r}")
         if not isinstance(self.norm_eps, int | float) or not self.norm_eps > 0:
             raise ValueError(f"model.norm_eps must be a positive number, got {self.norm_eps!r}")
+        cap = self.output_softcap
+        if isinstance(cap, bool) or not isinstance(cap, int | float) or not 0 <= cap < math.inf:
+            raise ValueError(
+                f"model.output_softcap must be a finite number >= 0 (0: off), got {cap!r}"
+            )
         for field, allowed in (
             ("norm", NORMS),
             ("dtype", DTYPES),
@@ -183,10 +201,10 @@ class ModelConfig:
                 f"{self.head_transform!r}"
             )
         self.attention_options()  # checks the options, naming model.<field>
-        if self.residual != "sequential" and self.norm_position == "post":
+        if self.residual != "sequential" and self.norm_position != "pre":
             raise ValueError(
                 f"model.residual={self.residual!r} needs model.norm_position='pre' (a parallel "
-                "block norms its input once for both branches)"
+                f"block norms its input once for both branches), got {self.norm_position!r}"
             )
         scale = self.output_logit_scale
         if (

@@ -80,7 +80,8 @@ class HeadTransform(nnx.Module):
     Args:
       activation: a key of :data:`posenc.layers.mlp.ACTIVATIONS`.
       model_dim: ``D``.
-      norm: the norm kind; eps: its epsilon.
+      norm: the norm kind; eps: its epsilon; unit_offset: its scale as ``1 + w``
+        (:func:`posenc.layers.norms.make_norm`).
       dtype: compute dtype of the dense layer.
       rngs: initialisation streams.
     """
@@ -94,6 +95,7 @@ class HeadTransform(nnx.Module):
         eps: float,
         dtype: jnp.dtype,
         rngs: nnx.Rngs,
+        unit_offset: bool = False,
     ):
         self.activation = activation
         self.dense = nnx.Linear(
@@ -105,11 +107,20 @@ class HeadTransform(nnx.Module):
             bias_metadata=axes_metadata("embed"),
             rngs=rngs,
         )
-        self.norm = make_norm(norm, model_dim, eps=eps, rngs=rngs)
+        self.norm = make_norm(norm, model_dim, eps=eps, rngs=rngs, unit_offset=unit_offset)
 
     def __call__(self, x: jax.Array) -> jax.Array:
         h = ACTIVATIONS[self.activation](self.dense(x.astype(self.dense.dtype)))
         return self.norm(h.astype(jnp.float32))
+
+
+def softcap_logits(logits: jax.Array, cap: float) -> jax.Array:
+    """``cap * tanh(logits / cap)`` (float32; Gemma 2's ``final_logit_softcapping``): every
+    logit within ``(-cap, cap)``, small ones nearly unchanged; ``cap = 0``: ``logits`` as they
+    are."""
+    if not cap:
+        return logits
+    return jnp.tanh(logits / cap) * cap
 
 
 def make_output_bias(vocab_size: int) -> nnx.Param:

@@ -77,15 +77,33 @@ _OPTION_AXES = {
 }
 
 
-def option_params(options: AttentionOptions, num_heads: int, head_dim: int) -> nnx.Dict | None:
+# QK-norm's scales over all heads together (``[H * Dh]``, ``[KV * Dh]``): replicated, as the norm
+# reads every head of a token.
+_ALL_HEADS_AXES = (None,)
+# The options' parameters that are norm scales (stored as ``w`` of ``1 + w`` with
+# ``ModelConfig.norm_unit_offset``).
+NORM_SCALES = ("q_norm", "k_norm")
+
+
+def option_params(
+    options: AttentionOptions,
+    num_heads: int,
+    head_dim: int,
+    num_kv_heads: int | None = None,
+    unit_offset: bool = False,
+) -> nnx.Dict | None:
     """The learned parameters of a layer's attention options (QK-norm scales, sink logits,
-    Scalable-Softmax's ``s``) at their initial values, float32; None when there are none."""
-    learned = options.learned(num_heads, head_dim)
+    Scalable-Softmax's ``s``) at their initial values, float32; None when there are none.
+    ``num_kv_heads`` sizes the keys' scale of ``qk_norm="rms_all_heads"``; ``unit_offset``
+    stores QK-norm's scales as the offset from 1 (initially 0: ``ModelConfig.norm_unit_offset``)."""
+    learned = options.learned(num_heads, head_dim, num_kv_heads)
     if not learned:
         return None
-    return nnx.Dict(
-        {
-            name: param(jnp.full(shape, value, jnp.float32), _OPTION_AXES[name])
-            for name, (shape, value) in learned.items()
-        }
-    )
+    out = {}
+    for name, (shape, value) in learned.items():
+        axes = _OPTION_AXES[name]
+        if name in NORM_SCALES:
+            value = value - 1.0 if unit_offset else value
+            axes = _ALL_HEADS_AXES if options.qk_norm == "rms_all_heads" else axes
+        out[name] = param(jnp.full(shape, value, jnp.float32), axes)
+    return nnx.Dict(out)

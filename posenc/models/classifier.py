@@ -53,6 +53,11 @@ class Classifier(Stack):
         rngs: nnx.Rngs,
         layers: tuple[LayerKind, ...] | None = None,
     ):
+        if config.output_softcap:
+            raise ValueError(
+                "model.output_softcap caps a language model's output logits; the classifier "
+                "has none (set it to 0)"
+            )
         if config.causal:
             raise ValueError(
                 "model.assembly='classifier' needs model.causal=False: the classifier reads every "
@@ -68,7 +73,13 @@ class Classifier(Stack):
             config.vocab_size, config.model_dim, scale=config.scale_embeddings, rngs=rngs
         )
         self.embed_norm = (
-            make_norm(config.norm, config.model_dim, eps=config.norm_eps, rngs=rngs)
+            make_norm(
+                config.norm,
+                config.model_dim,
+                eps=config.norm_eps,
+                rngs=rngs,
+                unit_offset=config.norm_unit_offset,
+            )
             if config.embed_norm
             else None
         )
@@ -81,8 +92,14 @@ class Classifier(Stack):
             layers=layers,
         )
         self.final_norm = (
-            make_norm(config.norm, config.model_dim, eps=config.norm_eps, rngs=rngs)
-            if config.norm_position == "pre"
+            make_norm(
+                config.norm,
+                config.model_dim,
+                eps=config.norm_eps,
+                rngs=rngs,
+                unit_offset=config.norm_unit_offset,
+            )
+            if config.norm_position != "post"
             else None
         )
         self.segment_embed = (

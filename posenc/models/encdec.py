@@ -72,6 +72,11 @@ class EncoderDecoder(nnx.Module):
                 "model.head_transform and model.output_bias are a masked-LM head's; the "
                 "encoder-decoder has none"
             )
+        if config.output_softcap:
+            raise ValueError(
+                "model.output_softcap caps the decoder-only model's output logits; the "
+                "encoder-decoder has none (set it to 0)"
+            )
         enc, dec = bind_sides(config, encoding)
         self.config = config
         # The config's encoder (in the decoder's form; both sides have the same hooks).
@@ -79,9 +84,15 @@ class EncoderDecoder(nnx.Module):
         dtype = jnp.dtype(config.dtype)
 
         def norm():
-            return make_norm(config.norm, config.model_dim, eps=config.norm_eps, rngs=rngs)
+            return make_norm(
+                config.norm,
+                config.model_dim,
+                eps=config.norm_eps,
+                rngs=rngs,
+                unit_offset=config.norm_unit_offset,
+            )
 
-        pre = config.norm_position == "pre"
+        pre = config.norm_position != "post"  # a final norm on each stack
         self.embed = TokenEmbedding(
             config.vocab_size, config.model_dim, scale=config.scale_embeddings, rngs=rngs
         )

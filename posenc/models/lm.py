@@ -39,6 +39,7 @@ from posenc.layers.embed import (
     make_output_bias,
     make_unembed,
     output_logits,
+    softcap_logits,
 )
 from posenc.layers.norms import make_norm
 from posenc.layers.params import encoder_params, values
@@ -224,7 +225,13 @@ class Transformer(Stack):
             config.vocab_size, config.model_dim, scale=config.scale_embeddings, rngs=rngs
         )
         self.embed_norm = (
-            make_norm(config.norm, config.model_dim, eps=config.norm_eps, rngs=rngs)
+            make_norm(
+                config.norm,
+                config.model_dim,
+                eps=config.norm_eps,
+                rngs=rngs,
+                unit_offset=config.norm_unit_offset,
+            )
             if config.embed_norm
             else None
         )
@@ -237,8 +244,14 @@ class Transformer(Stack):
             layers=layers,
         )
         self.final_norm = (
-            make_norm(config.norm, config.model_dim, eps=config.norm_eps, rngs=rngs)
-            if config.norm_position == "pre"
+            make_norm(
+                config.norm,
+                config.model_dim,
+                eps=config.norm_eps,
+                rngs=rngs,
+                unit_offset=config.norm_unit_offset,
+            )
+            if config.norm_position != "post"
             else None
         )
         self.unembed = (
@@ -256,6 +269,7 @@ class Transformer(Stack):
                 eps=config.norm_eps,
                 dtype=jnp.dtype(config.dtype),
                 rngs=rngs,
+                unit_offset=config.norm_unit_offset,
             )
             if config.head_transform
             else None
@@ -366,16 +380,19 @@ class Transformer(Stack):
         return x if self.embed_norm is None else self.embed_norm(x)
 
     def head(self, x: jax.Array) -> jax.Array:
-        """Final norm, head transform and output projection (and bias, and the logits' factor
-        ``model.output_logit_scale``): ``[B, T, D]`` float32 -> ``[B, T, V]`` float32."""
+        """Final norm, head transform and output projection (and bias, the logits' factor
+        ``model.output_logit_scale`` and the soft cap): ``[B, T, D]`` float32 -> ``[B, T, V]``
+        float32."""
         if self.final_norm is not None:
             x = self.final_norm(x)
         if self.head_transform is not None:
             x = self.head_transform(x)
         logits = output_logits(x, self.embed, self.unembed, jnp.dtype(self.config.dtype))
-        logits = logits if self.output_bias is None else logits + self.output_bias[...]
+        if self.output_bias is not None:
+            logits = logits + self.output_bias[...]
         scale = self.config.output_logit_scale
-        return logits if scale == 1.0 else logits * scale
+        logits = logits if scale == 1.0 else logits * scale
+        return softcap_logits(logits, self.config.output_softcap)
 
     def num_params(self) -> int:
         """Number of learned parameters (encoder parameters included)."""

@@ -236,6 +236,8 @@ ADDED_FIELDS = {
     "model.residual": "sequential",
     "model.norm_eps": 1e-6,
     "model.scale_embeddings": True,
+    "model.norm_unit_offset": False,
+    "model.output_softcap": 0.0,
     "model.embed_norm": False,
     "model.head_transform": None,
     "model.output_bias": False,

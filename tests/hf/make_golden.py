@@ -24,7 +24,7 @@ encoder-decoders, the greedy continuations and BERT's states have functions of t
 
 Weights are redrawn at a scale that makes every part matter (norm scales around 1, biases and
 T5's bucket table of order 0.1-1), so a mapping mistake moves the logits by far more than
-float32 rounding. Files stay small (vocabulary 64-96, width 32-48, two layers).
+float32 rounding. Files stay small (vocabulary 64-96, width 32-48, two to four layers).
 """
 
 from __future__ import annotations
@@ -103,7 +103,9 @@ def language_model(
         out[f"logits_{length}"] = logits
     body = getattr(model, "model", None) or getattr(model, "gpt_neox", None)
     rotary = getattr(body, "rotary_emb", None)
-    if rotary is not None:  # the frequencies transformers computes, for the RoPE formula tests
+    # The frequencies transformers computes, for the RoPE formula tests (one RoPE per model;
+    # Gemma 3's and OLMo 3's have one per layer type).
+    if rotary is not None and hasattr(rotary, "original_inv_freq"):
         out["inv_freq"] = rotary.original_inv_freq.float().numpy()
         out["attention_scaling"] = np.float32(rotary.attention_scaling)
     np.savez_compressed(os.path.join(folder, "golden.npz"), **out)
@@ -216,6 +218,26 @@ PHI3 = dict(
     pad_token_id=0,
     bos_token_id=1,
     eos_token_id=2,
+)
+# Gemma 2 / 3: grouped heads wider than hidden_size / heads, a window of 8 tokens.
+GEMMA = dict(
+    TINY,
+    intermediate_size=48,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    head_dim=16,
+    max_position_embeddings=32,
+    sliding_window=8,
+    rms_norm_eps=1e-6,
+)
+# OLMo 2 / 3: grouped heads (QK-norm over the whole projection: the keys' over 2 heads).
+OLMO = dict(
+    TINY,
+    intermediate_size=48,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=32,
+    rms_norm_eps=1e-5,
 )
 T5 = dict(
     vocab_size=VOCAB,
@@ -380,6 +402,63 @@ FOLDERS: dict[str, list[Folder]] = {
         {"cohere2": {}},
         seed=170,
     ),
+    # -- Gemma 2 and 3, OLMo 2 and 3 (issue 32): windows of 8 tokens and max_position_embeddings
+    # 32, so the golden lengths 24 and 48 are past both.
+    "gemma2": _folders(
+        transformers.Gemma2ForCausalLM,
+        GEMMA,
+        {
+            # Layers local, global, local (the pattern cut short); soft caps that bite; a query
+            # scale that is not the head width's.
+            "gemma2": dict(
+                num_hidden_layers=3,
+                query_pre_attn_scalar=24,
+                attn_logit_softcapping=2.0,
+                final_logit_softcapping=3.0,
+                rope_theta=1000.0,
+            )
+        },
+        seed=140,
+    ),
+    "gemma3": _folders(
+        transformers.Gemma3ForCausalLM,
+        GEMMA,
+        {
+            # Local, local, global, local; the local RoPE base 100, the global 10000 scaled
+            # linearly (as the 4B-27B models); no soft caps.
+            "gemma3": dict(
+                num_hidden_layers=4,
+                sliding_window_pattern=3,
+                query_pre_attn_scalar=16,
+                rope_theta=10000.0,
+                rope_local_base_freq=100.0,
+                rope_scaling={"rope_type": "linear", "factor": 2.0},
+            )
+        },
+        seed=145,
+    ),
+    "olmo2": _folders(
+        transformers.Olmo2ForCausalLM, OLMO, {"olmo2": dict(rope_theta=500.0)}, seed=150
+    ),
+    "olmo3": _folders(
+        transformers.Olmo3ForCausalLM,
+        OLMO,
+        {
+            # Three local layers then a global one (the default layer_types); YaRN on the global
+            # layer alone, trained at 16.
+            "olmo3": dict(
+                num_hidden_layers=4,
+                sliding_window=8,
+                rope_theta=1000.0,
+                rope_scaling={
+                    "rope_type": "yarn",
+                    "factor": 2.0,
+                    "original_max_position_embeddings": 16,
+                },
+            )
+        },
+        seed=155,
+    ),
 }
 # The folders that also get a tokenizer.json (the import and extrapolation tests'): the first of
 # each decoder-only family but Phi-3.
@@ -474,8 +553,20 @@ def bert_states() -> None:
 # Decoder-only folders whose greedy continuation transformers records (greedy.npz), 42 tokens:
 # past max_position_embeddings (32) for RoPE with GQA, YaRN's scaled RoPE, partial rotary with
 # a parallel residual and ALiBi; within GPT-2's 64 learned rows (OPT's table ends at 32).
-GREEDY = ("llama", "llama_yarn", "gpt_neox", "gpt2", "bloom")
-# issue 32: through window-sized caches (Mistral's, Cohere2's local layers) and QK-norm.
+GREEDY = (
+    "llama",
+    "llama_yarn",
+    "gpt_neox",
+    "gpt2",
+    "bloom",
+    # Past their 8-token windows too (posenc decodes those layers through a window-sized cache).
+    "gemma2",
+    "gemma3",
+    "olmo2",
+    "olmo3",
+)
+# issue 32: through window-sized caches (Mistral's, Qwen3's, SmolLM3's, Cohere2's local layers)
+# and QK-norm.
 GREEDY += ("mistral_window", "qwen3", "qwen3_window", "smollm3_window", "cohere2")
 PROMPT, NEW = 12, 30
 

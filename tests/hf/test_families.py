@@ -39,9 +39,13 @@ def test_every_family_is_registered():
         "bert",
         "bloom",
         "cohere2",
+        "gemma2",
+        "gemma3",
         "gpt2",
         "gpt_neox",
         "llama",
+        "olmo2",
+        "olmo3",
         "opt",
         "phi3",
         "qwen3",
@@ -49,7 +53,8 @@ def test_every_family_is_registered():
         "t5",
     ]
     expected = {"llama", "mistral", "qwen2", "gpt_neox", "gpt2", "bloom", "t5", "bert", "roberta"}
-    expected.update({"opt", "phi3", "qwen3", "smollm3", "cohere2"})
+    expected.update({"opt", "phi3", "gemma2", "gemma3_text", "olmo2", "olmo3"})
+    expected.update({"qwen3", "smollm3", "cohere2"})
     assert expected <= set(model_types())
 
 
@@ -66,7 +71,8 @@ def _edited(tmp_path, name, edit):
     "name,edit,match",
     [
         ("llama", lambda c: c.update(model_type="mpt"), "model_type 'mpt' is not supported"),
-        ("llama", lambda c: c.update(quantization_config={"bits": 4}), "quantization_config"),
+        # A field transformers' GPT2Config consumes and posenc's gpt2 import does not map.
+        ("gpt2", lambda c: c.update(add_cross_attention=True), "add_cross_attention=True"),
         ("llama", lambda c: c.update(hidden_act="gelu"), "hidden_act='gelu'"),
         ("mistral", lambda c: c.update(sliding_window=0), "sliding_window=0 must be a positive"),
         (

@@ -28,7 +28,7 @@ TOLERANCE = 1e-5
 # variants (Qwen2, Mistral, every rope_scaling type, sequential NeoX, Flan-T5, RoBERTa), OPT
 # (learned positions, as GPT-2) and Phi-3 (Llama's parts, fused) in the slow step; their import
 # and export are in the default suite (tests/test_hf_rundir.py).
-FAST = ("llama", "gpt_neox", "gpt2", "bloom", "t5", "bert")
+FAST = ("llama", "gpt_neox", "gpt2", "bloom", "t5", "bert", "gemma3", "olmo3")
 # issue 32: Cohere2 (RoPE and NoPE kinds, windows of 8, a shared-norm parallel block); Mistral's
 # window, Qwen3, SmolLM3 in the slow step.
 FAST += ("cohere2",)

@@ -246,7 +246,18 @@ def test_imported_t5_evaluates_as_a_translation_run(tmp_path, texts):
 
 
 # Folders with transformers' greedy continuation (make_golden.py's GREEDY).
-GREEDY = ("llama", "llama_yarn", "gpt_neox", "gpt2", "bloom")
+GREEDY = (
+    "llama",
+    "llama_yarn",
+    "gpt_neox",
+    "gpt2",
+    "bloom",
+    # Past their 8-token windows: the local layers decode through window-sized caches.
+    "gemma2",
+    "gemma3",
+    "olmo2",
+    "olmo3",
+)
 # issue 32: windows of 8 (window-sized caches, posenc.decoding.window) on every layer (Mistral)
 # or some (Qwen3's from max_window_layers on, SmolLM3's NoPE layers, Cohere2's RoPE layers).
 GREEDY += ("mistral_window", "qwen3", "qwen3_window", "smollm3_window", "cohere2")

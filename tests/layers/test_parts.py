@@ -106,12 +106,27 @@ def _ln(x, scale, bias, eps=1e-6):
     return (x - mu) / np.sqrt(var + eps) * scale + bias
 
 
-def _attention(p, h):
-    """Causal multi-head attention with RoPE (half layout) over ``h [B, T, D]``, float64."""
+def _rms(x, scale, axes=(-1,), eps=1e-6):
+    return x / np.sqrt(np.mean(x * x, axis=axes, keepdims=True) + eps) * scale
+
+
+def _attention(p, h, qk_norm="none", offset=0.0):
+    """Causal multi-head attention with RoPE (half layout) over ``h [B, T, D]``, float64; the
+    keys and values of grouped heads repeated for their queries; QK-norm (``"rms"`` per head,
+    ``"rms_all_heads"`` over each token's whole projection, as OLMo 2) before the rotation,
+    its scales plus ``offset``."""
     b, t, _ = h.shape
     q = np.einsum("btd,dhk->bthk", h, p["attn/q"]) + p.get("attn/q_bias", 0)
     k = np.einsum("btd,dhk->bthk", h, p["attn/k"]) + p.get("attn/k_bias", 0)
     v = np.einsum("btd,dhk->bthk", h, p["attn/v"]) + p.get("attn/v_bias", 0)
+    if qk_norm == "rms":
+        q = _rms(q, offset + p["attn_params/q_norm"])
+        k = _rms(k, offset + p["attn_params/k_norm"])
+    elif qk_norm == "rms_all_heads":  # [B, T, heads * Dh] normed, then split into heads again
+        q = _rms(q.reshape(b, t, -1), offset + p["attn_params/q_norm"]).reshape(q.shape)
+        k = _rms(k.reshape(b, t, -1), offset + p["attn_params/k_norm"]).reshape(k.shape)
+    group = q.shape[2] // k.shape[2]
+    k, v = np.repeat(k, group, axis=2), np.repeat(v, group, axis=2)
     half = DH // 2
     inv = 10000.0 ** (-np.arange(half) / half)
     ang = np.arange(t)[:, None] * inv[None]  # [T, half]
@@ -143,23 +158,48 @@ def _mlp(p, h):
         dict(norm_position="post"),
         dict(residual="parallel"),
         dict(qkv_bias=True, out_bias=True),
+        dict(norm_position="sandwich"),
+        dict(norm_position="post_branch", norm="rmsnorm"),
+        dict(norm_position="sandwich", norm="rmsnorm", norm_unit_offset=True),
+        dict(norm_unit_offset=True),
         dict(residual="parallel_shared_norm", norm="layernorm_nobias"),
     ],
-    ids=["pre", "post", "parallel", "biases", "shared_norm"],
+    ids=[
+        "pre",
+        "post",
+        "parallel",
+        "biases",
+        "sandwich",
+        "post_branch",
+        "gemma",
+        "offset_ln",
+        "shared_norm",
+    ],
 )
 def test_block_equals_its_formula(options):
     block = _block(**options)
     _randomize(block, 5)
     p = {k: np.asarray(v, np.float64) for k, v in _flat(block).items()}
     x = np.random.default_rng(6).normal(size=(2, 6, D))
+    offset = 1.0 if options.get("norm_unit_offset") else 0.0
 
     def norm(name, y):
-        return _ln(y, p[f"{name}/scale"], p.get(f"{name}/bias", 0.0))
+        if options.get("norm") == "rmsnorm":
+            return _rms(y, offset + p[f"{name}/scale"])
+        return _ln(y, offset + p[f"{name}/scale"], p.get(f"{name}/bias", 0.0))
 
+    position = options.get("norm_position")
     if options.get("residual") == "parallel_shared_norm":  # one norm, no bias (Cohere's)
         assert not any(k.startswith("mlp_norm") or k.endswith("norm/bias") for k in p)
         h = norm("attn_norm", x)
         want = x + _attention(p, h) + _mlp(p, h)
+    elif position == "sandwich":  # x + norm(f(norm(x))) per sublayer
+        y = x + norm("attn_out_norm", _attention(p, norm("attn_norm", x)))
+        want = y + norm("mlp_out_norm", _mlp(p, norm("mlp_norm", y)))
+    elif position == "post_branch":  # x + norm(f(x)): no input norms
+        assert "attn_norm/scale" not in p and "mlp_norm/scale" not in p
+        y = x + norm("attn_out_norm", _attention(p, x))
+        want = y + norm("mlp_out_norm", _mlp(p, y))
     elif options.get("norm_position") == "post":
         y = norm("attn_norm", x + _attention(p, x))
         want = norm("mlp_norm", y + _mlp(p, y))
@@ -171,12 +211,52 @@ def test_block_equals_its_formula(options):
     np.testing.assert_allclose(_run(block, x.astype(np.float32)), want, rtol=2e-4, atol=2e-4)
 
 
+@pytest.mark.parametrize(
+    "qk_norm,offset,kv", [("rms_all_heads", False, 2), ("rms", True, 4), ("rms_all_heads", True, 1)]
+)
+def test_qk_norm_in_a_block_equals_its_formula(qk_norm, offset, kv):
+    """OLMo 2's QK-norm over the whole projection (the keys' over ``KV * Dh`` channels, before
+    they are repeated for their query heads), and Gemma 3's per-head one with scales ``1 + w``
+    (``norm_unit_offset``)."""
+    options = dict(qk_norm=qk_norm, num_kv_heads=kv, norm="rmsnorm", norm_unit_offset=offset)
+    block = _block(**options)
+    _randomize(block, 7)
+    p = {k: np.asarray(v, np.float64) for k, v in _flat(block).items()}
+    width = (H if qk_norm == "rms_all_heads" else 1) * DH
+    assert p["attn_params/q_norm"].shape == (width,)
+    assert p["attn_params/k_norm"].shape == ((kv if qk_norm == "rms_all_heads" else 1) * DH,)
+    x = np.random.default_rng(8).normal(size=(2, 6, D))
+    unit = 1.0 if offset else 0.0
+    y = x + _attention(p, _rms(x, unit + p["attn_norm/scale"]), qk_norm, unit)
+    want = y + _mlp(p, _rms(y, unit + p["mlp_norm/scale"]))
+    np.testing.assert_allclose(_run(block, x.astype(np.float32)), want, rtol=2e-4, atol=2e-4)
+
+
+def test_output_softcap_caps_the_logits():
+    """``output_softcap``: ``cap * tanh(z / cap)`` of the logits the same model gives without
+    it (Gemma 2's final_logit_softcapping), on the forward pass and the cache's decode."""
+    from posenc.models.lm import Transformer
+
+    config = _config(num_layers=1, norm="rmsnorm", output_softcap=2.0)
+    tokens = jnp.asarray(np.random.default_rng(9).integers(0, 32, (2, 5)))
+    capped = Transformer(config, encodings.get("rope"), rngs=nnx.Rngs(0))
+    free = Transformer(
+        dataclasses.replace(config, output_softcap=0.0), encodings.get("rope"), rngs=nnx.Rngs(0)
+    )
+    z = np.asarray(free(tokens), np.float64)
+    assert np.abs(z).max() > 2.0  # the cap bites
+    np.testing.assert_allclose(capped(tokens), 2.0 * np.tanh(z / 2.0), rtol=1e-5, atol=1e-6)
+
+
 def test_bad_options_are_refused_in_one_line():
     for kw, match in [
         (dict(num_kv_heads=3), r"model\.num_kv_heads=3 must divide model\.num_heads=4"),
         (dict(mlp="glu"), r"model\.mlp must be one of"),
         (dict(norm_position="middle"), r"model\.norm_position must be one of"),
         (dict(residual="parallel", norm_position="post"), r"model\.residual='parallel' needs"),
+        (dict(residual="parallel", norm_position="sandwich"), r"model\.residual='parallel' needs"),
+        (dict(output_softcap=-1.0), r"model\.output_softcap must be a finite number >= 0"),
+        (dict(norm_unit_offset=1), r"model\.norm_unit_offset must be True or False"),
         (dict(norm_eps=0), r"model\.norm_eps must be a positive number"),
         (dict(head_transform="swiglu"), r"model\.head_transform must be None or one of"),
         (dict(output_bias=1), r"model\.output_bias must be True or False"),
