@@ -58,6 +58,11 @@ class Classifier(Stack):
                 "model.output_softcap caps a language model's output logits; the classifier "
                 "has none (set it to 0)"
             )
+        if config.output_logit_scale != 1.0:
+            raise ValueError(
+                "model.output_logit_scale scales a language model's output logits; the "
+                "classifier has none (set it to 1)"
+            )
         if config.causal:
             raise ValueError(
                 "model.assembly='classifier' needs model.causal=False: the classifier reads every "

@@ -77,6 +77,11 @@ class EncoderDecoder(nnx.Module):
                 "model.output_softcap caps the decoder-only model's output logits; the "
                 "encoder-decoder has none (set it to 0)"
             )
+        if config.output_logit_scale != 1.0:
+            raise ValueError(
+                "model.output_logit_scale scales the decoder-only model's output logits; the "
+                "encoder-decoder has none (set it to 1)"
+            )
         enc, dec = bind_sides(config, encoding)
         self.config = config
         # The config's encoder (in the decoder's form; both sides have the same hooks).

@@ -311,3 +311,16 @@ def test_output_logit_scale_multiplies_the_logits():
     x = jnp.asarray(np.random.default_rng(8).normal(size=(2, 5, D)), jnp.float32)
     want = np.asarray(plain.head(x), np.float64) * 0.0625  # the head: every forward ends there
     np.testing.assert_allclose(np.asarray(scaled.head(x)), want, rtol=1e-6, atol=1e-7)
+
+
+def test_output_logit_scale_is_refused_where_there_are_no_output_logits():
+    """The encoder-decoder's and the classifier's heads take no factor: refused, not ignored."""
+    from posenc.layers.pool import HeadConfig
+    from posenc.models.classifier import Classifier
+    from posenc.models.encdec import EncoderDecoder
+
+    config = _config(output_logit_scale=0.5, causal=False)
+    with pytest.raises(ValueError, match=r"model\.output_logit_scale .* encoder-decoder"):
+        EncoderDecoder(config, encodings.get("t5"), rngs=nnx.Rngs(0))
+    with pytest.raises(ValueError, match=r"model\.output_logit_scale .* classifier"):
+        Classifier(config, encodings.get("rope"), HeadConfig(), rngs=nnx.Rngs(0))
