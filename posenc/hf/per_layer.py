@@ -110,7 +110,7 @@ def window_kind(window: str) -> tuple[str, dict[str, Any]]:
 def windows_of(spec: Spec) -> tuple[list[str], int | None]:
     """Each layer's transformers type (``"sliding_attention"`` for a sliding window, else
     ``"full_attention"``) and the one sliding window's size (None without one, or when the
-    layers' windows are not one ``sliding:W``: :meth:`Llama.misfits` names them)."""
+    layers' windows are not one ``sliding:W``, which the families' ``fits`` name)."""
     windows = [parse_window(layer["window"]) for layer in layer_fields(spec)]
     types = ["full_attention" if w.full else "sliding_attention" for w in windows]
     sliding = {w for w in windows if not w.full}
