@@ -129,30 +129,30 @@ EXPECTED = {
         "deepseek_v3: latent attention and experts (its fp8 quantization_config "
         "would be judged by the tensors)",
     ),
-}
-
-# The families issue 32's family branches add (the lead removes these marks after merging them).
-LANDING = {
-    "Mistral-7B-v0.1.json": Imports("Mistral with sliding_window 4096", None),
-    "Qwen3-4B.json": Imports("Qwen3: QK-norm", None),
-    "Qwen3-8B.json": Imports("Qwen3: QK-norm", None),
-    "gemma-2-9b-it.json": Imports("Gemma 2: local/global, soft-capping", None),
-    "gemma-3-1b-it.json": Imports("Gemma 3 text: 5:1 local/global, two bases", None),
-    "OLMo-2-1124-7B-Instruct.json": Imports("OLMo 2: QK-norm, norms after each branch", None),
+    "Mistral-7B-v0.1.json": Imports("Mistral: sliding_window 4096 as window='sliding:4096'"),
+    "Qwen3-4B.json": Imports("Qwen3: per-head QK-norm before RoPE"),
+    "Qwen3-8B.json": Imports("Qwen3: per-head QK-norm before RoPE"),
+    "gemma-2-9b-it.json": Imports(
+        "Gemma 2: local/global kinds, both soft caps, sandwich norms",
+        ("cache_implementation", "hidden_act", "sliding_window_size"),
+    ),
+    "gemma-3-1b-it.json": Imports(
+        "Gemma 3 text: 5:1 local/global, a RoPE base per layer type, QK-norm",
+        ("cache_implementation",),
+    ),
+    "OLMo-2-1124-7B-Instruct.json": Imports(
+        "OLMo 2: QK-norm over all heads, norms after each branch"
+    ),
     "dictalm2.0-instruct.json": Imports(
-        "Mistral with sliding_window 4096 (and document_attention, which MistralConfig does not "
-        "consume: ignored once the family lands)",
-        None,
+        "Mistral with sliding_window 4096; document_attention is not MistralConfig's",
+        ("document_attention",),
     ),
 }
-LANDS_LATER = pytest.mark.xfail(reason="family lands with issue 32's family branches", strict=False)
 
 
 def _cases():
     for name, outcome in sorted(EXPECTED.items()):
         yield pytest.param(name, outcome, id=name)
-    for name, outcome in sorted(LANDING.items()):
-        yield pytest.param(name, outcome, id=name, marks=LANDS_LATER)
 
 
 def _fields(name: str) -> dict:
@@ -161,7 +161,7 @@ def _fields(name: str) -> dict:
 
 def test_every_transcribed_file_has_an_expected_outcome():
     files = {p.name for p in PUBLISHED.glob("*.json")}
-    assert files == set(EXPECTED) | set(LANDING)
+    assert files == set(EXPECTED)
     assert len(files) >= 28
 
 
