@@ -48,7 +48,7 @@ from posenc.layers.attention import CrossAttention, SelfAttention
 from posenc.layers.cache import CrossCache, LayerCache
 from posenc.layers.config import ModelConfig
 from posenc.layers.mlp import Mlp
-from posenc.layers.norms import make_norm
+from posenc.layers.norms import model_norm
 from posenc.layers.params import NORM_SCALES, encoder_params, option_params, values
 
 # ``model.remat`` -> what ``jax.checkpoint`` keeps of a block for the backward pass ("none": no
@@ -130,13 +130,7 @@ class Block(nnx.Module):
         def norm(made: bool = True) -> nnx.Module | None:
             if not made:
                 return None
-            return make_norm(
-                config.norm,
-                config.model_dim,
-                eps=config.norm_eps,
-                rngs=rngs,
-                unit_offset=config.norm_unit_offset,
-            )
+            return model_norm(config, rngs)
 
         # Construction order fixes the initialisation keys; it is posenc's original order
         # (attention norm, projections, MLP norm, MLP, encoder parameters), the output norms

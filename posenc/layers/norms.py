@@ -9,11 +9,16 @@ Gemma's checkpoints hold).
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
 from posenc.layers.params import axes_metadata, param
+
+if TYPE_CHECKING:
+    from posenc.layers.config import ModelConfig
 
 # "layernorm_nobias": the mean removed and a learned scale, no bias (Cohere's LayerNorm).
 NORMS = ("layernorm", "rmsnorm", "layernorm_nobias")
@@ -43,6 +48,18 @@ class UnitOffsetNorm(nnx.Module):
         y = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.eps)
         y = y * (1.0 + self.scale[...])
         return y if self.bias is None else y + self.bias[...]
+
+
+def model_norm(config: ModelConfig, rngs: nnx.Rngs) -> nnx.Module:
+    """A norm over the residual stream as the model's options say (``model.norm``,
+    ``norm_eps``, ``norm_unit_offset``): every block's and the final one."""
+    return make_norm(
+        config.norm,
+        config.model_dim,
+        eps=config.norm_eps,
+        rngs=rngs,
+        unit_offset=config.norm_unit_offset,
+    )
 
 
 def make_norm(

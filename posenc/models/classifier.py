@@ -24,7 +24,7 @@ from posenc.encodings.base import Encoding
 from posenc.layers.block import dropout
 from posenc.layers.config import ModelConfig
 from posenc.layers.embed import TokenEmbedding
-from posenc.layers.norms import make_norm
+from posenc.layers.norms import model_norm
 from posenc.layers.pattern import LayerKind
 from posenc.layers.pool import HeadConfig, PooledHead, SegmentEmbedding
 from posenc.models.lm import Stack, bind_encoding, default_positions
@@ -77,17 +77,7 @@ class Classifier(Stack):
         self.embed = TokenEmbedding(
             config.vocab_size, config.model_dim, scale=config.scale_embeddings, rngs=rngs
         )
-        self.embed_norm = (
-            make_norm(
-                config.norm,
-                config.model_dim,
-                eps=config.norm_eps,
-                rngs=rngs,
-                unit_offset=config.norm_unit_offset,
-            )
-            if config.embed_norm
-            else None
-        )
+        self.embed_norm = model_norm(config, rngs) if config.embed_norm else None
         super().__init__(
             config,
             encoding,
@@ -96,17 +86,7 @@ class Classifier(Stack):
             rngs=rngs,
             layers=layers,
         )
-        self.final_norm = (
-            make_norm(
-                config.norm,
-                config.model_dim,
-                eps=config.norm_eps,
-                rngs=rngs,
-                unit_offset=config.norm_unit_offset,
-            )
-            if config.norm_position != "post"
-            else None
-        )
+        self.final_norm = model_norm(config, rngs) if config.norm_position != "post" else None
         self.segment_embed = (
             SegmentEmbedding(head.num_segments, config.model_dim, rngs=rngs)
             if head.num_segments

@@ -35,7 +35,7 @@ from posenc.layers.block import dropout
 from posenc.layers.cache import CrossCache, LayerCache
 from posenc.layers.config import ModelConfig
 from posenc.layers.embed import TokenEmbedding, make_unembed, output_logits
-from posenc.layers.norms import make_norm
+from posenc.layers.norms import model_norm
 from posenc.models.lm import Stack, bind_encoding, default_positions
 
 
@@ -89,13 +89,7 @@ class EncoderDecoder(nnx.Module):
         dtype = jnp.dtype(config.dtype)
 
         def norm():
-            return make_norm(
-                config.norm,
-                config.model_dim,
-                eps=config.norm_eps,
-                rngs=rngs,
-                unit_offset=config.norm_unit_offset,
-            )
+            return model_norm(config, rngs)
 
         pre = config.norm_position != "post"  # a final norm on each stack
         self.embed = TokenEmbedding(

@@ -41,7 +41,7 @@ from posenc.layers.embed import (
     output_logits,
     softcap_logits,
 )
-from posenc.layers.norms import make_norm
+from posenc.layers.norms import model_norm
 from posenc.layers.params import encoder_params, values
 from posenc.layers.pattern import LayerKind, layer_of
 
@@ -224,17 +224,7 @@ class Transformer(Stack):
         self.embed = TokenEmbedding(
             config.vocab_size, config.model_dim, scale=config.scale_embeddings, rngs=rngs
         )
-        self.embed_norm = (
-            make_norm(
-                config.norm,
-                config.model_dim,
-                eps=config.norm_eps,
-                rngs=rngs,
-                unit_offset=config.norm_unit_offset,
-            )
-            if config.embed_norm
-            else None
-        )
+        self.embed_norm = model_norm(config, rngs) if config.embed_norm else None
         super().__init__(
             config,
             encoding,
@@ -243,17 +233,7 @@ class Transformer(Stack):
             rngs=rngs,
             layers=layers,
         )
-        self.final_norm = (
-            make_norm(
-                config.norm,
-                config.model_dim,
-                eps=config.norm_eps,
-                rngs=rngs,
-                unit_offset=config.norm_unit_offset,
-            )
-            if config.norm_position != "post"
-            else None
-        )
+        self.final_norm = model_norm(config, rngs) if config.norm_position != "post" else None
         self.unembed = (
             None
             if config.tie_embeddings
