@@ -89,6 +89,10 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # intermediate), "full" (keep each block's input, recompute the block) or "dots" (keep the
     # weight matmuls' outputs, recompute attention). Memory and time only; the numbers stay.
     config.model.remat = "none"
+    # Tokens (rows x positions) whose logits the loss forms at once, in training and evaluation
+    # (posenc/models/losses.py: a chunk at a time from the last hidden states, recomputed in the
+    # backward pass); 0: the whole batch's [B, T, vocab] logits. Memory; the numbers stay.
+    config.model.loss_chunk = 4096
     # Attention options of every layer (posenc/attention/options.py); a layer kind of
     # config.layers may override each. The defaults change nothing.
     # Window: "full", "sliding:W" (the last W keys: Mistral, Gemma's local layers), "banded:W"

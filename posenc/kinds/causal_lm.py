@@ -49,7 +49,6 @@ from posenc.layers.config import DTYPES
 from posenc.layers.norms import NORMS
 from posenc.models import memory as memory_lib
 from posenc.models.build import assembly, make_encoding, model_config
-from posenc.models.losses import token_loss
 
 
 def training_windows(
@@ -132,10 +131,11 @@ class CausalLM(RunKind):
         """The mean cross entropy over the batch's tokens (over those with weight 1 where the
         batch has ``weights``: a masked LM's chosen tokens, a task's targets)."""
         if memory is not None:
-            logits, memory = memory_lib.forward(model, batch["inputs"], memory, rng=rng)
+            hidden, memory = memory_lib.hidden_states(model, batch["inputs"], memory, rng=rng)
         else:
-            logits = model(batch["inputs"], batch.get("positions"), rng=rng)
-        losses = token_loss(logits, batch["targets"])  # [B, T]
+            hidden = model.hidden_states(batch["inputs"], batch.get("positions"), rng=rng)
+        # The logits a chunk at a time (model.loss_chunk), never all [B, T, V] of them.
+        losses = model.token_losses(hidden, batch["targets"]).loss  # [B, T]
         tokens = batch["targets"].size
         if "weights" in batch:
             scored = batch["weights"].sum()

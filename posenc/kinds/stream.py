@@ -57,7 +57,6 @@ from posenc.devices.distributed import abstract_on, make_mesh
 from posenc.kinds.common import check_eval_lengths, eval_positions
 from posenc.models import memory as memory_lib
 from posenc.models.lm import Transformer
-from posenc.models.losses import token_loss
 from posenc.workdir.metrics import perplexity
 
 
@@ -125,19 +124,25 @@ class Scorer:
     def _score_batch(self, state, batch):
         model = nnx.merge(self.graphdef, state)
         with sharding.tracing_on(self.mesh):
-            logits = model(batch["inputs"], batch.get("positions"))
-        losses = token_loss(logits, batch["targets"])  # [B, L]
+            hidden = model.hidden_states(batch["inputs"], batch.get("positions"))
+            # The logits a chunk at a time (model.loss_chunk), never all [B, L, V] of them.
+            scored = model.token_losses(
+                hidden, batch["targets"], correct=self.masked_lm is not None
+            )
         mask = batch["mask"]
+        losses = scored.loss  # [B, L]
         if self.masked_lm is None:
             return (losses * mask).sum(axis=0), mask.sum(axis=0)  # [L], [L]
-        correct = (logits.argmax(-1) == batch["targets"]) * mask  # [B, L]
+        correct = scored.correct * mask  # [B, L]
         return (losses * mask).sum(axis=0), mask.sum(axis=0), correct.sum(axis=0)
 
     def _score_with_memory(self, state, batch, memory, mem_len):
         model = nnx.merge(self.graphdef, state)
         with sharding.tracing_on(self.mesh):
-            logits, memory = memory_lib.forward(model, batch["inputs"], memory, mem_len=mem_len)
-        losses = token_loss(logits, batch["targets"])  # [B, L]
+            hidden, memory = memory_lib.hidden_states(
+                model, batch["inputs"], memory, mem_len=mem_len
+            )
+            losses = model.token_losses(hidden, batch["targets"]).loss  # [B, L]
         mask = batch["mask"]
         return (losses * mask).sum(axis=0), mask.sum(axis=0), memory
 

@@ -21,6 +21,10 @@ NORM_POSITIONS = ("pre", "post")
 RESIDUALS = ("sequential", "parallel")
 # Rematerialisation of each block in the backward pass (posenc.layers.block.REMAT_POLICIES).
 REMATS = ("none", "full", "dots")
+# Tokens (rows x positions) whose logits the loss forms at once (``model.loss_chunk``,
+# posenc.models.losses.chunked_token_losses): with a 49,152-token vocabulary, 4096 tokens of
+# float32 logits are 0.8 GB; posenc's 257 byte ids, 4 MB.
+LOSS_CHUNK = 4096
 
 
 @dataclasses.dataclass(frozen=True)
@@ -73,6 +77,9 @@ class ModelConfig:
         intermediate; ``"full"`` only its input, recomputing the block in the backward pass;
         ``"dots"`` the outputs of the weight matmuls (projections and MLP), recomputing
         attention and the elementwise ops. It changes memory and time, never the numbers.
+      loss_chunk: tokens (rows x positions) whose logits the loss forms at once
+        (:func:`posenc.models.losses.chunked_token_losses`), in training and evaluation; 0:
+        the whole batch's. It changes memory, and the losses only in float rounding.
       window, sinks, qk_norm, qk_norm_placement, softcap, logit_scale, temperature_floor,
         temperature_scale, ssmax: every layer's attention options
         (:class:`posenc.attention.options.AttentionOptions`; a layer kind of ``config.layers``
@@ -109,6 +116,7 @@ class ModelConfig:
     head_transform: str | None = None
     output_bias: bool = False
     remat: str = "none"
+    loss_chunk: int = LOSS_CHUNK
     window: str = "full"
     sinks: bool = False
     qk_norm: str = "none"
@@ -136,8 +144,10 @@ class ModelConfig:
                 f"model.num_kv_heads={self.num_kv_heads} must divide model.num_heads="
                 f"{self.num_heads} (each key/value head serves a group of query heads)"
             )
-        if not isinstance(self.mem_len, int) or isinstance(self.mem_len, bool) or self.mem_len < 0:
-            raise ValueError(f"model.mem_len must be an integer >= 0, got {self.mem_len!r}")
+        for field in ("mem_len", "loss_chunk"):
+            value = getattr(self, field)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"model.{field} must be an integer >= 0, got {value!r}")
         for field in (
             "causal",
             "tie_embeddings",

@@ -189,10 +189,18 @@ EVAL_MAY_CHANGE = (
     "distributed.",
     "mesh.",
     "model.remat",
+    "model.loss_chunk",
     "train.progress",
 )
 # Of those, the fields that do not change the numbers an evaluation reports.
-_EVAL_NEUTRAL = ("data.data_dir", "distributed.", "mesh.", "model.remat", "train.progress")
+_EVAL_NEUTRAL = (
+    "data.data_dir",
+    "distributed.",
+    "mesh.",
+    "model.remat",
+    "model.loss_chunk",
+    "train.progress",
+)
 
 
 def evaluation_changes(
