@@ -16,8 +16,8 @@ from flax import nnx
 from posenc import encodings
 from posenc.devices import fits
 from posenc.layers.config import ModelConfig
-from posenc.models.losses import chunk_positions, chunked_token_losses, token_loss
 from posenc.models.lm import Transformer
+from posenc.models.losses import chunk_positions, chunked_token_losses, token_loss
 
 
 def _log_softmax64(z: np.ndarray) -> np.ndarray:
@@ -88,7 +88,8 @@ def test_chunked_gradients_equal_the_float64_gradient(chunk):
     hidden, w, bias, targets, weights = _problem(seed=1)
     logits64 = hidden.astype(np.float64) @ w + bias
     dz = np.exp(_log_softmax64(logits64))
-    np.put_along_axis(dz, targets[..., None], np.take_along_axis(dz, targets[..., None], -1) - 1, -1)
+    on_target = np.take_along_axis(dz, targets[..., None], -1)
+    np.put_along_axis(dz, targets[..., None], on_target - 1, -1)
     dz *= weights[..., None]
     want = {
         "w": np.einsum("btd,btv->dv", hidden.astype(np.float64), dz),

@@ -35,9 +35,9 @@ from posenc.layers.block import dropout
 from posenc.layers.cache import CrossCache, LayerCache
 from posenc.layers.config import ModelConfig
 from posenc.layers.embed import TokenEmbedding, make_unembed, output_logits
-from posenc.models.losses import TokenLosses, chunked_token_losses
 from posenc.layers.norms import make_norm
 from posenc.models.lm import Stack, bind_encoding, default_positions
+from posenc.models.losses import TokenLosses, chunked_token_losses
 
 
 def bind_sides(config: ModelConfig, encoding: Encoding) -> tuple[Encoding, Encoding]:

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+
 def token_loss(logits: jax.Array, targets: jax.Array) -> jax.Array:
     """Per-token cross entropy in nats: ``[B, T, V]`` logits -> ``[B, T]`` float32."""
     return optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), targets)
