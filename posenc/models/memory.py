@@ -78,7 +78,8 @@ def hidden_states(
     Returns:
       The last block's output ``[B, T, D]`` float32 (before the head: ``model.head`` gives
       the logits, ``model.token_losses`` the losses) and the new memory
-      ``[L, B, min(mem_len, M + T), D]``, the last ``mem_len`` states of ``concat(memory_l, input_l)`` per layer, gradient stopped.
+      ``[L, B, min(mem_len, M + T), D]``, the last ``mem_len`` states of
+      ``concat(memory_l, input_l)`` per layer, gradient stopped.
     """
     config, encoding = model.config, model.encoding
     t = tokens.shape[1]
