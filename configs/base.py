@@ -206,8 +206,13 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.eval.mode = "nonoverlapping"
     # Sliding mode: tokens scored per window (the window advances by this much).
     config.eval.stride = ml_collections.config_dict.placeholder(int)
-    # Tokens per evaluation batch (windows per batch = max(1, batch_tokens // length)).
-    config.eval.batch_tokens = 65_536
+    # Tokens per evaluation batch (windows per batch = max(1, batch_tokens // length)); None:
+    # windows per batch sized from eval.memory_budget and the model (docs/evaluation.md).
+    config.eval.batch_tokens = ml_collections.config_dict.placeholder(int)
+    # What one device's evaluation batch may hold (parameters, a window's activations per row,
+    # one logits chunk), e.g. "8GB"; None: half the device's memory (a CPU: half the host's, or
+    # of what is available now, if less). Used when eval.batch_tokens is None.
+    config.eval.memory_budget = ml_collections.config_dict.placeholder(str)
     # Score at most this many tokens per length (0: the whole split); the count is reported.
     config.eval.max_tokens = 0
     # Positions of evaluation windows: "as_trained" (randomized if train.positions is, as in

@@ -21,6 +21,7 @@ from posenc import data as data_lib
 from posenc import encodings
 from posenc.attention import linear as linear_attention
 from posenc.attention.core import IMPLEMENTATIONS
+from posenc.devices import budget as budget_lib
 from posenc.devices.distributed import make_mesh
 from posenc.kinds import stream
 from posenc.kinds.base import EvalContext, RunKind, StepLoss, TrainingData
@@ -170,6 +171,7 @@ class CausalLM(RunKind):
             mode=e.mode,
             stride=e.stride,
             batch_tokens=e.batch_tokens,
+            memory_budget=e.get("memory_budget"),
             max_tokens=e.max_tokens,
             split=e.split,
             mesh=inputs.mesh,
@@ -251,7 +253,10 @@ class CausalLM(RunKind):
                 raise ValueError(
                     f"eval.stride={e.stride} must not exceed any of eval.lengths {list(lengths)}"
                 )
-        require_int("eval.batch_tokens", e.batch_tokens)
+        if e.batch_tokens is not None:  # None: sized from eval.memory_budget
+            require_int("eval.batch_tokens", e.batch_tokens)
+        if e.get("memory_budget") is not None:
+            budget_lib.parse_bytes(e.memory_budget, "eval.memory_budget")
         require_int("eval.max_tokens", e.max_tokens, 0)
         if not isinstance(config.data.source, str) or not config.data.source:
             raise ValueError(

@@ -224,6 +224,7 @@ ADDED_FIELDS = {
     "eval.generate": True,
     "model.mem_len": 0,
     "eval.mem_len": None,
+    "eval.memory_budget": None,
     "train.order": "auto",
     "data.tokenizer": "bytes",
     # The architecture options of posenc.layers.config.ModelConfig, at posenc's defaults.
