@@ -1,0 +1,183 @@
+"""Evaluation memory and time of a pretrained-sized model: peak resident memory against the
+parameters and one window's activations, and the chunked loss (``model.loss_chunk``) against
+forming every logit at once.
+
+Each case runs in a fresh child process (``python -m posenc.benchmark.eval_memory``), as peak
+resident memory (``ru_maxrss``) only grows within a process: the child builds the model with
+random parameters (no download), scores windows of a random token stream with
+:func:`posenc.kinds.stream.evaluate` (windows per batch as the evaluation sizes them, or as
+the case forces), and reports
+
+- ``params``: parameter bytes; ``window``: XLA's temporaries for scoring one window of the length
+  with the case's loss (``Compiled.memory_analysis()``, nothing run): one window's activations;
+- ``rows``: windows per batch the evaluation took; ``planned``: the compiled program's bytes for
+  that batch (arguments, outputs, temporaries), what ``posenc plan --only eval`` reports;
+- ``rss_before`` (after building the model), ``rss_peak`` (the process's peak resident set after
+  the evaluation); ``seconds``: the evaluation's wall time after compiling (the second of two
+  runs over the same windows; the first compiles), and ``tokens`` scored.
+
+The ratio the issue asks about is ``rss_peak / (params + window)``: the whole process (Python,
+JAX and XLA's runtime and code included) against what one window of the model needs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import resource
+import subprocess
+import sys
+import time
+from typing import Any
+
+# SmolLM2-135M's shape (its config.json): Llama, 30 layers, width 576, 9 query and 3 key/value
+# heads, SwiGLU MLP of 1536, RMSNorm eps 1e-5, tied embeddings, 49,152 tokens, RoPE base 1e5.
+SMOLLM2_135M = {
+    "vocab_size": 49_152,
+    "num_layers": 30,
+    "model_dim": 576,
+    "num_heads": 9,
+    "num_kv_heads": 3,
+    "mlp_dim": 1536,
+    "mlp": "swiglu",
+    "mlp_bias": False,
+    "norm": "rmsnorm",
+    "norm_eps": 1e-5,
+    "scale_embeddings": False,
+    "tie_embeddings": True,
+    "dtype": "float32",
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    """One measurement: windows of ``length`` tokens, ``windows`` of them scored, the loss's
+    chunk (``model.loss_chunk``; 0: every logit at once) and ``eval.batch_tokens`` (None:
+    windows per batch from the budget, the default)."""
+
+    length: int
+    loss_chunk: int = 4096
+    batch_tokens: int | None = None
+    windows: int = 4
+
+
+def config_for(case: Case) -> Any:
+    """The run config of ``case``: ``configs/base.py`` with SmolLM2-135M's shape."""
+    import os
+
+    from posenc.runs.config import load_config
+
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    config = load_config(os.path.join(root, "configs", "base.py") + ":base")
+    config.model.update(SMOLLM2_135M, loss_chunk=case.loss_chunk)
+    config.encoding.hparams.base = 100_000.0
+    config.train.seq_len = 2048  # SmolLM2's training length
+    config.eval.batch_tokens = case.batch_tokens
+    return config
+
+
+def _rss() -> int:
+    """This process's peak resident set in bytes (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def _current_rss() -> int:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * resource.getpagesize()
+
+
+def measure(case: Case) -> dict[str, Any]:
+    """Runs ``case`` in this process (call it in a fresh one: see the module docstring)."""
+    import numpy as np
+
+    from posenc import data as data_lib
+    from posenc.devices import budget as budget_lib
+    from posenc.devices import fits
+    from posenc.kinds import stream
+    from posenc.models.build import build
+
+    config = config_for(case)
+    model = build(config)
+    rng = np.random.default_rng(0)
+    tokens = rng.integers(0, config.model.vocab_size, case.windows * case.length + 1)
+    windows = data_lib.eval_windows(tokens.astype(np.int32), case.length, stride=case.length)
+    rss_before = _current_rss()
+    # As stream.evaluate scores one length: the batch's rows, then every window.
+    scorer = stream.Scorer(model)
+    params = scorer.param_bytes
+    budget = None
+    if case.batch_tokens is None:
+        budget = budget_lib.memory_budget(None, params)
+    start = time.perf_counter()
+    rows = scorer.rows(case.length, case.batch_tokens, budget)
+    scorer.score(windows, rows)  # compiles, then runs
+    first = time.perf_counter() - start
+    start = time.perf_counter()
+    loss_sum, count = scorer.score(windows, rows)
+    seconds = time.perf_counter() - start
+    rss_peak = _rss()
+    # Compiled after the peak was read: one window's program, and the batch's figures.
+    window = scorer.compiled(1, case.length).memory_analysis().temp_size_in_bytes
+    planned = fits.required_bytes(scorer.compiled(rows, case.length))
+    return {
+        **dataclasses.asdict(case),
+        "params": params,
+        "window": int(window),
+        "rows": rows,
+        "budget": budget,
+        "planned": planned,
+        "rss_before": rss_before,
+        "rss_peak": rss_peak,
+        "compile_and_run_seconds": first,
+        "seconds": seconds,
+        "tokens": int(count.sum()),
+        "loss": float(loss_sum.sum() / count.sum()),
+    }
+
+
+def run_case(case: Case, timeout: float = 1800) -> dict[str, Any]:
+    """``case`` measured in a child process."""
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "posenc.benchmark.eval_memory",
+            json.dumps(dataclasses.asdict(case)),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+    lines = [line for line in proc.stdout.splitlines() if line.startswith("{")]
+    if proc.returncode or not lines:
+        tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+        return {**dataclasses.asdict(case), "error": f"exit {proc.returncode}: {tail[:300]}"}
+    return json.loads(lines[-1])
+
+
+def table(results: list[dict[str, Any]]) -> str:
+    """The results as a markdown table (GiB, seconds)."""
+    gib = 2**30
+    head = (
+        "| length | loss_chunk | batch_tokens | rows | params | one window | planned | RSS peak "
+        "| RSS / (params + window) | seconds | tokens/s |\n" + "|---" * 11 + "|"
+    )
+    rows = [head]
+    for r in results:
+        if "error" in r:
+            rows.append(
+                f"| {r['length']} | {r['loss_chunk']} | {r['batch_tokens']} | {r['error']} |"
+            )
+            continue
+        ratio = r["rss_peak"] / (r["params"] + r["window"])
+        rows.append(
+            f"| {r['length']} | {r['loss_chunk']} | {r['batch_tokens'] or 'auto'} | {r['rows']} "
+            f"| {r['params'] / gib:.2f} | {r['window'] / gib:.2f} | {r['planned'] / gib:.2f} "
+            f"| {r['rss_peak'] / gib:.2f} | {ratio:.2f} | {r['seconds']:.1f} "
+            f"| {r['tokens'] / r['seconds']:.0f} |"
+        )
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(json.dumps(measure(Case(**json.loads(sys.argv[1])))), flush=True)
