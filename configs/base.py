@@ -91,8 +91,9 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.model.remat = "none"
     # Tokens (rows x positions) whose logits the loss forms at once, in training and evaluation
     # (posenc/models/losses.py: a chunk at a time from the last hidden states, recomputed in the
-    # backward pass); 0: the whole batch's [B, T, vocab] logits. Memory; the numbers stay.
-    config.model.loss_chunk = 4096
+    # backward pass); 0: the whole batch's [B, T, vocab] logits; None: 128 MiB of float32 logits
+    # (682 tokens of a 49,152-token vocabulary; byte-level batches unchunked). Memory only.
+    config.model.loss_chunk = ml_collections.config_dict.placeholder(int)
     # Attention options of every layer (posenc/attention/options.py); a layer kind of
     # config.layers may override each. The defaults change nothing.
     # Window: "full", "sliding:W" (the last W keys: Mistral, Gemma's local layers), "banded:W"

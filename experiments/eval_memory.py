@@ -26,8 +26,8 @@ def main(argv=None) -> int:
     parser.add_argument(
         "--unchunked",
         action="store_true",
-        help="also each length with model.loss_chunk=0, one window a batch, and the chunked "
-        "loss with one window a batch (the time comparison)",
+        help="also each length with model.loss_chunk=0 (every logit at once), batches sized as "
+        "by default",
     )
     parser.add_argument("--out", default="runs/eval_memory")
     args = parser.parse_args(argv)
@@ -35,8 +35,7 @@ def main(argv=None) -> int:
     for length in (int(x) for x in args.lengths.split(",")):
         cases.append(Case(length, windows=args.windows))
         if args.unchunked:
-            cases.append(Case(length, batch_tokens=length, windows=args.windows))
-            cases.append(Case(length, loss_chunk=0, batch_tokens=length, windows=args.windows))
+            cases.append(Case(length, loss_chunk=0, windows=args.windows))
     results = []
     for case in cases:
         results.append(run_case(case))

@@ -52,11 +52,12 @@ SMOLLM2_135M = {
 @dataclasses.dataclass(frozen=True)
 class Case:
     """One measurement: windows of ``length`` tokens, ``windows`` of them scored, the loss's
-    chunk (``model.loss_chunk``; 0: every logit at once) and ``eval.batch_tokens`` (None:
+    chunk (``model.loss_chunk``; None: the default, 0: every logit at once) and
+    ``eval.batch_tokens`` (None:
     windows per batch from the budget, the default)."""
 
     length: int
-    loss_chunk: int = 4096
+    loss_chunk: int | None = None
     batch_tokens: int | None = None
     windows: int = 4
 
@@ -70,7 +71,8 @@ def config_for(case: Case) -> Any:
     root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
     config = load_config(os.path.join(root, "configs", "base.py") + ":base")
     config.model.update(SMOLLM2_135M, loss_chunk=case.loss_chunk)
-    config.encoding.hparams.base = 100_000.0
+    with config.encoding.hparams.unlocked():
+        config.encoding.hparams.base = 100_000.0
     config.train.seq_len = 2048  # SmolLM2's training length
     config.eval.batch_tokens = case.batch_tokens
     return config
@@ -109,7 +111,7 @@ def measure(case: Case) -> dict[str, Any]:
     if case.batch_tokens is None:
         budget = budget_lib.memory_budget(None, params)
     start = time.perf_counter()
-    rows = scorer.rows(case.length, case.batch_tokens, budget)
+    rows = scorer.rows(case.length, case.batch_tokens, budget, windows=windows.num_windows)
     scorer.score(windows, rows)  # compiles, then runs
     first = time.perf_counter() - start
     start = time.perf_counter()
@@ -155,6 +157,10 @@ def run_case(case: Case, timeout: float = 1800) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
+def _chunk(value: int | None) -> str:
+    return "default" if value is None else "0 (unchunked)" if value == 0 else str(value)
+
+
 def table(results: list[dict[str, Any]]) -> str:
     """The results as a markdown table (GiB, seconds)."""
     gib = 2**30
@@ -171,7 +177,8 @@ def table(results: list[dict[str, Any]]) -> str:
             continue
         ratio = r["rss_peak"] / (r["params"] + r["window"])
         rows.append(
-            f"| {r['length']} | {r['loss_chunk']} | {r['batch_tokens'] or 'auto'} | {r['rows']} "
+            f"| {r['length']} | {_chunk(r['loss_chunk'])} | {r['batch_tokens'] or 'auto'} "
+            f"| {r['rows']} "
             f"| {r['params'] / gib:.2f} | {r['window'] / gib:.2f} | {r['planned'] / gib:.2f} "
             f"| {r['rss_peak'] / gib:.2f} | {ratio:.2f} | {r['seconds']:.1f} "
             f"| {r['tokens'] / r['seconds']:.0f} |"

@@ -26,6 +26,12 @@ from posenc.layers.config import ModelConfig
 
 # Tokens an evaluation batch holds at most (the fixed eval.batch_tokens before budgets).
 MAX_BATCH_TOKENS = 65_536
+# Work a batch needs to pay for what each batch costs besides its arithmetic (dispatch, the
+# host's windows, the device-to-host sums): a batch takes windows until its forward pass is
+# about this many FLOPs (2 x parameters x tokens), and no more. A 135M-parameter model's
+# 2048-token window is 0.55e12 (one window a batch); a 0.1M-parameter model's 64-token window
+# 1.3e7 (the token cap decides).
+BATCH_FLOPS = 10**12
 # The share of a device's memory an evaluation takes when eval.memory_budget is not given.
 DEFAULT_SHARE = 0.5
 
@@ -122,7 +128,7 @@ def fixed_bytes(config: ModelConfig, params: int, rows: int, length: int) -> int
     """Bytes an evaluation batch holds whatever its rows: the parameters and one chunk of
     logits (``model.loss_chunk`` tokens, or the batch's if that is fewer; float32 logits, their
     exponentials and the log-softmax: three of them)."""
-    chunk = config.loss_chunk or rows * length
+    chunk = config.loss_chunk_tokens or rows * length
     return params + 3 * 4 * min(chunk, rows * length) * config.vocab_size
 
 
@@ -137,19 +143,24 @@ def eval_rows(
     length: int,
     budget: int | None,
     devices: int = 1,
+    param_count: int | None = None,
 ) -> int:
     """Windows per evaluation batch: the most whose :func:`estimate` per device fits
-    ``budget`` (at least one per device, at most :data:`MAX_BATCH_TOKENS` tokens), a multiple
-    of ``devices`` (the ways a batch's rows are split).
+    ``budget`` (at least one per device), at most :data:`MAX_BATCH_TOKENS` tokens and, given
+    ``param_count``, no more than :data:`BATCH_FLOPS` of work needs; a multiple of
+    ``devices`` (the ways a batch's rows are split).
 
     Args:
       config: the model's shape.
       params: bytes of parameters one device holds.
       length: the window length.
-      budget: bytes one device may hold (None: the :data:`MAX_BATCH_TOKENS` cap alone).
+      budget: bytes one device may hold (None: the caps alone).
       devices: the ways a batch's rows are split.
+      param_count: the model's parameters (None: no work cap).
     """
     most = max(1, MAX_BATCH_TOKENS // length)
+    if param_count:
+        most = min(most, max(1, BATCH_FLOPS // (2 * param_count * length)))
     per_device = -(-most // devices)
     if budget is not None:
         while per_device > 1 and estimate(config, params, per_device, length) > budget:

@@ -120,9 +120,10 @@ class Scorer:
         what = f"evaluating length {length} in batches of {rows} window{'s' * (rows > 1)}"
         changes = [fits.attention_change(*self.attention), f"leave {length} out of eval.lengths"]
         config = self.config
-        if config.loss_chunk == 0 or config.loss_chunk > rows * length // 4:
-            chunk = config.loss_chunk or "0: all"
-            changes.insert(0, f"lower model.loss_chunk (now {chunk}; tokens of logits at once)")
+        chunk = config.loss_chunk_tokens
+        if (chunk == 0 or chunk > rows * length // 4) and config.vocab_size > 4096:
+            now = f"{chunk} tokens" if chunk else "0: all"
+            changes.insert(0, f"lower model.loss_chunk (now {now} of logits at once)")
         if rows > 1:
             changes.insert(
                 0,
@@ -130,6 +131,11 @@ class Scorer:
                 "eval.memory_budget) or lower it",
             )
         return what, ", ".join(changes[:-1]) + " or " + changes[-1]
+
+    @property
+    def param_count(self) -> int:
+        """The model's parameters (numbers, over all devices)."""
+        return sum(math.prod(x.shape) for x in jax.tree.leaves(self.state))
 
     @property
     def param_bytes(self) -> int:
@@ -159,21 +165,28 @@ class Scorer:
         batch_tokens: int | None = None,
         memory_budget: int | None = None,
         positions: bool = False,
+        windows: int | None = None,
     ) -> int:
         """Windows per batch at ``length``, a multiple of the ways a batch's rows are split.
 
         With ``batch_tokens`` (``eval.batch_tokens``): ``max(1, batch_tokens // length)``.
         Without: the most rows whose estimated memory fits ``memory_budget`` bytes per device
-        (:func:`posenc.devices.budget.eval_rows`; None: no budget, the token cap alone), then,
+        and that the work of a batch needs (:func:`posenc.devices.budget.eval_rows`; None: no
+        budget, the caps alone), then,
         while the compiled program (XLA's buffer assignment) needs more than the budget, fewer
         (the program for the rows chosen is compiled once, and the batches run it).
-        ``positions``: the batches carry randomized positions.
+        ``positions``: the batches carry randomized positions; ``windows``: the windows to
+        score, past which a sized batch takes no rows (only padding).
         """
         devices = sharding.batch_shards(self.mesh)
         if batch_tokens is not None:
             rows = max(1, batch_tokens // length)
             return -(-rows // devices) * devices  # a multiple of the device count
-        rows = budget_lib.eval_rows(self.config, self.param_bytes, length, memory_budget, devices)
+        rows = budget_lib.eval_rows(
+            self.config, self.param_bytes, length, memory_budget, devices, self.param_count
+        )
+        if windows is not None:
+            rows = min(rows, max(devices, -(-windows // devices) * devices))
         if memory_budget is None:
             return rows
         while rows > devices:
@@ -353,14 +366,19 @@ def evaluate(
         except ValueError as e:
             results.append({"length": int(length), "error": str(e)})
             continue
-        if mem_len and batch_tokens is None:  # with memory, the estimate alone
-            batch = budget_lib.eval_rows(
-                scorer.config, scorer.param_bytes, length, memory_budget, devices
-            )
-        else:
-            batch = scorer.rows(length, batch_tokens, memory_budget, positions is not None)
-        start = time.perf_counter()
+        start = time.perf_counter()  # compiling included, as it always was
         if mem_len:
+            if batch_tokens is None:  # with memory, the estimate alone
+                batch = budget_lib.eval_rows(
+                    scorer.config,
+                    scorer.param_bytes,
+                    length,
+                    memory_budget,
+                    devices,
+                    scorer.param_count,
+                )
+            else:
+                batch = scorer.rows(length, batch_tokens)
             windows = data_lib.memory_segments(stream, length, batch, max_tokens)
             batch = -(-windows.rows // devices) * devices  # no batch rows without a part
             loss_sum, count = scorer.score_with_memory(windows, batch, mem_len)
@@ -369,6 +387,9 @@ def evaluate(
             step = length if mode == "nonoverlapping" else stride
             windows = data_lib.eval_windows(
                 stream, length, stride=step, max_windows=_max_windows(length, step, max_tokens)
+            )
+            batch = scorer.rows(
+                length, batch_tokens, memory_budget, positions is not None, windows.num_windows
             )
             loss_sum, count, *correct = scorer.score(windows, batch, positions)
         seconds = time.perf_counter() - start

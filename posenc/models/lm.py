@@ -318,14 +318,14 @@ class Transformer(Stack):
         correct: bool = False,
     ) -> TokenLosses:
         """Per-token cross entropy of :meth:`hidden_states` against ``targets [B, T]``, the
-        logits formed ``model.loss_chunk`` tokens at a time
+        logits formed ``model.loss_chunk`` tokens at a time (by default 128 MiB of them)
         (:func:`posenc.models.losses.chunked_token_losses`, which says what ``smoothing`` and
         ``correct`` add)."""
         return chunked_token_losses(
             hidden,
             targets,
             self.head,
-            chunk=self.config.loss_chunk,
+            chunk=self.config.loss_chunk_tokens,
             smoothing=smoothing,
             correct=correct,
         )

@@ -196,8 +196,11 @@ def remedies(plan: Plan, config: ml_collections.ConfigDict) -> list[str]:
                 f"a smaller eval.batch_tokens (now {config.eval.batch_tokens}; {rows} windows of "
                 f"{e['length']} tokens per device)"
             )
-        chunk = config.model.get("loss_chunk", 0)
+        from posenc.layers.config import LOSS_CHUNK_BYTES
+
         vocab = config.model.get("vocab_size", 0)
+        chunk = config.model.get("loss_chunk")
+        chunk = max(1, LOSS_CHUNK_BYTES // (4 * vocab)) if chunk is None and vocab else chunk
         tokens = e["rows"] * e["length"]
         logits = 4 * vocab * (min(chunk, tokens) if chunk else tokens) // shards  # float32
         if logits >= 0.1 * e["peak"]:

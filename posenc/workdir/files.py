@@ -242,7 +242,7 @@ ADDED_FIELDS = {
     "model.output_bias": False,
     "model.remat": "none",
     # Runs before it formed all logits at once; chunks give the same losses (float rounding).
-    "model.loss_chunk": 4096,
+    "model.loss_chunk": None,
     # The attention options (posenc.attention.options) and the layer pattern, off.
     "model.window": "full",
     "model.sinks": False,
