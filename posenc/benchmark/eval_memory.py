@@ -157,6 +157,57 @@ def run_case(case: Case, timeout: float = 1800) -> dict[str, Any]:
     return json.loads(lines[-1])
 
 
+def loss_times(length: int, rounds: int = 5, grad: bool = False) -> dict[str, Any]:
+    """Seconds of the loss alone over one window of SmolLM2-135M's head (final RMSNorm, tied
+    49,152 x 576 projection), chunked by default and unchunked, from random hidden states:
+    both compiled first, then ``rounds`` interleaved rounds each timing both (the order rotated),
+    so that a shared machine's drift falls on both. ``grad``: the loss and its gradient (the
+    training step's share) instead of the loss alone (evaluation's).
+
+    Returns:
+      ``{"length", "grad", "chunk", "chunked": [s, ...], "unchunked": [s, ...], "ratio"}``,
+      ``ratio`` the median chunked over the median unchunked.
+    """
+    import jax
+    import jax.numpy as jnp
+    import numpy as np
+
+    from posenc.devices import fits
+    from posenc.layers.config import ModelConfig
+    from posenc.models.losses import chunked_token_losses
+
+    shape = {k: SMOLLM2_135M[k] for k in ("vocab_size", "model_dim", "norm_eps")}
+    chunk = ModelConfig(**shape, num_heads=9, mlp_dim=1536).loss_chunk_tokens
+    rng = np.random.default_rng(0)
+    v, d = shape["vocab_size"], shape["model_dim"]
+    table = jnp.asarray(rng.standard_normal((v, d)) * 0.02, jnp.float32)
+    scale = jnp.ones(d, jnp.float32)
+    hidden = jnp.asarray(rng.standard_normal((1, length, d)), jnp.float32)
+    targets = jnp.asarray(rng.integers(0, v, (1, length)), jnp.int32)
+
+    def head(table, scale, x):  # RMSNorm, then the tied projection
+        x = x * jax.lax.rsqrt(jnp.mean(x * x, -1, keepdims=True) + 1e-5) * scale
+        return jnp.einsum("btd,vd->btv", x, table)
+
+    def loss(table, scale, hidden, size):
+        f = lambda x: head(table, scale, x)  # noqa: E731
+        return chunked_token_losses(hidden, targets, f, chunk=size).loss.sum()
+
+    programs = {}
+    for name, size in (("chunked", chunk), ("unchunked", 0)):
+        fn = jax.value_and_grad(loss, argnums=(0, 2)) if grad else loss
+        jitted = jax.jit(lambda t, s, h, fn=fn, size=size: fn(t, s, h, size))
+        programs[name] = jitted.lower(table, scale, hidden).compile(fits.compiler_options())
+    times = {name: [] for name in programs}
+    for r in range(rounds):
+        for name in sorted(programs, reverse=bool(r % 2)):
+            start = time.perf_counter()
+            jax.block_until_ready(programs[name](table, scale, hidden))
+            times[name].append(time.perf_counter() - start)
+    ratio = float(np.median(times["chunked"]) / np.median(times["unchunked"]))
+    return {"length": length, "grad": grad, "chunk": chunk, **times, "ratio": ratio}
+
+
 def _chunk(value: int | None) -> str:
     return "default" if value is None else "0 (unchunked)" if value == 0 else str(value)
 
@@ -188,3 +239,20 @@ def table(results: list[dict[str, Any]]) -> str:
 
 if __name__ == "__main__":
     print(json.dumps(measure(Case(**json.loads(sys.argv[1])))), flush=True)
+
+
+def loss_table(results: list[dict[str, Any]]) -> str:
+    """:func:`loss_times` results as a markdown table (median milliseconds)."""
+    import numpy as np
+
+    rows = [
+        "| length | pass | chunk (tokens) | chunked ms | unchunked ms | chunked / unchunked |",
+        "|---|---|---|---|---|---|",
+    ]
+    for r in results:
+        what = "loss and gradient" if r["grad"] else "loss"
+        rows.append(
+            f"| {r['length']} | {what} | {r['chunk']} | {1e3 * np.median(r['chunked']):.0f} "
+            f"| {1e3 * np.median(r['unchunked']):.0f} | {r['ratio']:.2f} |"
+        )
+    return "\n".join(rows)
