@@ -76,7 +76,7 @@ def test_the_work_of_a_batch_caps_its_windows(model):
 def test_the_default_loss_chunk_holds_128_mib_of_logits():
     shape = dict(num_layers=1, model_dim=16, num_heads=2, mlp_dim=32)
     assert ModelConfig(vocab_size=49_152, **shape).loss_chunk_tokens == 682
-    assert ModelConfig(vocab_size=257, **shape).loss_chunk_tokens == 130_560  # bytes: unchunked
+    assert ModelConfig(vocab_size=257, **shape).loss_chunk_tokens == 130_561  # bytes: unchunked
     assert ModelConfig(vocab_size=257, loss_chunk=0, **shape).loss_chunk_tokens == 0
     with pytest.raises(ValueError, match=r"^model.loss_chunk must be an integer >= 0"):
         ModelConfig(vocab_size=257, loss_chunk=-1, **shape)

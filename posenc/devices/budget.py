@@ -144,11 +144,12 @@ def eval_rows(
     budget: int | None,
     devices: int = 1,
     param_count: int | None = None,
+    windows: int | None = None,
 ) -> int:
     """Windows per evaluation batch: the most whose :func:`estimate` per device fits
     ``budget`` (at least one per device), at most :data:`MAX_BATCH_TOKENS` tokens and, given
-    ``param_count``, no more than :data:`BATCH_FLOPS` of work needs; a multiple of
-    ``devices`` (the ways a batch's rows are split).
+    ``param_count``, no more than :data:`BATCH_FLOPS` of work needs, nor than ``windows``
+    (the windows to score); a multiple of ``devices`` (the ways a batch's rows are split).
 
     Args:
       config: the model's shape.
@@ -157,16 +158,21 @@ def eval_rows(
       budget: bytes one device may hold (None: the caps alone).
       devices: the ways a batch's rows are split.
       param_count: the model's parameters (None: no work cap).
+      windows: the windows to score (None: no cap).
     """
     most = max(1, MAX_BATCH_TOKENS // length)
     if param_count:
         most = min(most, max(1, BATCH_FLOPS // (2 * param_count * length)))
+    if windows is not None:
+        most = min(most, max(1, windows))
     per_device = -(-most // devices)
-    if budget is not None:
-        while per_device > 1 and estimate(config, params, per_device, length) > budget:
-            # Solve for the rows the per-row cost leaves room for, then step down if rounding
-            # left it over (the logits chunk grows with the rows until it reaches loss_chunk).
-            room = budget - fixed_bytes(config, params, per_device, length)
-            fit = max(1, room // row_bytes(config, length))
-            per_device = min(per_device - 1, fit)
+    if budget is not None and estimate(config, params, per_device, length) > budget:
+        lo, hi = 1, per_device  # the estimate grows with the rows: the most that fit
+        while lo < hi:
+            mid = (lo + hi + 1) // 2
+            if estimate(config, params, mid, length) <= budget:
+                lo = mid
+            else:
+                hi = mid - 1
+        per_device = lo
     return per_device * devices

@@ -183,10 +183,8 @@ class Scorer:
             rows = max(1, batch_tokens // length)
             return -(-rows // devices) * devices  # a multiple of the device count
         rows = budget_lib.eval_rows(
-            self.config, self.param_bytes, length, memory_budget, devices, self.param_count
+            self.config, self.param_bytes, length, memory_budget, devices, self.param_count, windows
         )
-        if windows is not None:
-            rows = min(rows, max(devices, -(-windows // devices) * devices))
         if memory_budget is None:
             return rows
         while rows > devices:

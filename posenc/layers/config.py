@@ -22,7 +22,7 @@ RESIDUALS = ("sequential", "parallel")
 # Rematerialisation of each block in the backward pass (posenc.layers.block.REMAT_POLICIES).
 REMATS = ("none", "full", "dots")
 # Bytes of float32 logits the loss forms at once by default (model.loss_chunk None,
-# posenc.models.losses.chunked_token_losses): 682 tokens of a 49,152-token vocabulary, 130,560 of
+# posenc.models.losses.chunked_token_losses): 682 tokens of a 49,152-token vocabulary, 130,561 of
 # posenc's 257 byte ids (so byte-level batches are not chunked).
 LOSS_CHUNK_BYTES = 2**27
 
