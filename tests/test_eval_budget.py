@@ -135,3 +135,25 @@ def test_a_budget_that_is_not_a_size_is_refused_naming_the_field():
         validate(_config(("memory_budget", "half")))
     with pytest.raises(ValueError, match=r"^eval.batch_tokens must be an integer >= 1"):
         validate(_config(("batch_tokens", 0)))
+
+
+def test_an_evaluation_that_cannot_fit_says_what_to_change_before_it_runs(monkeypatch):
+    # A device of 200 kB: one window's logits (32 x 8192 float32 = 1 MB, formed at once with
+    # model.loss_chunk=0) cannot fit; refused in one line naming the settings, nothing run.
+    config = ModelConfig(
+        vocab_size=8192,
+        num_layers=1,
+        model_dim=8,
+        num_heads=2,
+        mlp_dim=16,
+        dtype="float32",
+        loss_chunk=0,
+    )
+    small = Transformer(config, encodings.get("rope"), rngs=nnx.Rngs(0))
+    monkeypatch.setattr(fits, "device_memory", lambda device=None: 200_000)
+    stream = np.arange(8 * LENGTH + 1, dtype=np.int32) % 8192
+    with pytest.raises(fits.DoesNotFitError) as error:
+        evaluate(small, stream, [LENGTH])
+    line = str(error.value)
+    assert "\n" not in line and f"evaluating length {LENGTH} in batches of 1 window" in line
+    assert "unset model.loss_chunk (now 0: every logit at once" in line, line

@@ -122,8 +122,12 @@ class Scorer:
         config = self.config
         chunk = config.loss_chunk_tokens
         if (chunk == 0 or chunk > rows * length // 4) and config.vocab_size > 4096:
-            now = f"{chunk} tokens" if chunk else "0: all"
-            changes.insert(0, f"lower model.loss_chunk (now {now} of logits at once)")
+            change = (
+                f"lower model.loss_chunk (now {chunk} tokens of logits at once)"
+                if chunk
+                else "unset model.loss_chunk (now 0: every logit at once; unset: 128 MiB of them)"
+            )
+            changes.insert(0, change)
         if rows > 1:
             changes.insert(
                 0,
