@@ -318,7 +318,7 @@ class Transformer(Stack):
         correct: bool = False,
     ) -> TokenLosses:
         """Per-token cross entropy of :meth:`hidden_states` against ``targets [B, T]``, the
-        logits formed ``model.loss_chunk`` tokens at a time (by default 128 MiB of them)
+        logits formed ``model.loss_chunk`` tokens at a time (by default as many as 128 MiB hold)
         (:func:`posenc.models.losses.chunked_token_losses`, which says what ``smoothing`` and
         ``correct`` add)."""
         return chunked_token_losses(

@@ -248,7 +248,7 @@ def evaluation_changes(
         raise ValueError(
             f"evaluation cannot change {what}: that changes what was trained. An evaluation may "
             "change the eval section, model.attention_impl (not to or from a linear path), "
-            "model.attention_block_size, "
+            "model.attention_block_size, model.loss_chunk, "
             f"data.data_dir and the encoder's evaluation settings ({hparams}); train another "
             "run for the rest"
         )
