@@ -171,3 +171,70 @@ def test_neither_the_loss_nor_its_gradient_holds_every_logit():
     for fn in (lambda f: f, lambda f: jax.grad(f, argnums=(0, 1))):
         assert temporaries(fn, 0) >= logits_bytes
         assert temporaries(fn, 64) < logits_bytes / 4
+
+
+def test_the_training_loss_goes_through_the_chunks():
+    # The causal-LM kind's training loss (what the step differentiates), with and without
+    # Transformer-XL memory and with a batch's weights: the same with 2 positions a chunk as
+    # with every logit at once, from identical parameters (model.loss_chunk draws none).
+    import ml_collections
+
+    from posenc import kinds
+    from posenc.models import memory as memory_lib
+
+    shape = dict(vocab_size=61, num_layers=1, model_dim=16, num_heads=2, mlp_dim=32)
+    models = {
+        chunk: Transformer(
+            ModelConfig(**shape, dtype="float32", mem_len=4, loss_chunk=chunk),
+            encodings.get("rope"),
+            rngs=nnx.Rngs(0),
+        )
+        for chunk in (0, 4)
+    }
+    rng = np.random.default_rng(3)
+    batch = {
+        "inputs": jnp.asarray(rng.integers(0, 61, (2, 7)), jnp.int32),
+        "targets": jnp.asarray(rng.integers(0, 61, (2, 7)), jnp.int32),
+        "weights": jnp.asarray(rng.integers(0, 2, (2, 7)), jnp.float32),
+    }
+    kind = kinds.get("causal_lm")
+    config = ml_collections.ConfigDict()
+    for memory in (None, "memory"):
+        got = {}
+        for chunk, model in models.items():
+            mem = None if memory is None else memory_lib.empty_memory(model, 2)
+            got[chunk] = kind.loss(config, model, batch, None, mem)
+        np.testing.assert_allclose(float(got[4].mean), float(got[0].mean), rtol=1e-6)
+        np.testing.assert_allclose(float(got[4].loss_sum), float(got[0].loss_sum), rtol=1e-6)
+
+
+def test_the_training_step_holds_one_chunk_of_logits():
+    # The gradient of the causal-LM kind's loss, compiled (nothing run): with every logit at
+    # once it holds the 4 x 128 x 16384 float32 logits (33.6 MB), with chunks of 32 tokens
+    # (2 MB each; the backward pass holds a few) far less. Fails if the kind's loss formed the
+    # whole logits whatever model.loss_chunk says.
+    import ml_collections
+
+    from posenc import kinds
+
+    shape = dict(vocab_size=16384, num_layers=1, model_dim=16, num_heads=2, mlp_dim=32)
+    batch = {k: jax.ShapeDtypeStruct((4, 128), jnp.int32) for k in ("inputs", "targets")}
+    kind, config = kinds.get("causal_lm"), ml_collections.ConfigDict()
+    logits_bytes = 4 * 128 * 16384 * 4
+
+    def temporaries(chunk):
+        model = Transformer(
+            ModelConfig(**shape, dtype="float32", loss_chunk=chunk),
+            encodings.get("rope"),
+            rngs=nnx.Rngs(0),
+        )
+        graphdef, state = nnx.split(model)
+
+        def mean(state, batch):
+            return kind.loss(config, nnx.merge(graphdef, state), batch, None).mean
+
+        compiled = jax.jit(jax.grad(mean)).lower(state, batch).compile(fits.compiler_options())
+        return compiled.memory_analysis().temp_size_in_bytes
+
+    assert temporaries(0) >= logits_bytes
+    assert temporaries(32) < logits_bytes / 4
