@@ -16,7 +16,7 @@ from flax import nnx
 
 from posenc import encodings
 from posenc.devices import budget, fits
-from posenc.kinds.stream import Scorer, evaluate
+from posenc.kinds.stream import BudgetWarning, Scorer, evaluate
 from posenc.layers.config import ModelConfig
 from posenc.models.lm import Transformer
 from posenc.runs.config import load_config, validate
@@ -111,6 +111,16 @@ def test_sized_batches_score_what_explicit_ones_do(model):
     )
 
 
+def test_one_window_over_the_budget_runs_and_says_so(model):
+    # A budget below the parameters: one window a batch, a one-line warning naming the budget,
+    # and the evaluation runs (the device has the memory).
+    stream = np.arange(4 * LENGTH + 1, dtype=np.int32) % 1024
+    with pytest.warns(BudgetWarning, match=r"more than the evaluation's memory budget") as caught:
+        (result,) = evaluate(model, stream, [LENGTH], memory_budget=1000)
+    assert "\n" not in str(caught[0].message)
+    assert result["tokens"] == 4 * LENGTH
+
+
 def _config(*overrides):
     config = load_config("configs/base.py:tiny")
     config.model.update(vocab_size=1024, num_layers=1)
@@ -137,6 +147,7 @@ def test_a_budget_that_is_not_a_size_is_refused_naming_the_field():
         validate(_config(("batch_tokens", 0)))
 
 
+@pytest.mark.filterwarnings("ignore::posenc.kinds.stream.BudgetWarning")
 def test_an_evaluation_that_cannot_fit_says_what_to_change_before_it_runs(monkeypatch):
     # A device of 200 kB: one window's logits (32 x 8192 float32 = 1 MB, formed at once with
     # model.loss_chunk=0) cannot fit; refused in one line naming the settings, nothing run.

@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -59,6 +60,10 @@ from posenc.kinds.common import check_eval_lengths, eval_positions
 from posenc.models import memory as memory_lib
 from posenc.models.lm import Transformer
 from posenc.workdir.metrics import perplexity
+
+
+class BudgetWarning(UserWarning):
+    """One window a device needs more than the evaluation's memory budget."""
 
 
 def _max_windows(length: int, stride: int, max_tokens: int) -> int | None:
@@ -128,7 +133,7 @@ class Scorer:
                 else "unset model.loss_chunk (now 0: every logit at once; unset: 128 MiB of them)"
             )
             changes.insert(0, change)
-        if rows > 1:
+        if rows > sharding.batch_shards(self.mesh):
             changes.insert(
                 0,
                 "leave eval.batch_tokens unset (windows per batch sized from "
@@ -191,15 +196,26 @@ class Scorer:
         )
         if memory_budget is None:
             return rows
-        while rows > devices:
+        while True:
             batch = self.abstract_batch(rows, length, positions)
             need = fits.required_bytes(self._score.compile(self.state, batch, checked=False))
             if need is None or need <= memory_budget:
+                return rows
+            if rows == devices:
                 break
             # Rows in proportion to the room over the parameters, and at least one fewer.
             room = max(0, memory_budget - self.param_bytes) / max(1, need - self.param_bytes)
             fewer = int(rows * room) // devices * devices
             rows = max(devices, min(rows - devices, fewer))
+        # One window a device is over the budget: it runs if the device has the memory (the
+        # check before the first batch refuses it otherwise), and says so.
+        what, change = self._describe(self.state, batch)
+        warnings.warn(
+            f"{what} needs about {fits.gib(need)}, more than the evaluation's memory budget "
+            f"({fits.gib(memory_budget)}, eval.memory_budget); to stay within it, {change}",
+            BudgetWarning,
+            stacklevel=2,
+        )
         return rows
 
     def _score_batch(self, state, batch):
