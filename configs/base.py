@@ -96,6 +96,11 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # intermediate), "full" (keep each block's input, recompute the block) or "dots" (keep the
     # weight matmuls' outputs, recompute attention). Memory and time only; the numbers stay.
     config.model.remat = "none"
+    # Tokens (rows x positions) whose logits the loss forms at once, in training and evaluation
+    # (posenc/models/losses.py: a chunk at a time from the last hidden states, recomputed in the
+    # backward pass); 0: the whole batch's [B, T, vocab] logits; None: 128 MiB of float32 logits
+    # (682 tokens of a 49,152-token vocabulary; byte-level batches unchunked). Memory only.
+    config.model.loss_chunk = ml_collections.config_dict.placeholder(int)
     # Attention options of every layer (posenc/attention/options.py); a layer kind of
     # config.layers may override each. The defaults change nothing.
     # Window: "full", "sliding:W" (the last W keys: Mistral, Gemma's local layers), "banded:W"
@@ -212,8 +217,13 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.eval.mode = "nonoverlapping"
     # Sliding mode: tokens scored per window (the window advances by this much).
     config.eval.stride = ml_collections.config_dict.placeholder(int)
-    # Tokens per evaluation batch (windows per batch = max(1, batch_tokens // length)).
-    config.eval.batch_tokens = 65_536
+    # Tokens per evaluation batch (windows per batch = max(1, batch_tokens // length)); None:
+    # windows per batch sized from eval.memory_budget and the model (docs/evaluation.md).
+    config.eval.batch_tokens = ml_collections.config_dict.placeholder(int)
+    # What one device's evaluation batch may hold (parameters, a window's activations per row,
+    # one logits chunk), e.g. "8GB"; None: half the device's memory (a CPU: half the host's, or
+    # of what is available now, if less). Used when eval.batch_tokens is None.
+    config.eval.memory_budget = ml_collections.config_dict.placeholder(str)
     # Score at most this many tokens per length (0: the whole split); the count is reported.
     config.eval.max_tokens = 0
     # Positions of evaluation windows: "as_trained" (randomized if train.positions is, as in

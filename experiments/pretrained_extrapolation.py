@@ -57,7 +57,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--multiples", type=_ints, default=(1, 2, 4, 8), help="e.g. 1,2,4,8")
     parser.add_argument("--factor", type=int, default=None, help="RoPE s (default max multiple)")
     parser.add_argument("--max-tokens", type=int, default=0, help="tokens scored per length")
-    parser.add_argument("--batch-tokens", type=int, default=65_536, help="tokens per batch")
+    parser.add_argument(
+        "--batch-tokens",
+        type=int,
+        default=None,
+        help="tokens per batch (default: each run's own; unset, sized from the memory budget)",
+    )
     args = parser.parse_args(argv)
     workdir = args.workdir or os.path.join(
         "runs", "pretrained_extrapolation" + ("_tiny" if args.variant else "")

@@ -875,8 +875,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         print(
             f"posenc {args.command}: error: ran out of memory ({_first_line(e)}); lower "
-            "train.batch_size or eval.batch_tokens (task runs: eval.examples), train.seq_len or "
-            "eval.lengths, or model.attention_block_size",
+            "train.batch_size or eval.batch_tokens/eval.memory_budget (task runs: "
+            "eval.examples), model.loss_chunk, train.seq_len or eval.lengths, or "
+            "model.attention_block_size",
             file=sys.stderr,
         )
         return 2

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 from posenc import kinds
-from posenc.models.losses import smoothed_token_loss, token_loss
+from posenc.models.losses import chunked_token_losses, smoothed_token_loss, token_loss
 
 
 def _log_softmax64(row: np.ndarray) -> np.ndarray:
@@ -94,6 +94,21 @@ def test_plain_token_loss_is_the_float64_cross_entropy():
     np.testing.assert_allclose(got, expected, rtol=1e-5)
 
 
+class _FixedLogits:
+    """A stand-in model whose hidden states are fixed logits and whose head is the identity,
+    scored two target positions at a time."""
+
+    def __init__(self, logits: np.ndarray):
+        self.logits = jnp.asarray(logits)
+
+    def hidden_states(self, src, tgt_in, *, src_mask=None, rng=None):
+        return self.logits
+
+    def token_losses(self, hidden, targets, **options):
+        rows = targets.shape[0]
+        return chunked_token_losses(hidden, targets, lambda x: x, chunk=2 * rows, **options)
+
+
 def test_the_translation_step_averages_the_smoothed_loss_over_real_target_tokens_only():
     # The translation kind's loss with a stand-in model returning fixed logits: the padded
     # positions (tgt_mask 0) must not count, whatever their logits and targets.
@@ -108,8 +123,7 @@ def test_the_translation_step_averages_the_smoothed_loss_over_real_target_tokens
         "tgt_mask": jnp.asarray(mask),
     }
     config = ml_collections.ConfigDict({"train": {"label_smoothing": 0.1}})
-    model = lambda src, tgt_in, src_mask, rng: jnp.asarray(logits)  # noqa: E731
-    step = kinds.get("translation").loss(config, model, batch, jax.random.key(0))
+    step = kinds.get("translation").loss(config, _FixedLogits(logits), batch, jax.random.key(0))
     loss, loss_sum = step.mean, step.loss_sum
     real = mask.astype(bool)
     expected = _naive_smoothed(logits, targets, 0.1)[real].mean()

@@ -184,9 +184,14 @@ def _last_losses(
 
 @jax.jit
 def _forward(graphdef, state, inputs):
-    return nnx.merge(graphdef, state)(inputs)
+    """The logits of each row's last position only ``[b, 1, V]`` (the others are not read)."""
+    model = nnx.merge(graphdef, state)
+    return model.head(model.hidden_states(inputs)[:, -1:])
 
 
 @functools.partial(jax.jit, static_argnums=(4,))
 def _forward_memory(graphdef, state, inputs, memory, mem_len):
-    return memory_lib.forward(nnx.merge(graphdef, state), inputs, memory, mem_len=mem_len)
+    """The last position's logits ``[b, 1, V]`` and the new memory."""
+    model = nnx.merge(graphdef, state)
+    hidden, memory = memory_lib.hidden_states(model, inputs, memory, mem_len=mem_len)
+    return model.head(hidden[:, -1:]), memory

@@ -152,14 +152,17 @@ class CheckedJit:
         self._static = frozenset(static_argnums)
         self._describe = describe
         self._compiled: dict[Any, jax.stages.Compiled] = {}
+        self._checked: set[Any] = set()
 
     def lower(self, *args: Any) -> jax.stages.Lowered:
         """``jax.jit(fun).lower(*args)``, unchecked (benchmarks compile for themselves)."""
         return self._jit.lower(*args)
 
-    def compile(self, *args: Any) -> jax.stages.Compiled:
+    def compile(self, *args: Any, checked: bool = True) -> jax.stages.Compiled:
         """The executable for arguments shaped like ``args`` (arrays or
-        ``jax.ShapeDtypeStruct``\\ s with their shardings), compiled and checked on first use.
+        ``jax.ShapeDtypeStruct``\\ s with their shardings), compiled on first use and checked
+        before its first run; ``checked=False`` compiles without the check (to read its
+        memory, :func:`required_bytes`, and choose other shapes), and a later call checks.
 
         Raises:
           DoesNotFitError: it needs more memory than one device has.
@@ -169,9 +172,10 @@ class CheckedJit:
         static = tuple(a for i, a in enumerate(args) if i in self._static)
         key = (tree, tuple(_signature(leaf) for leaf in leaves), static)
         if key not in self._compiled:
-            compiled = self._jit.lower(*args).compile(compiler_options())
-            check(compiled, *self._describe(*args))
-            self._compiled[key] = compiled
+            self._compiled[key] = self._jit.lower(*args).compile(compiler_options())
+        if checked and key not in self._checked:
+            check(self._compiled[key], *self._describe(*args))
+            self._checked.add(key)
         return self._compiled[key]
 
     def __call__(self, *args: Any) -> Any:

@@ -21,6 +21,7 @@ from posenc import data as data_lib
 from posenc import encodings
 from posenc.attention import linear as linear_attention
 from posenc.attention.core import IMPLEMENTATIONS
+from posenc.devices import budget as budget_lib
 from posenc.devices.distributed import make_mesh
 from posenc.kinds import stream
 from posenc.kinds.base import EvalContext, RunKind, StepLoss, TrainingData
@@ -49,7 +50,6 @@ from posenc.layers.config import DTYPES
 from posenc.layers.norms import NORMS
 from posenc.models import memory as memory_lib
 from posenc.models.build import assembly, make_encoding, model_config
-from posenc.models.losses import token_loss
 
 
 def training_windows(
@@ -132,10 +132,11 @@ class CausalLM(RunKind):
         """The mean cross entropy over the batch's tokens (over those with weight 1 where the
         batch has ``weights``: a masked LM's chosen tokens, a task's targets)."""
         if memory is not None:
-            logits, memory = memory_lib.forward(model, batch["inputs"], memory, rng=rng)
+            hidden, memory = memory_lib.hidden_states(model, batch["inputs"], memory, rng=rng)
         else:
-            logits = model(batch["inputs"], batch.get("positions"), rng=rng)
-        losses = token_loss(logits, batch["targets"])  # [B, T]
+            hidden = model.hidden_states(batch["inputs"], batch.get("positions"), rng=rng)
+        # The logits a chunk at a time (model.loss_chunk), never all [B, T, V] of them.
+        losses = model.token_losses(hidden, batch["targets"]).loss  # [B, T]
         tokens = batch["targets"].size
         if "weights" in batch:
             scored = batch["weights"].sum()
@@ -170,6 +171,7 @@ class CausalLM(RunKind):
             mode=e.mode,
             stride=e.stride,
             batch_tokens=e.batch_tokens,
+            memory_budget=e.get("memory_budget"),
             max_tokens=e.max_tokens,
             split=e.split,
             mesh=inputs.mesh,
@@ -251,7 +253,10 @@ class CausalLM(RunKind):
                 raise ValueError(
                     f"eval.stride={e.stride} must not exceed any of eval.lengths {list(lengths)}"
                 )
-        require_int("eval.batch_tokens", e.batch_tokens)
+        if e.batch_tokens is not None:  # None: sized from eval.memory_budget
+            require_int("eval.batch_tokens", e.batch_tokens)
+        if e.get("memory_budget") is not None:
+            budget_lib.parse_bytes(e.memory_budget, "eval.memory_budget")
         require_int("eval.max_tokens", e.max_tokens, 0)
         if not isinstance(config.data.source, str) or not config.data.source:
             raise ValueError(

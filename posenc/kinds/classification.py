@@ -41,6 +41,7 @@ from posenc.data.classify_batching import (
 )
 from posenc.data.labelled import LabelledSource, encode_labels, get_labelled_source, label_classes
 from posenc.decoding.lm import layer_encodings
+from posenc.devices.budget import MAX_BATCH_TOKENS
 from posenc.kinds import classification_metrics as classify_metrics
 from posenc.kinds.base import EvalContext, RunKind, StepLoss, TrainingData
 from posenc.kinds.common import (
@@ -301,6 +302,8 @@ def evaluate_classifier(
     start = time.perf_counter()
     num_classes = None if classes is None else len(classes)
     train_len, batch_tokens = config.train.seq_len, config.eval.batch_tokens
+    if batch_tokens is None:  # a classifier's outputs are [B, labels]: the fixed count does
+        batch_tokens = MAX_BATCH_TOKENS
     lengths_all = examples.lengths
     outputs, _ = predict(model, examples, [train_len], batch_tokens)
     overall = {
@@ -400,7 +403,8 @@ def validate_classifier(config: ml_collections.ConfigDict) -> None:
     lengths = eval_lengths(config)
     if not lengths or any(not isinstance(n, int) or n < 4 for n in lengths):
         raise ValueError(f"eval.lengths must be integers >= 4, got {list(lengths)}")
-    require_int("eval.batch_tokens", e.batch_tokens)
+    if e.batch_tokens is not None:
+        require_int("eval.batch_tokens", e.batch_tokens)
 
 
 @register

@@ -40,6 +40,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import time
+import warnings
 from collections.abc import Sequence
 from typing import Any
 
@@ -52,13 +53,17 @@ from jax.sharding import NamedSharding
 
 from posenc import data as data_lib
 from posenc.decoding.lm import layer_encodings
+from posenc.devices import budget as budget_lib
 from posenc.devices import fits, sharding
 from posenc.devices.distributed import abstract_on, make_mesh
 from posenc.kinds.common import check_eval_lengths, eval_positions
 from posenc.models import memory as memory_lib
 from posenc.models.lm import Transformer
-from posenc.models.losses import token_loss
 from posenc.workdir.metrics import perplexity
+
+
+class BudgetWarning(UserWarning):
+    """One window a device needs more than the evaluation's memory budget."""
 
 
 def _max_windows(length: int, stride: int, max_tokens: int) -> int | None:
@@ -98,6 +103,7 @@ class Scorer:
         self.mesh = mesh or make_mesh()
         self.masked_lm = masked_lm
         self.graphdef, self.state = nnx.split(model)
+        self.config = model.config
         self.attention = (model.config.attention_impl, model.config.attention_block_size)
         self.batch_sharding = NamedSharding(self.mesh, sharding.batch_spec(self.mesh))
         # Parameters where training keeps them (posenc.devices.sharding's rules; replicated on the
@@ -118,26 +124,122 @@ class Scorer:
         rows, length = batch["inputs"].shape
         what = f"evaluating length {length} in batches of {rows} window{'s' * (rows > 1)}"
         changes = [fits.attention_change(*self.attention), f"leave {length} out of eval.lengths"]
-        if rows > 1:
-            changes.insert(0, "lower eval.batch_tokens (max(1, eval.batch_tokens // L) windows)")
+        config = self.config
+        chunk = config.loss_chunk_tokens
+        if (chunk == 0 or chunk > rows * length // 4) and config.vocab_size > 4096:
+            change = (
+                f"lower model.loss_chunk (now {chunk} tokens of logits at once)"
+                if chunk
+                else "unset model.loss_chunk (now 0: every logit at once; unset: 128 MiB of them)"
+            )
+            changes.insert(0, change)
+        if rows > sharding.batch_shards(self.mesh):
+            changes.insert(
+                0,
+                "leave eval.batch_tokens unset (windows per batch sized from "
+                "eval.memory_budget) or lower it",
+            )
         return what, ", ".join(changes[:-1]) + " or " + changes[-1]
+
+    @property
+    def param_count(self) -> int:
+        """The model's parameters (numbers, over all devices)."""
+        return sum(math.prod(x.shape) for x in jax.tree.leaves(self.state))
+
+    @property
+    def param_bytes(self) -> int:
+        """Bytes of the parameters (the whole model state) one device holds."""
+        return sum(
+            math.prod(x.sharding.shard_shape(x.shape)) * np.dtype(x.dtype).itemsize
+            for x in jax.tree.leaves(self.state)
+        )
+
+    def abstract_batch(
+        self, rows: int, length: int, positions: bool = False
+    ) -> dict[str, jax.ShapeDtypeStruct]:
+        """The shapes, dtypes and shardings of a batch of ``rows`` windows of ``length`` tokens
+        as :meth:`score` places it (``positions``: randomized positions too)."""
+        fields = {"inputs": jnp.int32, "targets": jnp.int32, "mask": jnp.float32}
+        if positions:
+            fields["positions"] = jnp.int32
+        shape = (rows, length)
+        return {
+            k: jax.ShapeDtypeStruct(shape, t, sharding=self._window_sharding(shape))
+            for k, t in fields.items()
+        }
+
+    def rows(
+        self,
+        length: int,
+        batch_tokens: int | None = None,
+        memory_budget: int | None = None,
+        positions: bool = False,
+        windows: int | None = None,
+    ) -> int:
+        """Windows per batch at ``length``, a multiple of the ways a batch's rows are split.
+
+        With ``batch_tokens`` (``eval.batch_tokens``): ``max(1, batch_tokens // length)``.
+        Without: the most rows whose estimated memory fits ``memory_budget`` bytes per device
+        and that the work of a batch needs (:func:`posenc.devices.budget.eval_rows`; None: no
+        budget, the caps alone), then,
+        while the compiled program (XLA's buffer assignment) needs more than the budget, fewer
+        (the program for the rows chosen is compiled once, and the batches run it).
+        ``positions``: the batches carry randomized positions; ``windows``: the windows to
+        score, past which a sized batch takes no rows (only padding).
+        """
+        devices = sharding.batch_shards(self.mesh)
+        if batch_tokens is not None:
+            rows = max(1, batch_tokens // length)
+            return -(-rows // devices) * devices  # a multiple of the device count
+        rows = budget_lib.eval_rows(
+            self.config, self.param_bytes, length, memory_budget, devices, self.param_count, windows
+        )
+        if memory_budget is None:
+            return rows
+        while True:
+            batch = self.abstract_batch(rows, length, positions)
+            need = fits.required_bytes(self._score.compile(self.state, batch, checked=False))
+            if need is None or need <= memory_budget:
+                return rows
+            if rows == devices:
+                break
+            # Rows in proportion to the room over the parameters, and at least one fewer.
+            room = max(0, memory_budget - self.param_bytes) / max(1, need - self.param_bytes)
+            fewer = int(rows * room) // devices * devices
+            rows = max(devices, min(rows - devices, fewer))
+        # One window a device is over the budget: it runs if the device has the memory (the
+        # check before the first batch refuses it otherwise), and says so.
+        what, change = self._describe(self.state, batch)
+        warnings.warn(
+            f"{what} needs about {fits.gib(need)}, more than the evaluation's memory budget "
+            f"({fits.gib(memory_budget)}, eval.memory_budget); to stay within it, {change}",
+            BudgetWarning,
+            stacklevel=2,
+        )
+        return rows
 
     def _score_batch(self, state, batch):
         model = nnx.merge(self.graphdef, state)
         with sharding.tracing_on(self.mesh):
-            logits = model(batch["inputs"], batch.get("positions"))
-        losses = token_loss(logits, batch["targets"])  # [B, L]
+            hidden = model.hidden_states(batch["inputs"], batch.get("positions"))
+            # The logits a chunk at a time (model.loss_chunk), never all [B, L, V] of them.
+            scored = model.token_losses(
+                hidden, batch["targets"], correct=self.masked_lm is not None
+            )
         mask = batch["mask"]
+        losses = scored.loss  # [B, L]
         if self.masked_lm is None:
             return (losses * mask).sum(axis=0), mask.sum(axis=0)  # [L], [L]
-        correct = (logits.argmax(-1) == batch["targets"]) * mask  # [B, L]
+        correct = scored.correct * mask  # [B, L]
         return (losses * mask).sum(axis=0), mask.sum(axis=0), correct.sum(axis=0)
 
     def _score_with_memory(self, state, batch, memory, mem_len):
         model = nnx.merge(self.graphdef, state)
         with sharding.tracing_on(self.mesh):
-            logits, memory = memory_lib.forward(model, batch["inputs"], memory, mem_len=mem_len)
-        losses = token_loss(logits, batch["targets"])  # [B, L]
+            hidden, memory = memory_lib.hidden_states(
+                model, batch["inputs"], memory, mem_len=mem_len
+            )
+            losses = model.token_losses(hidden, batch["targets"]).loss  # [B, L]
         mask = batch["mask"]
         return (losses * mask).sum(axis=0), mask.sum(axis=0), memory
 
@@ -159,17 +261,15 @@ class Scorer:
                 total += part
         return tuple(sums)
 
+    def compiled(self, rows: int, length: int) -> jax.stages.Compiled:
+        """The scoring of ``rows`` windows of ``length`` tokens compiled as an evaluation
+        compiles it, unchecked (``posenc plan`` reads its memory; cached for :meth:`score`)."""
+        return self._score.compile(self.state, self.abstract_batch(rows, length), checked=False)
+
     def lower(self, rows: int, length: int) -> jax.stages.Lowered:
         """The scoring of ``rows`` windows of ``length`` tokens, lowered for the mesh without
         running it (``posenc plan``)."""
-        fields = {"inputs": jnp.int32, "targets": jnp.int32, "mask": jnp.float32}
-        batch = {
-            k: jax.ShapeDtypeStruct(
-                (rows, length), t, sharding=self._window_sharding((rows, length))
-            )
-            for k, t in fields.items()
-        }
-        return self._score.lower(self.state, batch)
+        return self._score.lower(self.state, self.abstract_batch(rows, length))
 
     def _window_sharding(self, shape: tuple[int, ...]) -> NamedSharding:
         """Where a batch field ``[rows, L, ...]`` goes: rows over ``data`` x ``fsdp`` and, when
@@ -227,7 +327,8 @@ def evaluate(
     *,
     mode: str = "nonoverlapping",
     stride: int | None = None,
-    batch_tokens: int = 65_536,
+    batch_tokens: int | None = None,
+    memory_budget: int | str | None = None,
     max_tokens: int = 0,
     split: str = "validation",
     mesh: jax.sharding.Mesh | None = None,
@@ -246,7 +347,11 @@ def evaluate(
       mode: ``"nonoverlapping"`` or ``"sliding"``.
       stride: sliding mode's stride ``S <= L`` (tokens scored per window).
       batch_tokens: windows per batch = ``max(1, batch_tokens // L)`` rounded up to a multiple
-        of the device count (padding windows are masked).
+        of the device count (padding windows are masked); None: sized from ``memory_budget``
+        (:meth:`Scorer.rows`).
+      memory_budget: what one device's evaluation batch may hold (parameters included) when
+        ``batch_tokens`` is None: bytes, a size such as ``"8GB"`` (``eval.memory_budget``) or
+        None for half the device's memory (:func:`posenc.devices.budget.memory_budget`).
       max_tokens: score at most this many tokens per length (0: all); reported honestly.
       split: name of the split, for messages.
       mesh: device mesh (:func:`posenc.devices.sharding.make_mesh`); default all devices along
@@ -268,6 +373,8 @@ def evaluate(
     check_eval_lengths(len(stream), lengths, split)
     scorer = Scorer(model, mesh, masked_lm)
     devices = sharding.batch_shards(scorer.mesh)  # the ways a batch's rows are split
+    if batch_tokens is None:
+        memory_budget = budget_lib.memory_budget(memory_budget, scorer.param_bytes)
     results = []
     for length in lengths:
         try:
@@ -277,10 +384,19 @@ def evaluate(
         except ValueError as e:
             results.append({"length": int(length), "error": str(e)})
             continue
-        batch = max(1, batch_tokens // length)
-        batch = -(-batch // devices) * devices  # a multiple of the device count
-        start = time.perf_counter()
+        start = time.perf_counter()  # compiling included, as it always was
         if mem_len:
+            if batch_tokens is None:  # with memory, the estimate alone
+                batch = budget_lib.eval_rows(
+                    scorer.config,
+                    scorer.param_bytes,
+                    length,
+                    memory_budget,
+                    devices,
+                    scorer.param_count,
+                )
+            else:
+                batch = scorer.rows(length, batch_tokens)
             windows = data_lib.memory_segments(stream, length, batch, max_tokens)
             batch = -(-windows.rows // devices) * devices  # no batch rows without a part
             loss_sum, count = scorer.score_with_memory(windows, batch, mem_len)
@@ -289,6 +405,9 @@ def evaluate(
             step = length if mode == "nonoverlapping" else stride
             windows = data_lib.eval_windows(
                 stream, length, stride=step, max_windows=_max_windows(length, step, max_tokens)
+            )
+            batch = scorer.rows(
+                length, batch_tokens, memory_budget, positions is not None, windows.num_windows
             )
             loss_sum, count, *correct = scorer.score(windows, batch, positions)
         seconds = time.perf_counter() - start

@@ -50,7 +50,6 @@ from posenc.kinds.masked_lm import validate_masked_objective
 from posenc.kinds.registry import register
 from posenc.models.build import assembly, make_encoding
 from posenc.models.lm import Transformer
-from posenc.models.losses import token_loss
 from posenc.workdir.metrics import perplexity
 
 # Evaluation examples come from this offset of the run's seed, never used by training draws.
@@ -129,9 +128,9 @@ class TaskScorer:
 
     def _score_batch(self, state, inputs, targets, weights, positions):
         model = nnx.merge(self.graphdef, state)
-        logits = model(inputs, positions)
-        losses = token_loss(logits, targets)  # [B, W]
-        correct = (logits.argmax(-1) == targets).astype(jnp.float32) * weights
+        scored = model.token_losses(model.hidden_states(inputs, positions), targets, correct=True)
+        losses = scored.loss  # [B, W]
+        correct = scored.correct.astype(jnp.float32) * weights
         return (losses * weights).sum(-1), correct.sum(-1), weights.sum(-1)  # [B] each
 
     def score(self, batch: dict[str, np.ndarray], positions: np.ndarray | None):

@@ -58,7 +58,6 @@ from posenc.kinds.common import EVAL_SPLITS, require_choice, require_int, valida
 from posenc.kinds.registry import register
 from posenc.models.build import assembly, layer_kinds, make_encoding, model_config
 from posenc.models.encdec import EncoderDecoder, bind_sides
-from posenc.models.losses import smoothed_token_loss, token_loss
 from posenc.models.restore import restore_model
 from posenc.workdir import PRETRAINED_FILE, RunDir
 from posenc.workdir.files import is_run_record
@@ -338,10 +337,11 @@ def translate_ids(
 def _scores(graphdef, state, batch):
     """Summed teacher-forced loss, target tokens and correct arg maxes of one batch."""
     model: EncoderDecoder = nnx.merge(graphdef, state)
-    logits = model(batch["src"], batch["tgt_in"], src_mask=batch["src_mask"])
+    hidden = model.hidden_states(batch["src"], batch["tgt_in"], src_mask=batch["src_mask"])
     weights = batch["tgt_mask"].astype(jnp.float32)
-    losses = token_loss(logits, batch["tgt_out"])
-    correct = (logits.argmax(-1) == batch["tgt_out"]) * weights
+    scored = model.token_losses(hidden, batch["tgt_out"], correct=True)
+    losses = scored.loss
+    correct = scored.correct * weights
     return (losses * weights).sum(), weights.sum(), correct.sum()
 
 
@@ -728,11 +728,14 @@ class Translation(RunKind):
         """The label-smoothed mean loss over the target tokens (``train.label_smoothing``), and
         the plain cross entropy's sum (what the metrics report); the tokens read are both
         sides'."""
-        logits = model(batch["src"], batch["tgt_in"], src_mask=batch["src_mask"], rng=rng)
+        hidden = model.hidden_states(
+            batch["src"], batch["tgt_in"], src_mask=batch["src_mask"], rng=rng
+        )
         weights = batch["tgt_mask"].astype(jnp.float32)
         smoothing = config.train.get("label_smoothing", 0.0)
-        smoothed = smoothed_token_loss(logits, batch["tgt_out"], smoothing)
-        loss_sum = (token_loss(logits, batch["tgt_out"]) * weights).sum()
+        scored = model.token_losses(hidden, batch["tgt_out"], smoothing=smoothing)
+        smoothed = scored.smoothed
+        loss_sum = (scored.loss * weights).sum()
         mean = (smoothed * weights).sum() / jnp.maximum(weights.sum(), 1.0)
         tokens = batch["src_mask"].sum() + batch["tgt_mask"].sum()
         scored = batch["tgt_mask"].sum().astype(jnp.float32)

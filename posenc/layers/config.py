@@ -22,6 +22,10 @@ NORM_POSITIONS = ("pre", "post", "sandwich", "post_branch")
 RESIDUALS = ("sequential", "parallel", "parallel_shared_norm")
 # Rematerialisation of each block in the backward pass (posenc.layers.block.REMAT_POLICIES).
 REMATS = ("none", "full", "dots")
+# Bytes of float32 logits the loss forms at once by default (model.loss_chunk None,
+# posenc.models.losses.chunked_token_losses): 682 tokens of a 49,152-token vocabulary, 130,561 of
+# posenc's 257 byte ids (so byte-level batches are not chunked).
+LOSS_CHUNK_BYTES = 2**27
 
 
 @dataclasses.dataclass(frozen=True)
@@ -86,6 +90,10 @@ class ModelConfig:
         intermediate; ``"full"`` only its input, recomputing the block in the backward pass;
         ``"dots"`` the outputs of the weight matmuls (projections and MLP), recomputing
         attention and the elementwise ops. It changes memory and time, never the numbers.
+      loss_chunk: tokens (rows x positions) whose logits the loss forms at once
+        (:func:`posenc.models.losses.chunked_token_losses`), in training and evaluation; 0:
+        the whole batch's; None: as many as :data:`LOSS_CHUNK_BYTES` of float32 logits hold
+        (:attr:`loss_chunk_tokens`). It changes memory, and the losses only in float rounding.
       window, sinks, qk_norm, qk_norm_placement, softcap, logit_scale, temperature_floor,
         temperature_scale, ssmax: every layer's attention options
         (:class:`posenc.attention.options.AttentionOptions`; a layer kind of ``config.layers``
@@ -126,6 +134,7 @@ class ModelConfig:
     head_transform: str | None = None
     output_bias: bool = False
     remat: str = "none"
+    loss_chunk: int | None = None
     window: str = "full"
     sinks: bool = False
     qk_norm: str = "none"
@@ -155,8 +164,12 @@ class ModelConfig:
                 f"model.num_kv_heads={self.num_kv_heads} must divide model.num_heads="
                 f"{self.num_heads} (each key/value head serves a group of query heads)"
             )
-        if not isinstance(self.mem_len, int) or isinstance(self.mem_len, bool) or self.mem_len < 0:
-            raise ValueError(f"model.mem_len must be an integer >= 0, got {self.mem_len!r}")
+        for field in ("mem_len", "loss_chunk"):
+            value = getattr(self, field)
+            if field == "loss_chunk" and value is None:
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"model.{field} must be an integer >= 0, got {value!r}")
         for field in (
             "causal",
             "tie_embeddings",
@@ -228,6 +241,14 @@ class ModelConfig:
     def dims(self) -> Dims:
         head_dim = self.head_dim or self.model_dim // self.num_heads
         return Dims(num_heads=self.num_heads, head_dim=head_dim, model_dim=self.model_dim)
+
+    @property
+    def loss_chunk_tokens(self) -> int:
+        """Tokens whose logits the loss forms at once: ``loss_chunk``, or for None as many as
+        :data:`LOSS_CHUNK_BYTES` of float32 logits hold (0: all of a batch's)."""
+        if self.loss_chunk is not None:
+            return self.loss_chunk
+        return max(1, LOSS_CHUNK_BYTES // (4 * self.vocab_size))
 
     @property
     def kv_heads(self) -> int:

@@ -37,6 +37,7 @@ from posenc.layers.config import ModelConfig
 from posenc.layers.embed import TokenEmbedding, make_unembed, output_logits
 from posenc.layers.norms import model_norm
 from posenc.models.lm import Stack, bind_encoding, default_positions
+from posenc.models.losses import TokenLosses, chunked_token_losses
 
 
 def bind_sides(config: ModelConfig, encoding: Encoding) -> tuple[Encoding, Encoding]:
@@ -137,10 +138,53 @@ class EncoderDecoder(nnx.Module):
         Returns:
           ``[B, T, vocab_size]`` float32 logits.
         """
+        return self.head(
+            self.hidden_states(
+                src,
+                tgt,
+                src_mask=src_mask,
+                src_positions=src_positions,
+                tgt_positions=tgt_positions,
+                rng=rng,
+            )
+        )
+
+    def hidden_states(
+        self,
+        src: jax.Array,
+        tgt: jax.Array,
+        *,
+        src_mask: jax.Array | None = None,
+        src_positions: jax.Array | None = None,
+        tgt_positions: jax.Array | None = None,
+        rng: jax.Array | None = None,
+    ) -> jax.Array:
+        """The decoder's last block output ``[B, T, D]`` float32 under teacher forcing, before
+        :meth:`head` (what :meth:`token_losses` reads); arguments as for :meth:`__call__`."""
         enc_rng, dec_rng = jax.random.split(rng) if rng is not None else (None, None)
         encoded, src_mask = self.encode(src, src_mask, src_positions, rng=enc_rng)
         cross = self.cross_caches(encoded, src_mask)
-        return self.decode_forward(tgt, cross, tgt_positions, rng=dec_rng)[0]
+        return self._decoder_blocks(tgt, cross, tgt_positions, dec_rng)[0]
+
+    def token_losses(
+        self,
+        hidden: jax.Array,
+        targets: jax.Array,
+        *,
+        smoothing: float | None = None,
+        correct: bool = False,
+    ) -> TokenLosses:
+        """Per-token cross entropy of :meth:`hidden_states` against ``targets [B, T]``, the
+        logits formed ``model.loss_chunk`` tokens at a time (by default as many as 128 MiB hold)
+        (:func:`posenc.models.losses.chunked_token_losses`)."""
+        return chunked_token_losses(
+            hidden,
+            targets,
+            self.head,
+            chunk=self.config.loss_chunk_tokens,
+            smoothing=smoothing,
+            correct=correct,
+        )
 
     def encode(
         self,
@@ -183,6 +227,17 @@ class EncoderDecoder(nnx.Module):
     ) -> tuple[jax.Array, list[LayerCache]]:
         """The decoder over a whole target window: logits ``[B, T, V]`` float32 and each
         layer's :class:`LayerCache` (the prefill of a cached decoder)."""
+        x, caches = self._decoder_blocks(tgt, cross, positions, rng)
+        return self.head(x), caches
+
+    def _decoder_blocks(
+        self,
+        tgt: jax.Array,
+        cross: list[CrossCache],
+        positions: jax.Array | None,
+        rng: jax.Array | None,
+    ) -> tuple[jax.Array, list[LayerCache]]:
+        """The decoder's last block output and each layer's cache (before the head)."""
         config, stack = self.config, self.decoder
         given = default_positions(stack.encoding, positions, tgt.shape[1])
         positions = given.astype(jnp.int32)
@@ -196,7 +251,7 @@ class EncoderDecoder(nnx.Module):
                 x, positions, shared, None if rngs is None else rngs[i], cross=c
             )
             caches.append(cache)
-        return self.head(x), caches
+        return x, caches
 
     def decode(
         self,

@@ -44,6 +44,7 @@ from posenc.layers.embed import (
 from posenc.layers.norms import model_norm
 from posenc.layers.params import encoder_params, values
 from posenc.layers.pattern import LayerKind, layer_of
+from posenc.models.losses import TokenLosses, chunked_token_losses
 
 # Folded into the model's key for `augment_positions` (any constant; "CAPE" in ASCII).
 _AUGMENT_STREAM = 0x43415045
@@ -288,6 +289,45 @@ class Transformer(Stack):
     ) -> tuple[jax.Array, list[LayerCache]]:
         """:meth:`__call__`'s logits and each layer's :class:`LayerCache` of the window (the
         prefill of :mod:`posenc.decoding`); arguments as for :meth:`__call__`."""
+        x, caches = self._blocks(tokens, positions, rng)
+        return self.head(x), caches
+
+    def hidden_states(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array | None = None,
+        *,
+        rng: jax.Array | None = None,
+    ) -> jax.Array:
+        """The last block's output ``[B, T, D]`` float32, before :meth:`head` (what
+        :meth:`token_losses` reads); arguments as for :meth:`__call__`."""
+        return self._blocks(tokens, positions, rng)[0]
+
+    def token_losses(
+        self,
+        hidden: jax.Array,
+        targets: jax.Array,
+        *,
+        smoothing: float | None = None,
+        correct: bool = False,
+    ) -> TokenLosses:
+        """Per-token cross entropy of :meth:`hidden_states` against ``targets [B, T]``, the
+        logits formed ``model.loss_chunk`` tokens at a time (by default as many as 128 MiB hold)
+        (:func:`posenc.models.losses.chunked_token_losses`, which says what ``smoothing`` and
+        ``correct`` add)."""
+        return chunked_token_losses(
+            hidden,
+            targets,
+            self.head,
+            chunk=self.config.loss_chunk_tokens,
+            smoothing=smoothing,
+            correct=correct,
+        )
+
+    def _blocks(
+        self, tokens: jax.Array, positions: jax.Array | None, rng: jax.Array | None
+    ) -> tuple[jax.Array, list[LayerCache]]:
+        """The last block's output and each layer's cache (:meth:`forward` before the head)."""
         config = self.config
         given = default_positions(self.encoding, positions, tokens.shape[1])  # [B|1, T]
         positions = given.astype(jnp.int32)
@@ -300,7 +340,7 @@ class Transformer(Stack):
         for i, block in enumerate(self.blocks):
             x, cache = block.forward(x, positions, shared[i], None if rngs is None else rngs[i])
             caches.append(cache)
-        return self.head(x), caches
+        return x, caches
 
     def decode(
         self,

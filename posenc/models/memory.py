@@ -47,6 +47,21 @@ def forward(
     rng: jax.Array | None = None,
     mem_len: int | None = None,
 ) -> tuple[jax.Array, jax.Array]:
+    """:func:`hidden_states` through the model's head: ``[B, T, V]`` float32 logits and the new
+    memory; arguments as for :func:`hidden_states`."""
+    x, new_memory = hidden_states(model, tokens, memory, positions, rng=rng, mem_len=mem_len)
+    return model.head(x), new_memory
+
+
+def hidden_states(
+    model: Transformer,
+    tokens: jax.Array,
+    memory: jax.Array,
+    positions: jax.Array | None = None,
+    *,
+    rng: jax.Array | None = None,
+    mem_len: int | None = None,
+) -> tuple[jax.Array, jax.Array]:
     """The model over one segment with the memory of the tokens before it.
 
     Args:
@@ -61,8 +76,10 @@ def forward(
         Evaluation may keep more than training did.
 
     Returns:
-      ``[B, T, V]`` float32 logits and the new memory ``[L, B, min(mem_len, M + T), D]``, the
-      last ``mem_len`` states of ``concat(memory_l, input_l)`` per layer, gradient stopped.
+      The last block's output ``[B, T, D]`` float32 (before the head: ``model.head`` gives
+      the logits, ``model.token_losses`` the losses) and the new memory
+      ``[L, B, min(mem_len, M + T), D]``, the last ``mem_len`` states of
+      ``concat(memory_l, input_l)`` per layer, gradient stopped.
     """
     config, encoding = model.config, model.encoding
     t = tokens.shape[1]
@@ -105,8 +122,7 @@ def forward(
     for i, block in enumerate(model.blocks):
         inputs.append(x)
         x = block(x, positions, shared[i], None if rngs is None else rngs[i], memory=memory[i])
-    logits = model.head(x)
     keep = config.mem_len if mem_len is None else mem_len
     states = jnp.concatenate([memory, jnp.stack(inputs)], axis=2)  # [L, B, M + T, D]
     new_memory = states[:, :, max(0, m + t - keep) :]
-    return logits, jax.lax.stop_gradient(new_memory)
+    return x, jax.lax.stop_gradient(new_memory)

@@ -53,6 +53,7 @@ _IGNORED = (
     "distributed.",
     "mesh.",
     "model.remat",
+    "model.loss_chunk",
 )
 # Evaluation changes that choose how attention is computed, not what: an evaluation on another
 # path (blocked attention for a long window, say) scores the same model, in the same column.

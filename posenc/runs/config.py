@@ -195,10 +195,18 @@ EVAL_MAY_CHANGE = (
     "distributed.",
     "mesh.",
     "model.remat",
+    "model.loss_chunk",
     "train.progress",
 )
 # Of those, the fields that do not change the numbers an evaluation reports.
-_EVAL_NEUTRAL = ("data.data_dir", "distributed.", "mesh.", "model.remat", "train.progress")
+_EVAL_NEUTRAL = (
+    "data.data_dir",
+    "distributed.",
+    "mesh.",
+    "model.remat",
+    "model.loss_chunk",
+    "train.progress",
+)
 
 
 def evaluation_changes(
@@ -249,7 +257,7 @@ def evaluation_changes(
         raise ValueError(
             f"evaluation cannot change {what}: that changes what was trained. An evaluation may "
             "change the eval section, model.attention_impl (not to or from a linear path), "
-            "model.attention_block_size, "
+            "model.attention_block_size, model.loss_chunk, "
             f"data.data_dir and the encoder's evaluation settings ({hparams}); train another "
             "run for the rest"
         )

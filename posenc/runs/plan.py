@@ -34,7 +34,6 @@ import dataclasses
 import json
 import math
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -47,8 +46,6 @@ import ml_collections
 
 # What can be planned (``posenc plan --only``).
 PARTS = ("train", "eval")
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12}
-_UNITS.update({"KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40})
 # The longest window: positions (and the attention's comparisons of them) are int32.
 MAX_LENGTH = 2**31 - 1
 
@@ -59,22 +56,15 @@ class PlanFailed(RuntimeError):
 
 
 def parse_bytes(text: str) -> int:
-    """``"80GB"`` (10^9), ``"80GiB"`` (2^30), ``"512MB"``, ``"1e9"`` -> bytes.
+    """``"80GB"`` (10^9), ``"80GiB"`` (2^30), ``"512MB"``, ``"1e9"`` -> bytes
+    (:func:`posenc.devices.budget.parse_bytes`).
 
     Raises:
       ValueError: one line naming the value and the accepted forms.
     """
-    match = re.fullmatch(r"\s*([0-9.eE+]+)\s*([KMGT]i?B|B)?\s*", text, flags=re.IGNORECASE)
-    try:
-        value = float(match.group(1)) if match else -1.0
-    except ValueError:
-        value = -1.0
-    if value <= 0:
-        raise ValueError(
-            f"--device-memory must be a size such as 80GB (10^9 bytes) or 80GiB (2^30), got "
-            f"{text!r}"
-        )
-    return int(value * _UNITS[(match.group(2) or "").upper()])
+    from posenc.devices.budget import parse_bytes as parse
+
+    return parse(text, "--device-memory")
 
 
 @dataclasses.dataclass
@@ -134,8 +124,9 @@ class Plan:
             ]
         if self.eval:
             e = self.eval
+            sized = f", sized from a {_gib(e['budget'])} budget" if "budget" in e else ""
             lines.append(
-                f"  evaluation ({e['rows']} x {e['length']} tokens): temporaries "
+                f"  evaluation ({e['rows']} x {e['length']} tokens{sized}): temporaries "
                 f"{_gib(e['temporaries'])}, peak {_gib(e['peak'])}"
             )
         if self.device_memory is None:
@@ -195,10 +186,27 @@ def remedies(plan: Plan, config: ml_collections.ConfigDict) -> list[str]:
             out.append(f"a shorter train.seq_len (now {t['length']}; one window per device)")
     if e and e["peak"] > memory:
         rows = e["rows"] // shards
-        if rows > 1:
+        if rows > 1 and config.eval.batch_tokens is None:
+            out.append(
+                f"a smaller eval.memory_budget (now {config.eval.get('memory_budget')}; {rows} "
+                f"windows of {e['length']} tokens per device)"
+            )
+        elif rows > 1:
             out.append(
                 f"a smaller eval.batch_tokens (now {config.eval.batch_tokens}; {rows} windows of "
                 f"{e['length']} tokens per device)"
+            )
+        from posenc.layers.config import LOSS_CHUNK_BYTES
+
+        vocab = config.model.get("vocab_size", 0)
+        chunk = config.model.get("loss_chunk")
+        chunk = max(1, LOSS_CHUNK_BYTES // (4 * vocab)) if chunk is None and vocab else chunk
+        tokens = e["rows"] * e["length"]
+        logits = 4 * vocab * (min(chunk, tokens) if chunk else tokens) // shards  # float32
+        if logits >= 0.1 * e["peak"]:
+            out.append(
+                f"a smaller model.loss_chunk (now {chunk}; the loss holds about {_gib(logits)} of "
+                "logits at once)"
             )
         out.append(
             f"more mesh.context (now {mesh['context']}; splits each {e['length']}-token window "
@@ -244,6 +252,7 @@ def plan(
     import jax
 
     parts = _check_parts(config, parts)
+    config = _with_budget(config, device_memory)
     local = devices is None or devices == jax.device_count()
     _check_mesh(config, jax.device_count() if local else devices, parts)
     say = _say if progress else _quiet
@@ -256,6 +265,25 @@ def plan(
 
             device_memory = fits.device_memory()
     return Plan(**result, device_memory=device_memory, config=config)
+
+
+def _with_budget(
+    config: ml_collections.ConfigDict, device_memory: int | None
+) -> ml_collections.ConfigDict:
+    """``config`` with ``eval.memory_budget`` set to the share of ``device_memory`` an
+    evaluation takes by default (:data:`posenc.devices.budget.DEFAULT_SHARE`), where the
+    evaluation is sized from a budget and none is given: the plan then sizes the batches of
+    the devices planned for, not of this machine. Unchanged otherwise."""
+    e = config.get("eval")
+    if device_memory is None or e is None or e.get("batch_tokens", 0) is not None:
+        return config
+    if e.get("memory_budget") is not None:
+        return config
+    from posenc.devices.budget import DEFAULT_SHARE
+
+    config = ml_collections.ConfigDict(config.to_dict())
+    config.eval.memory_budget = str(int(DEFAULT_SHARE * device_memory))
+    return config
 
 
 def _say(text: str) -> None:
@@ -437,6 +465,7 @@ def _compile(
     from flax import nnx
 
     from posenc import kinds
+    from posenc.devices import budget as budget_lib
     from posenc.devices import sharding
     from posenc.kinds.stream import Scorer
     from posenc.models import build
@@ -473,11 +502,20 @@ def _compile(
     if "eval" in parts and lengths and kind.plan_eval:
         scorer = Scorer(nnx.eval_shape(lambda: build(config)), mesh)
         length = max(lengths)
-        shards = sharding.batch_shards(mesh)
-        rows = -(-max(1, config.eval.batch_tokens // length) // shards) * shards
-        with _compiling(say, f"the evaluation ({rows} x {length} tokens, {_layers(config)})"):
-            scored = _memory(scorer.lower(rows, length).compile(_options()))
-        result["eval"] = {**scored, "rows": rows, "length": length}
+        e = config.eval
+        if e.batch_tokens is not None:
+            rows = scorer.rows(length, e.batch_tokens)
+            with _compiling(say, f"the evaluation ({rows} x {length} tokens, {_layers(config)})"):
+                scored = _memory(scorer.lower(rows, length).compile(_options()))
+            sized = {}
+        else:  # windows per batch from the budget, as the evaluation sizes them
+            budget = budget_lib.memory_budget(e.get("memory_budget"), scorer.param_bytes)
+            what = f"the evaluation ({length}-token windows sized from a budget, {_layers(config)})"
+            with _compiling(say, what):
+                rows = scorer.rows(length, None, budget)
+                scored = _memory(scorer.compiled(rows, length))
+            sized = {"budget": budget} if budget is not None else {}
+        result["eval"] = {**scored, "rows": rows, "length": length, **sized}
         if "train" not in parts:
             result["params"] = _bytes_per_device(scorer.state)
     if result["train"] is None and result["eval"] is None:

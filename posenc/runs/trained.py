@@ -32,7 +32,6 @@ from posenc import kinds
 from posenc.data.hf_tokenizer import make_tokenizer
 from posenc.models.build import assembly
 from posenc.models.lm import Transformer
-from posenc.models.losses import token_loss
 from posenc.models.restore import restore_model
 from posenc.runs.config import (
     apply_overrides,
@@ -82,6 +81,7 @@ class TrainedRun:
         self.tokenizer = make_tokenizer(config.data.get("tokenizer", "bytes"))
         graphdef, self._state = nnx.split(model)
         self._forward = jax.jit(lambda state, t, p: nnx.merge(graphdef, state)(t, p))
+        self._losses = jax.jit(lambda state, t, p: _window_losses(nnx.merge(graphdef, state), t, p))
 
     def __repr__(self) -> str:
         changed = f", changes={self.changes}" if self.changes else ""
@@ -139,10 +139,14 @@ class TrainedRun:
                 f"{self.workdir} is a {kind.objective} run: next-token losses are not "
                 "its loss; use run.evaluate() (masked tokens, as it was trained) or run.logits()"
             )
+        if not isinstance(self.model, Transformer):
+            self.logits(tokens, positions)  # the one-line refusal of a model of another shape
         tokens = np.asarray(tokens)
-        logits = self.logits(tokens, positions)
-        targets = tokens[..., 1:].astype(np.int32)
-        return np.asarray(token_loss(jnp.asarray(logits[..., :-1, :]), jnp.asarray(targets)))
+        batch = jnp.asarray(tokens if tokens.ndim == 2 else tokens[None], jnp.int32)
+        if positions is not None:
+            positions = jnp.asarray(positions, jnp.int32)
+        out = np.asarray(self._losses(self._state, batch, positions))
+        return out if tokens.ndim == 2 else out[0]
 
     def evaluate(self, lengths: Sequence[int] | None = None, progress: bool = False) -> dict:
         """Evaluates this model as ``posenc eval`` does (every window of the split, exact sums)
@@ -184,3 +188,10 @@ def load_run(workdir: str, overrides: Mapping[str, Any] | Sequence[str] = ()) ->
     validate(config)
     model, step = restore_model(run, config)
     return TrainedRun(workdir, config, changes, model, step)
+
+
+def _window_losses(model: Transformer, tokens: jax.Array, positions: jax.Array | None) -> jax.Array:
+    """``[B, T - 1]`` next-token losses over windows ``[B, T]``, the logits formed a chunk at a
+    time (``model.loss_chunk``)."""
+    hidden = model.hidden_states(tokens, positions)[:, :-1]  # the last position predicts nothing
+    return model.token_losses(hidden, tokens[:, 1:]).loss

@@ -52,7 +52,8 @@ class Plan:
       factor: RoPE scaling's ``s``; None: the largest multiple.
       train_len: ``L`` for every model instead of the one its config states (small test models).
       max_tokens: tokens scored per length (0: the whole split).
-      batch_tokens: tokens per evaluation batch.
+      batch_tokens: tokens per evaluation batch; None: the run's own ``eval.batch_tokens``
+        (unset: batches sized from the memory budget, docs/evaluation.md).
       methods: the RoPE methods (names of :data:`ROPE_METHODS`; None is always scored).
     """
 
@@ -60,7 +61,7 @@ class Plan:
     factor: int | None = None
     train_len: int | None = None
     max_tokens: int = 0
-    batch_tokens: int = 65_536
+    batch_tokens: int | None = None
     methods: tuple[str | None, ...] = ROPE_METHODS
 
     def __post_init__(self):
@@ -174,9 +175,10 @@ def score_model(
     common = [
         f"eval.lengths={','.join(map(str, lengths.values()))}",
         f"eval.max_tokens={plan.max_tokens}",
-        f"eval.batch_tokens={plan.batch_tokens}",
         "eval.mode=nonoverlapping",
     ]
+    if plan.batch_tokens is not None:
+        common.append(f"eval.batch_tokens={plan.batch_tokens}")
     if data_dir:
         common.append(f"data.data_dir={data_dir}")
     scopes = rope_scopes(config)

@@ -224,6 +224,7 @@ ADDED_FIELDS = {
     "eval.generate": True,
     "model.mem_len": 0,
     "eval.mem_len": None,
+    "eval.memory_budget": None,
     "train.order": "auto",
     "data.tokenizer": "bytes",
     # The architecture options of posenc.layers.config.ModelConfig, at posenc's defaults.
@@ -242,6 +243,8 @@ ADDED_FIELDS = {
     "model.head_transform": None,
     "model.output_bias": False,
     "model.remat": "none",
+    # Runs before it formed all logits at once; chunks give the same losses (float rounding).
+    "model.loss_chunk": None,
     # The attention options (posenc.attention.options) and the layer pattern, off.
     "model.window": "full",
     "model.sinks": False,

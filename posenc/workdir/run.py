@@ -79,6 +79,7 @@ RESUMABLE = (
     "distributed.",
     "mesh.",
     "model.remat",
+    "model.loss_chunk",
     "data.data_dir",
 )
 
