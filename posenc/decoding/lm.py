@@ -225,8 +225,10 @@ def _named(kind: str | None, encoding: Encoding) -> Iterator[None]:
 
 
 def _last_logits_impl(graphdef, state, tokens, positions):
-    """The model's last-position logits ``[B, V]`` for ``tokens [B, T]``."""
-    return nnx.merge(graphdef, state)(tokens, positions)[:, -1]
+    """The model's last-position logits ``[B, V]`` for ``tokens [B, T]`` (the head on the last
+    position alone: a long prompt's ``[B, T, V]`` logits are never formed)."""
+    model = nnx.merge(graphdef, state)
+    return model.head(model.hidden_states(tokens, positions)[:, -1:])[:, 0]
 
 
 def _generate_impl(
@@ -241,7 +243,7 @@ def _generate_impl(
     model = nnx.merge(graphdef, state)
     b, p = prompts.shape
     s = p + num_new
-    logits, prefill = model.forward(prompts, positions[:, :p])  # [B, P, V]
+    first, prefill = model.prefill(prompts, positions[:, :p])  # [B, V]: no [B, P, V] logits
     plan = window_lib.layouts(model, s) if window_cache else ()
     windowed = any(layout.kind != "full" for layout in plan)
     if windowed:
@@ -256,7 +258,6 @@ def _generate_impl(
             )
             for layer in prefill
         ]
-    first = logits[:, -1]  # [B, V]
     buffer = jnp.zeros((b, s), jnp.int32).at[:, :p].set(prompts)
     buffer = buffer.at[:, p].set(jnp.argmax(first, -1).astype(jnp.int32))
 

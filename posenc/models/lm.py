@@ -292,6 +292,15 @@ class Transformer(Stack):
         x, caches = self._blocks(tokens, positions, rng)
         return self.head(x), caches
 
+    def prefill(
+        self, tokens: jax.Array, positions: jax.Array | None = None
+    ) -> tuple[jax.Array, list[LayerCache]]:
+        """The last position's logits ``[B, V]`` and each layer's :class:`LayerCache` (what
+        cached decoding starts from): :meth:`forward` with the head on the last position alone,
+        so a long prompt's ``[B, T, V]`` logits are never formed."""
+        x, caches = self._blocks(tokens, positions, None)
+        return self.head(x[:, -1:])[:, 0], caches
+
     def hidden_states(
         self,
         tokens: jax.Array,
