@@ -116,7 +116,22 @@ def test_rope_scopes_are_the_global_rope_layers():
         "full_attention": {"encoding": "rope", "hparams": {"base": 1e6}},
     }
     pattern = ("sliding_attention", "full_attention")
-    assert pe.rope_scopes(_config("rope", pattern, gemma3)) == ["layers.kinds.full_attention"]
+    config = _config("rope", pattern, gemma3)
+    assert pe.rope_scopes(config) == ["layers.kinds.full_attention"]
+    # ... and the overrides set that kind's RoPE alone.
+    from posenc.runs.config import apply_overrides
+
+    scaled = apply_overrides(config, pe.scope_overrides(pe.rope_scopes(config), "yarn", 4, 64))
+    assert scaled.layers.kinds.full_attention.hparams.to_dict() == {
+        "base": 1e6,
+        "scaling": "yarn",
+        "factor": 4,
+        "original_max_len": 64,
+    }
+    assert scaled.layers.kinds.sliding_attention.hparams.to_dict() == {"base": 1e4}
+    assert scaled.encoding.hparams.to_dict() == config.encoding.hparams.to_dict()
+    plain = pe.scope_overrides(["encoding"], "linear", 2, 8)
+    assert plain[0] == "encoding.hparams.scaling='linear'"
     # Cohere2: RoPE on the windowed layers, none on the global ones: nothing to scale.
     cohere2 = {"sliding_attention": local, "full_attention": {"encoding": "nope"}}
     assert pe.rope_scopes(_config("rope", pattern, cohere2)) == []

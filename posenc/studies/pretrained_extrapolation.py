@@ -157,6 +157,17 @@ def rope_scopes(config: ml_collections.ConfigDict) -> list[str]:
     return scopes
 
 
+def scope_overrides(
+    scopes: Sequence[str], method: str | None, factor: int, train_len: int
+) -> list[str]:
+    """The overrides that put each scope's RoPE (:func:`rope_scopes`) under ``method``."""
+    return [
+        scope + o.removeprefix("encoding")  # scaling_overrides names the model's encoder
+        for scope in scopes
+        for o in scaling_overrides(method, factor, train_len)
+    ]
+
+
 def _hparams(config: ml_collections.ConfigDict, scope: str) -> dict[str, Any]:
     node = config
     for part in scope.split("."):
@@ -187,11 +198,7 @@ def score_model(
     methods = [m for m in plan.methods if m] if rope else []
     rows = []
     for method in [None, *methods]:
-        scaling = [
-            f"{scope}.{o}"
-            for scope in scopes
-            for o in scaling_overrides(method, plan.scaling_factor, train_len)
-        ]
+        scaling = scope_overrides(scopes, method, plan.scaling_factor, train_len)
         settings = apply_overrides(config, common + scaling)
         if progress:
             print(f"{name}: {LABELS[method]} at {list(lengths.values())}", flush=True)
