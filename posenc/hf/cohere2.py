@@ -37,11 +37,8 @@ from posenc.hf.family import (
     common_misfits,
     copy,
     embeddings,
-    head_bias,
-    heads_in,
-    heads_out,
     hf_tied,
-    linear,
+    llama_attention_mlp,
     read_model,
     read_sizes,
     register,
@@ -117,27 +114,12 @@ class Cohere2(Family):
 
     def rules(self, spec: Spec) -> list[Rule]:
         m = spec.model
-        d, h, kv, dh, f = m.model_dim, m.num_heads, m.kv_heads, m.dims.head_dim, m.mlp_dim
+        d = m.model_dim
         rules = embeddings(spec, "model.embed_tokens.weight", "lm_head.weight")
         for i in range(m.num_layers):
             hf, at = f"model.layers.{i}.", ("blocks", i)
-            attn, mlp = hf + "self_attn.", hf + "mlp."
-            rules += [
-                copy(hf + "input_layernorm.weight", (*at, "attn_norm", "scale"), (d,)),
-                heads_in(attn + "q_proj.weight", (*at, "attn", "q"), d, h, dh),
-                heads_in(attn + "k_proj.weight", (*at, "attn", "k"), d, kv, dh),
-                heads_in(attn + "v_proj.weight", (*at, "attn", "v"), d, kv, dh),
-                heads_out(attn + "o_proj.weight", (*at, "attn", "o"), h, dh, d),
-                linear(mlp + "gate_proj.weight", (*at, "mlp", "wg", "kernel"), d, f),
-                linear(mlp + "up_proj.weight", (*at, "mlp", "wi", "kernel"), d, f),
-                linear(mlp + "down_proj.weight", (*at, "mlp", "wo", "kernel"), f, d),
-            ]
-            if m.qkv_bias:
-                rules += [
-                    head_bias(attn + f"{n}_proj.bias", (*at, "attn", f"{n}_bias"), heads, dh)
-                    for n, heads in (("q", h), ("k", kv), ("v", kv))
-                ]
-                rules.append(copy(attn + "o_proj.bias", (*at, "attn", "o_bias"), (d,)))
+            rules.append(copy(hf + "input_layernorm.weight", (*at, "attn_norm", "scale"), (d,)))
+            rules += llama_attention_mlp(hf, at, m)
         return rules + [copy("model.norm.weight", ("final_norm", "scale"), (d,))]
 
     def fits(self, spec: Spec) -> list[str]:

@@ -518,9 +518,10 @@ def megatron_layer(hf: str, attention: str, at: Path, m: ModelConfig) -> list[Ru
 
 
 def llama_attention_mlp(hf: str, at: Path, m: ModelConfig) -> list[Rule]:
-    """The attention and MLP of a Llama-style layer as Gemma, OLMo and their successors name
-    them (``self_attn.{q,k,v,o}_proj``, with biases where ``m`` has them; ``mlp.{gate,up,
-    down}_proj`` without) under ``hf``, onto the block ``at``; its norms are the family's."""
+    """The attention and MLP of a Llama-style layer as Llama, Cohere, Gemma, OLMo and their
+    successors name them (``self_attn.{q,k,v,o}_proj``, ``mlp.{gate,up,down}_proj``, each with
+    its bias where ``m`` has one) under ``hf``, onto the block ``at``; its norms are the
+    family's."""
     d, h, kv, dh, f = m.model_dim, m.num_heads, m.kv_heads, m.dims.head_dim, m.mlp_dim
     attn, mlp = hf + "self_attn.", hf + "mlp."
     rules = [
@@ -539,6 +540,11 @@ def llama_attention_mlp(hf: str, at: Path, m: ModelConfig) -> list[Rule]:
         ]
     if m.out_bias:
         rules.append(copy(attn + "o_proj.bias", (*at, "attn", "o_bias"), (d,)))
+    if m.mlp_bias:
+        rules += [
+            copy(mlp + f"{n}_proj.bias", (*at, "mlp", w, "bias"), (size,))
+            for n, w, size in (("gate", "wg", f), ("up", "wi", f), ("down", "wo", d))
+        ]
     return rules
 
 
