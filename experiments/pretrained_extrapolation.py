@@ -24,7 +24,7 @@ from posenc.studies import pretrained_extrapolation as pe
 REPO = os.path.normpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
 # The tiny variant: one randomly initialised folder per family (tests/hf/make_golden.py), read at
 # L = 32 (their max_position_embeddings; BLOOM states none), scored on these stdlib modules.
-TINY_MODELS = ("llama", "gpt_neox", "bloom", "gpt2", "opt")
+TINY_MODELS = ("llama", "gpt_neox", "bloom", "gpt2", "opt", "gemma3", "olmo3", "cohere2", "smollm3")
 TINY_TEXTS = ("textwrap", "string", "bisect", "heapq", "colorsys", "fnmatch", "glob", "shlex")
 
 

@@ -206,7 +206,10 @@ def score_model(
         by_length = {r["length"]: r for r in report["results"]}
         label = "as released" if method is None and released else LABELS[method]
         if method is None and not rope:
-            label = config.encoding.name
+            # A per-layer model without a global RoPE layer (Cohere2) is as released; another
+            # model is named by its encoder (learned, alibi, t5).
+            layered = tuple(config.layers.get("pattern", ())) if "layers" in config else ()
+            label = "as released" if layered else config.encoding.name
         results = {m: by_length[length] for m, length in lengths.items() if length in by_length}
         rows.append(Row(name, label, train_len, results))
     return rows

@@ -461,8 +461,8 @@ FOLDERS: dict[str, list[Folder]] = {
     ),
 }
 # The folders that also get a tokenizer.json (the import and extrapolation tests'): the first of
-# each decoder-only family but Phi-3.
-TOKENIZERS = ("llama", "gpt_neox", "gpt2", "bloom", "opt")
+# each decoder-only family but Phi-3, and the families with layers of several kinds.
+TOKENIZERS = ("llama", "gpt_neox", "gpt2", "bloom", "opt", "gemma3", "olmo3", "cohere2", "smollm3")
 
 
 def language_models(family: str) -> None:
