@@ -56,7 +56,7 @@ from posenc.hf.fields import HFConfig
 from posenc.hf.layer_types import (
     FULL,
     SLIDING,
-    pattern_of,
+    local_global,
     read_layer_types,
     read_rope_global_local,
     rope_entry,
@@ -92,14 +92,6 @@ class Gemma2(Family):
         hf.expect("use_bidirectional_attention", (None, False), None)
         max_len = hf.count("max_position_embeddings", self._max_len)
         types = self._types(hf, sizes["num_layers"])
-        window = nullable(hf, "sliding_window", 4096)  # null: transformers refuses local layers
-        if SLIDING in types and (isinstance(window, bool) or not isinstance(window, int)):
-            raise ValueError(
-                f"{hf.source}: config.json sliding_window={window!r} must be a positive integer "
-                "(the config has sliding_attention layers)"
-            )
-        if SLIDING in types and window < 1:
-            raise ValueError(f"{hf.source}: config.json sliding_window={window} must be >= 1")
         scalar = hf.take("query_pre_attn_scalar", 256)
         if isinstance(scalar, bool) or not isinstance(scalar, int | float) or scalar <= 0:
             raise ValueError(
@@ -127,14 +119,11 @@ class Gemma2(Family):
         )
         # transformers scales the embeddings by sqrt(D) itself, in float32 as posenc does.
         model = dataclasses.replace(model, scale_embeddings=True)
-        local = ropes.get(SLIDING, ropes.get(FULL))
-        hparams, _ = local
-        kinds: dict[str, dict[str, Any]] = {SLIDING: {"window": f"sliding:{window}"}, FULL: {}}
-        if self.qk_norm:  # Gemma 3: the global layers' own RoPE
-            kinds[FULL] = {"encoding": "rope", "hparams": dict(ropes.get(FULL, local)[0])}
-        pattern = pattern_of(types)
-        layers = {"pattern": pattern, "kinds": {k: kinds[k] for k in dict.fromkeys(pattern)}}
-        train_len = min(length for _, length in ropes.values())
+        # Gemma 3: the global layers' own RoPE (null sliding_window: refused, as transformers
+        # refuses local layers without one).
+        hparams, train_len, layers = local_global(
+            hf, types, ropes, default_window=4096, global_rope=self.qk_norm
+        )
         return Spec(model, "lm", "rope", hparams, train_len, layers=layers)
 
     # The config class's max_position_embeddings.

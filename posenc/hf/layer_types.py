@@ -21,6 +21,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from posenc.hf.family import nullable
 from posenc.hf.fields import HFConfig
 from posenc.hf.rope import read_rope, write_rope
 
@@ -178,3 +179,32 @@ def rope_entry(hparams: dict[str, Any], head_dim: int) -> tuple[dict[str, Any], 
     entry = dict(flat.get("rope_scaling") or {"rope_type": "default"})
     entry["rope_theta"] = flat["rope_theta"]
     return entry, dynamic_len
+
+
+def local_global(
+    hf: HFConfig,
+    types: Sequence[str],
+    ropes: dict[str, tuple[dict[str, Any], int]],
+    *,
+    default_window: int,
+    global_rope: bool,
+) -> tuple[dict[str, Any], int, dict[str, Any]]:
+    """``(the model's RoPE hyperparameters, training length, Spec.layers)`` of a model of
+    ``sliding_attention`` and ``full_attention`` layers (Gemma, OLMo 3): the local kind sees the
+    config's ``sliding_window`` (``default_window`` when absent; a ``null`` or non-positive one
+    is refused while local layers exist, as transformers refuses it) on the model's RoPE (the
+    local layers'); the global kind has its own RoPE (``ropes[FULL]``) when ``global_rope``,
+    else the model's. The training length is the shortest of the layer types'."""
+    window = nullable(hf, "sliding_window", default_window)
+    if SLIDING in types and (isinstance(window, bool) or not isinstance(window, int) or window < 1):
+        raise ValueError(
+            f"{hf.source}: config.json sliding_window={window!r} must be a positive integer "
+            "(the config has sliding_attention layers)"
+        )
+    local = ropes.get(SLIDING, ropes.get(FULL))
+    kinds: dict[str, dict[str, Any]] = {SLIDING: {"window": f"sliding:{window}"}, FULL: {}}
+    if global_rope:
+        kinds[FULL] = {"encoding": "rope", "hparams": dict(ropes.get(FULL, local)[0])}
+    pattern = pattern_of(types)
+    layers = {"pattern": pattern, "kinds": {k: kinds[k] for k in dict.fromkeys(pattern)}}
+    return local[0], min(length for _, length in ropes.values()), layers

@@ -37,7 +37,6 @@ from posenc.hf.family import (
     copy,
     linear,
     llama_attention_mlp,
-    nullable,
     read_model,
     read_sizes,
     register,
@@ -48,7 +47,7 @@ from posenc.hf.gemma import _rope_misfits
 from posenc.hf.layer_types import (
     FULL,
     SLIDING,
-    pattern_of,
+    local_global,
     read_layer_types,
     read_rope_global_local,
     rope_entry,
@@ -100,25 +99,12 @@ class Olmo2(Family):
         num_layers = sizes["num_layers"]
         default = [SLIDING if (i + 1) % 4 else FULL for i in range(num_layers)]
         types = read_layer_types(hf, num_layers, default, allowed=(SLIDING, FULL))
-        window = nullable(hf, "sliding_window", 4096)  # null: transformers refuses local layers
-        if SLIDING in types and (
-            isinstance(window, bool) or not isinstance(window, int) or window < 1
-        ):
-            raise ValueError(
-                f"{hf.source}: config.json sliding_window={window!r} must be a positive integer "
-                "(the config has sliding_attention layers)"
-            )
         ropes = read_rope_global_local(
             hf, dh, max_len, types, global_base=500_000.0, local_base=500_000.0
         )
-        hparams = ropes.get(SLIDING, ropes.get(FULL))[0]
-        kinds = {
-            SLIDING: {"window": f"sliding:{window}"},
-            FULL: {"encoding": "rope", "hparams": dict(ropes.get(FULL, (hparams,))[0])},
-        }
-        pattern = pattern_of(types)
-        layers = {"pattern": pattern, "kinds": {k: kinds[k] for k in dict.fromkeys(pattern)}}
-        train_len = min(length for _, length in ropes.values())
+        hparams, train_len, layers = local_global(
+            hf, types, ropes, default_window=4096, global_rope=True
+        )
         return Spec(model, "lm", "rope", hparams, train_len, layers=layers)
 
     def rules(self, spec: Spec) -> list[Rule]:
