@@ -80,6 +80,32 @@ the frequencies changed as Hugging Face's ``rope_scaling`` names them (``s = fac
   chosen by the keys' span as dynamic NTK's length; an attention factor
   ``sqrt(1 + ln s / ln L)``): :mod:`posenc.encodings.rope_bands`.
 
+STRING (an option at evaluation)
+--------------------------------
+
+An et al. 2024, *Why Does the Effective Context Length of LLMs Fall Short?* (official code
+``HKUNLP/STRING``): the distances a model saw least in training are the longest, so at inference
+STRING scores every pair at distance ``d = i - j >= S`` as if it were ``d - S + W`` apart, a
+distance that was well trained, and leaves the nearer pairs as they are::
+
+    P[i, j] = i - j              if i - j < S
+    P[i, j] = i - j - S + W      if i - j >= S          (0 <= W < S; the paper: S ~ L/3, W = 128)
+
+``string_shift = S`` turns it on (None, the default, is RoPE exactly: no hook is added) and
+``string_window = W``. Both are ``eval_safe_hparams``, so ``posenc eval`` may set them on any
+RoPE run or imported RoPE model (``encoding.hparams.string_shift=...``). The encoder then has a
+``content_logits`` hook: given the rotated ``q`` and ``k``, the logit at the shifted distance is
+``(R_{-(S-W)} q) . k`` (the rotated query turned back by ``S - W`` positions with the same,
+scaled, frequencies), so the hook adds ``(R_{-(S-W)} q - q) . k`` to the pairs ``d >= S``. This
+runs on every path that takes content logits (einsum, blocked, xla, the key/value cache) with
+any scaling whose frequencies do not depend on the window's length (not dynamic or longrope).
+Where the sources differ, posenc follows the paper's matrix: the official code's two
+flash-attention calls (a sliding window ``[i - S, i]`` and the shifted queries against keys
+``j <= i - S``) count the pair at ``d = S`` in both, and its rotary tables multiply queries and
+keys by ``0.1 ln 2 + 1``, which the paper's matrix does not say; posenc scores each pair once
+and adds no factor (YaRN's scaling can be combined for one). STRING is defined for causal
+attention (the model refuses it with ``model.causal=False``).
+
 ``scaling=None`` (the default) is plain RoPE, computed exactly as before these options existed;
 it refuses the other scaling hyperparameters away from their defaults (``factor`` without
 ``scaling`` would be ignored, yet recorded in the run and its reports' names). A hyperparameter
@@ -139,6 +165,10 @@ NEEDS_ORIGINAL = _NEED_ORIGINAL  # read by evaluation, which defaults it to the 
 _NTK = ("ntk", "dynamic")
 # Modes whose frequencies depend on the window's length (the keys' span).
 _WINDOWED = ("dynamic", "longrope")
+# STRING's hyperparameters (safe to change at evaluation: it is an inference-time method), and
+# the local window W's default (the paper's 128).
+STRING_HPARAMS = ("string_shift", "string_window")
+_STRING_WINDOW = 128
 
 
 def rotary_dims(head_dim: int, fraction: float = 1.0) -> int:
@@ -152,16 +182,23 @@ def kept_pairs(d: int, rotated_frequencies: float) -> int:
 
 
 def check_rotated_frequencies(
-    rotated_frequencies: float | None, fraction: float, head_dim: int | None = None
+    rotated_frequencies: float | None,
+    fraction: float,
+    head_dim: int | None = None,
+    *,
+    allow_none_rotated: bool = False,
 ) -> None:
     """One-line errors for p-RoPE's ``rotated_frequencies``: in ``(0, 1]``, not combined with
     ``fraction < 1`` (the other convention), and (given ``head_dim``) rotating at least one
-    pair."""
+    pair. With ``allow_none_rotated`` (the functions, and the ``p_rope`` encoder) ``[0, 1]``
+    and a share that rotates no pair are accepted: nothing turns, as NoPE."""
     if rotated_frequencies is None:
         return
-    if not (_is_number(rotated_frequencies) and 0.0 < rotated_frequencies <= 1.0):
+    low = 0.0 if allow_none_rotated else math.nextafter(0.0, 1.0)
+    if not (_is_number(rotated_frequencies) and low <= rotated_frequencies <= 1.0):
+        interval = "[0, 1]" if allow_none_rotated else "(0, 1]"
         raise ValueError(
-            "encoding.rotated_frequencies must be a number in (0, 1] (p-RoPE's share of the "
+            f"encoding.rotated_frequencies must be a number in {interval} (p-RoPE's share of the "
             f"head's frequencies that rotate) or None, got {rotated_frequencies!r}"
         )
     if fraction != 1.0:
@@ -171,6 +208,8 @@ def check_rotated_frequencies(
             "rotary_pct, frequencies over the rotated channels; p-RoPE's, frequencies of the "
             "whole head); set one of them"
         )
+    if allow_none_rotated:
+        return
     if head_dim is not None and kept_pairs(rotary_dims(head_dim), rotated_frequencies) < 1:
         raise ValueError(
             f"encoding.rotated_frequencies={rotated_frequencies!r} rotates no pair of a head of "
@@ -278,6 +317,39 @@ def check_rope(
             f"{d // 2} for this head ({d} rotated channels), got {len(short_factor)}"
         )
     return d
+
+
+def check_string(string_shift: int | None, string_window: int, scaling: str | None) -> None:
+    """One-line errors for STRING's ``string_shift`` ``S`` and ``string_window`` ``W``:
+    integers, ``0 <= W < S``, ``W`` at its default while ``S`` is unset, and no scaling whose
+    frequencies depend on the window's length (the hook sees one tile's positions)."""
+
+    def integer(value) -> bool:
+        return isinstance(value, int) and not isinstance(value, bool)
+
+    if string_shift is None:
+        if string_window != _STRING_WINDOW:
+            raise ValueError(
+                f"encoding.string_window={string_window!r} has no effect without "
+                f"encoding.string_shift (STRING is off); set encoding.string_shift or leave "
+                f"encoding.string_window at {_STRING_WINDOW}"
+            )
+        return
+    if not (integer(string_shift) and string_shift >= 1):
+        raise ValueError(
+            "encoding.string_shift must be a positive integer (STRING's shift S: distances >= S "
+            f"are scored at d - S + W) or None, got {string_shift!r}"
+        )
+    if not (integer(string_window) and 0 <= string_window < string_shift):
+        raise ValueError(
+            "encoding.string_window must be an integer in [0, encoding.string_shift) (STRING's "
+            f"local window W < S={string_shift}), got {string_window!r}"
+        )
+    if scaling in _WINDOWED:
+        raise ValueError(
+            f"encoding.string_shift with encoding.scaling={scaling!r}: that scaling's frequencies "
+            "depend on the whole window, which STRING's tiles do not see; use another scaling"
+        )
 
 
 def span(positions: jax.Array) -> jax.Array:
@@ -439,6 +511,7 @@ def apply_rope(
     short_factor: tuple[float, ...] | None = None,
     long_factor: tuple[float, ...] | None = None,
     rotated_frequencies: float | None = None,
+    resonance_below: float | None = None,
 ) -> jax.Array:
     """Rotates the channels of ``x`` by position-dependent angles.
 
@@ -466,7 +539,9 @@ def apply_rope(
       short_factor, long_factor: ``"longrope"``'s per-pair factors (``d/2`` each).
       rotated_frequencies: p-RoPE's ``p``: frequencies of the whole head, the fastest
         ``floor(p * Dh / 2)`` pairs rotated and the rest left unrotated; None: every pair (module
-        docstring). Not with ``fraction < 1``.
+        docstring). Not with ``fraction < 1``. 0 rotates nothing (NoPE).
+      resonance_below: Resonance RoPE: the (scaled) wavelengths shorter than it rounded to
+        integers (:func:`resonance_frequencies`; ``inf``: all); None: none.
 
     Returns:
       ``[B, T, H, Dh]``, same dtype as ``x``.
@@ -489,6 +564,7 @@ def apply_rope(
         short_factor=short_factor,
         long_factor=long_factor,
         rotated_frequencies=rotated_frequencies,
+        resonance_below=resonance_below,
     )
     angles = positions.astype(jnp.float32)[..., None] * theta  # [B|1, T, d/2]
     return rotate_pairs(x, angles, layout=layout, scale=scale)
@@ -513,11 +589,14 @@ def rotation_setup(
     short_factor: tuple[float, ...] | None = None,
     long_factor: tuple[float, ...] | None = None,
     rotated_frequencies: float | None = None,
+    resonance_below: float | None = None,
 ) -> tuple[jax.Array, jax.Array, float]:
     """What RoPE and xPos share before rotating: the hyperparameters checked, ``positions`` as
     ``[B|1, T]``, the (scaled) frequencies ``theta`` ``[B|1 or 1, d/2]`` and the attention
-    scale of the scaling mode. With ``rotated_frequencies`` (p-RoPE) the lowest frequencies of
-    ``theta`` are 0 (module docstring)."""
+    scale of the scaling mode. With ``resonance_below`` (Resonance RoPE) the scaled wavelengths
+    shorter than it are rounded to integers (:func:`resonance_frequencies`); with
+    ``rotated_frequencies`` (p-RoPE) the lowest frequencies of ``theta`` are then 0 (module
+    docstring)."""
     bands = dict(
         low_freq_factor=low_freq_factor,
         high_freq_factor=high_freq_factor,
@@ -542,10 +621,32 @@ def rotation_setup(
         seq_len=seq_len,
         **bands,
     )
+    if resonance_below is not None:
+        theta = resonance_frequencies(theta, resonance_below)
     if rotated_frequencies is not None:
-        check_rotated_frequencies(rotated_frequencies, fraction, x.shape[-1])
+        check_rotated_frequencies(
+            rotated_frequencies, fraction, x.shape[-1], allow_none_rotated=True
+        )
         theta = jnp.where(jnp.arange(d // 2) < kept_pairs(d, rotated_frequencies), theta, 0.0)
     return positions, theta, attention_scale(scaling, factor, attention_factor, original_max_len)
+
+
+def resonance_frequencies(theta: jax.Array, below: float) -> jax.Array:
+    """Resonance RoPE's frequencies (Wang et al. 2024; :mod:`posenc.encodings.resonance`): each
+    wavelength ``lambda_i = 2 pi / theta_i`` shorter than ``below`` rounded to the nearest
+    integer, ``theta_i -> 2 pi / round(lambda_i)``; the others (and a frequency of 0, p-RoPE's
+    unrotated pairs) kept. ``below = inf`` rounds every wavelength, as the official code does.
+
+    Args:
+      theta: float32 frequencies, after any scaling (``[d/2]`` or ``[B|1, 1, d/2]``).
+      below: the wavelength (in tokens) under which wavelengths are rounded.
+
+    Returns:
+      float32 frequencies of ``theta``'s shape.
+    """
+    wavelength = 2 * math.pi / theta  # inf where theta is 0
+    rounded = 2 * math.pi / jnp.maximum(jnp.round(wavelength), 1.0)
+    return jnp.where(wavelength < below, rounded, theta).astype(jnp.float32)
 
 
 @register
@@ -571,12 +672,15 @@ class RoPE(Encoding):
         ``sqrt(1 + ln s / ln L)``).
       low_freq_factor, high_freq_factor: Llama 3.1's band edges (1 and 4).
       short_factor, long_factor: LongRoPE's per-pair rescale factors.
+      string_shift: STRING's shift ``S`` (module docstring): pairs ``S`` or more tokens apart
+        are scored at distance ``d - S + W``; None (the default): off, plain RoPE.
+      string_window: STRING's local window ``W``, ``0 <= W < S`` (128 in the paper).
     """
 
     name = "rope"
     paper = "Su et al. 2021, RoFormer: Enhanced Transformer with Rotary Position Embedding"
     relative = True
-    eval_safe_hparams = SCALING_HPARAMS
+    eval_safe_hparams = SCALING_HPARAMS + STRING_HPARAMS
 
     base: float = 10000.0
     layout: str = "half"
@@ -592,6 +696,8 @@ class RoPE(Encoding):
     short_factor: tuple[float, ...] | None = None
     long_factor: tuple[float, ...] | None = None
     rotated_frequencies: float | None = None
+    string_shift: int | None = None
+    string_window: int = 128
 
     def __post_init__(self):
         check_positive("encoding.base", self.base)
@@ -603,6 +709,13 @@ class RoPE(Encoding):
             if isinstance(getattr(self, name), list):
                 object.__setattr__(self, name, tuple(getattr(self, name)))
         check_scaling(*(getattr(self, name) for name in SCALING_HPARAMS))
+        check_string(self.string_shift, self.string_window, self.scaling)
+        if self.string_shift is not None and type(self).rotate is not RoPE.rotate:
+            raise ValueError(
+                f"encoding.string_shift={self.string_shift!r}: STRING turns queries back by "
+                f"RoPE's rotation, which encoding {self.name!r} replaces with its own; use it "
+                "with rope (or an encoder that keeps RoPE's rotation)"
+            )
 
     def validate(self, dims: Dims) -> None:
         if self.fraction == 1.0 and dims.head_dim % 2:
@@ -617,17 +730,34 @@ class RoPE(Encoding):
     @classmethod
     def describe_eval(cls, changes: dict[str, Any], train_len: int) -> str:
         """``yarn x8`` for ``scaling="yarn", factor=8`` (``original_max_len`` unsaid when it is
-        the training length), then any other change as ``name=value``."""
+        the training length), ``string S=42 W=8`` for STRING, then any other change as
+        ``name=value``."""
         rest = dict(changes)
+        heads = []
         scaling = rest.pop("scaling", None)
-        if not scaling:
+        if scaling:
+            head = scaling
+            if "factor" in rest:
+                head += f" x{rest.pop('factor'):g}"
+            if rest.get("original_max_len") == train_len:
+                rest.pop("original_max_len")
+            heads.append(head)
+        shift = rest.pop("string_shift", None)
+        if shift is not None:
+            window = rest.pop("string_window", cls.string_window)
+            heads.append(f"string S={shift} W={window}")
+        if not heads:
             return super().describe_eval(changes, train_len)
-        head = scaling
-        if "factor" in rest:
-            head += f" x{rest.pop('factor'):g}"
-        if rest.get("original_max_len") == train_len:
-            rest.pop("original_max_len")
-        return ", ".join([head] + ([super().describe_eval(rest, train_len)] if rest else []))
+        return ", ".join(heads + ([super().describe_eval(rest, train_len)] if rest else []))
+
+    def check_causal(self, causal: bool) -> None:
+        super().check_causal(causal)
+        if not causal and self.string_shift is not None:
+            raise ValueError(
+                f"model.causal=False: encoding.string_shift={self.string_shift!r} (STRING) is "
+                "defined for causal attention only (it shifts the distances of earlier keys); "
+                "use model.causal=True or leave encoding.string_shift unset"
+            )
 
     def check_cacheable(self) -> None:
         # Dynamic NTK's (and LongRoPE's) one length for the whole window changes the frequencies
@@ -657,3 +787,32 @@ class RoPE(Encoding):
         del params  # fixed frequencies; learned rotary variants read theirs from here
         kwargs = self.rope_kwargs(k_pos)
         return apply_rope(q, q_pos, **kwargs), apply_rope(k, k_pos, **kwargs)
+
+    @property
+    def content_logits(self):
+        """STRING's hook (:meth:`string_logits`) when ``string_shift`` is set; None otherwise,
+        so that plain RoPE has no ``content_logits`` and keeps its paths (``hooks``)."""
+        return self.string_logits if self.string_shift is not None else None
+
+    def string_logits(
+        self, params: Params, q: jax.Array, k: jax.Array, q_pos: jax.Array, k_pos: jax.Array
+    ) -> jax.Array:
+        """STRING's correction to the rotated logits (module docstring), unscaled, float32
+        ``[B, H, T, S]``: for a pair ``d = q_pos - k_pos >= S`` apart, ``(R q - q) . k`` where
+        ``R`` turns the rotated query back by ``S - W`` positions, so that ``q . k`` plus this is
+        the logit at distance ``d - S + W``; 0 for the other pairs.
+
+        ``q: [B, T, H, Dh]``, ``k: [B, S, H, Dh]`` (both rotated), positions ``[B|1, T]`` and
+        ``[B|1, S]`` (one tile's on the blocked path: it reads them through its arguments).
+        """
+        del params
+        _, theta, _ = rotation_setup(q, q_pos, **self.rope_kwargs(k_pos))  # theta: [d/2]
+        back = -(self.string_shift - self.string_window) * theta  # [d/2]
+        angles = jnp.broadcast_to(back, (1, q.shape[1], back.shape[-1]))  # [1, T, d/2]
+        q32 = q.astype(jnp.float32)  # the turn in float32, not in q's dtype
+        moved = rotate_pairs(q32, angles, layout=self.layout) - q32  # [B, T, H, Dh]
+        delta = jnp.einsum(
+            "BTHD,BSHD->BHTS", moved, k.astype(jnp.float32), preferred_element_type=jnp.float32
+        )
+        far = (q_pos[:, :, None] - k_pos[:, None, :]) >= self.string_shift  # [B|1, T, S]
+        return jnp.where(far[:, None], delta, 0.0)
