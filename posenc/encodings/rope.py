@@ -583,7 +583,7 @@ def rotation_setup(
     beta_fast: float,
     beta_slow: float,
     attention_factor: float | None,
-    seq_len: jax.Array | int | None,
+    seq_len: jax.Array | int | None = None,
     low_freq_factor: float = 1.0,
     high_freq_factor: float = 4.0,
     short_factor: tuple[float, ...] | None = None,
