@@ -44,7 +44,7 @@ import jax.numpy as jnp
 
 from posenc.encodings.base import Params, check_positive
 from posenc.encodings.registry import register
-from posenc.encodings.rope import RoPE, rotate_pairs, rotation_setup
+from posenc.encodings.rope import SCALING_HPARAMS, RoPE, rotate_pairs, rotation_setup
 
 
 def xpos_zeta(d: int, gamma: float = 0.4) -> jax.Array:
@@ -145,6 +145,7 @@ class XPos(RoPE):
     name = "xpos"
     paper = "Sun et al. 2022, A Length-Extrapolatable Transformer"
     relative = True  # only n - m enters (positions are taken from a reference that moves with them)
+    eval_safe_hparams = SCALING_HPARAMS  # not RoPE's STRING: xPos's rotation is its own
 
     scale_base: float = 512.0
     gamma: float = 0.4
