@@ -103,8 +103,8 @@ Where the sources differ, posenc follows the paper's matrix: the official code's
 flash-attention calls (a sliding window ``[i - S, i]`` and the shifted queries against keys
 ``j <= i - S``) count the pair at ``d = S`` in both, and its rotary tables multiply queries and
 keys by ``0.1 ln 2 + 1``, which the paper's matrix does not say; posenc scores each pair once
-and adds no factor (YaRN's scaling can be combined for one). STRING is defined for causal
-attention (the model refuses it with ``model.causal=False``).
+and adds no factor. STRING is defined for causal attention (the model refuses it with
+``model.causal=False``).
 
 ``scaling=None`` (the default) is plain RoPE, computed exactly as before these options existed;
 it refuses the other scaling hyperparameters away from their defaults (``factor`` without
@@ -194,8 +194,9 @@ def check_rotated_frequencies(
     and a share that rotates no pair are accepted: nothing turns, as NoPE."""
     if rotated_frequencies is None:
         return
-    low = 0.0 if allow_none_rotated else math.nextafter(0.0, 1.0)
-    if not (_is_number(rotated_frequencies) and low <= rotated_frequencies <= 1.0):
+    share = rotated_frequencies
+    above = _is_number(share) and (share >= 0.0 if allow_none_rotated else share > 0.0)
+    if not (above and share <= 1.0):
         interval = "[0, 1]" if allow_none_rotated else "(0, 1]"
         raise ValueError(
             f"encoding.rotated_frequencies must be a number in {interval} (p-RoPE's share of the "
