@@ -32,7 +32,7 @@ ABSOLUTE = {"sinusoidal", "learned"}  # the rest see positions only through diff
 EVAL_SAFE = {
     "xl": ("clamp_len",),  # the original Transformer-XL clamps only at evaluation
     # Context extension without retraining (PI, NTK, dynamic NTK, YaRN, Llama 3.1's bands,
-    # LongRoPE's per-pair factors).
+    # LongRoPE's per-pair factors, STRING).
     "rope": (
         "scaling",
         "factor",
@@ -44,6 +44,9 @@ EVAL_SAFE = {
         "high_freq_factor",
         "short_factor",
         "long_factor",
+        # STRING (An et al. 2024), an inference-time shift of the far distances.
+        "string_shift",
+        "string_window",
     ),
 }
 
