@@ -140,3 +140,20 @@ def test_drope_refusals_are_one_line_and_write_nothing(data_dir, source, tmp_pat
     with pytest.raises(ValueError, match=r"encoding 'nope', got encoding.name='rope'"):
         train(config, target)
     assert not os.path.exists(target)
+
+
+def test_the_studys_recalibration_is_the_papers_recipe_on_the_source(source):
+    """posenc.studies.drope (experiments/drope.py): 2 % of the source's steps (at least one), a
+    third of its peak learning rate, a warmup of 3 % (at least a step), its data and length."""
+    from posenc.studies.drope import Plan, recalibration_config
+
+    src = RunDir(source).read_config()
+    config = recalibration_config(source, Plan(fraction=0.5))
+    assert (config.train.steps, config.optim.warmup_steps) == (2, 1)
+    assert config.optim.learning_rate == pytest.approx(src.optim.learning_rate / 3)
+    assert (config.encoding.name, config.train.drop_positions) == ("nope", True)
+    assert config.train.init_from == os.path.abspath(source)
+    assert (config.train.seq_len, config.data.to_dict()) == (src.train.seq_len, src.data.to_dict())
+    assert recalibration_config(source).train.steps == 1  # 2 % of 4 steps, at least one
+    with pytest.raises(ValueError, match="fraction must be in"):
+        Plan(fraction=0.0)
