@@ -157,3 +157,49 @@ def test_the_studys_recalibration_is_the_papers_recipe_on_the_source(source):
     assert recalibration_config(source).train.steps == 1  # 2 % of 4 steps, at least one
     with pytest.raises(ValueError, match="fraction must be in"):
         Plan(fraction=0.0)
+
+
+@pytest.mark.slow  # imports a golden Gemma 3 and trains it a step: about 30 s
+def test_an_imported_per_layer_model_is_drope_continued_from_its_own_config(tmp_path):
+    """posenc import-hf of the golden Gemma 3 (local RoPE layers and global ones naming their
+    own RoPE with another base), then --drop-positions with its own config.json: every kind is
+    NoPE and the run starts from exactly the imported weights."""
+    import shutil
+
+    golden = helpers.REPO / "tests" / "hf" / "golden"
+    folder = tmp_path / "gemma3_hf"
+    shutil.copytree(golden / "gemma3", folder, ignore=shutil.ignore_patterns("*.npz"))
+    for file in ("tokenizer.json", "tokenizer_config.json"):
+        if not (folder / file).exists():
+            shutil.copyfile(golden / "llama" / file, folder / file)
+    texts = tmp_path / "texts"
+    texts.mkdir()
+    for i in range(9):  # whole files split 90/5/5 by name: enough for each split
+        (texts / f"doc{i}.txt").write_text(f"def add{i}(a, b):\n    return a + b\n" * 100)
+    imported, data_dir = str(tmp_path / "imported"), str(tmp_path / "data")
+    code, _, err = helpers.run_cli(
+        "import-hf", str(folder), "--workdir", imported, f"--data=textdir:{texts}",
+        f"--config.data.data_dir={data_dir}",
+    )  # fmt: skip
+    assert code == 0, err
+    source = RunDir(imported).read_config()
+    assert "rope" in {k.get("encoding") for k in source.layers.kinds.values()}
+    target = str(tmp_path / "drope")
+    code, _, err = helpers.run_cli(
+        "train", "--config", f"{imported}/config.json", "--init-from", imported,
+        "--drop-positions", "--workdir", target, "--no-eval", "--config.train.steps=1",
+        "--config.train.batch_size=2", "--config.train.progress=False",
+        "--config.optim.warmup_steps=1",
+    )  # fmt: skip
+    assert code == 0, err
+    config = RunDir(target).read_config()
+    assert config.encoding.name == "nope" and config.encoding.hparams.to_dict() == {}
+    kinds = config.layers.kinds.values()
+    assert {k.get("encoding") for k in kinds} <= {"nope", None}  # None: the model's (NoPE)
+    assert all(not k.get("hparams") for k in kinds if k.get("encoding"))
+    record = read_json(os.path.join(target, "init.json"))
+    assert record["drop_positions"] == {"encoders": ["rope"], "parameters": []}
+    start, _ = Trainer(config).restore_or_init(RunDir(str(tmp_path / "fresh")).checkpoints())
+    helpers.assert_same_leaves(
+        helpers.param_leaves(start["params"]), helpers.param_leaves(load_model(imported))
+    )
