@@ -5,9 +5,10 @@ table; then passkey retrieval of the same encoders at the same multiples of thei
 
 1. Perplexity at 1-16 x the training length: the sweep ``configs/sweeps/recent_encoders.py``,
    the RoPE runs scored under YaRN (``eval-<settings>.json`` beside their ``eval.json``), each
-   RoPE run continued with DroPE (``posenc.studies.drope``, in ``<workdir>/drope-s<seed>``),
-   and the table of all of them, ``<workdir>/report.md`` (``posenc report <workdir>`` gives the
-   sweep's own report, without the DroPE column).
+   RoPE run continued with DroPE (``posenc.studies.drope``, in
+   ``<workdir>/drope-<n>steps-s<seed>``), and the table of all of them,
+   ``<workdir>/table/report.md`` (``<workdir>/report.md`` is the sweep's own report, with RoPE
+   under YaRN but without the DroPE column).
 2. Passkey retrieval at 1-16 x: the sweep ``configs/sweeps/recent_encoders_passkey.py`` (each
    encoder trained on ``synthetic:passkey``), ``posenc retrieval`` on each run, on its RoPE runs
    under YaRN and on their DroPE continuations, and the report of ``<workdir>/passkey``.
@@ -82,8 +83,9 @@ def perplexity(variant: str, workdir: str, overrides, jobs: int, cache: str | No
         if string is not None:
             config = RunDir(rope_dir).read_config()
             evaluated(rope_dir, apply_overrides(config, string), True)
-        seed = RunDir(rope_dir).read_config().seed
-        drope_dir = os.path.join(workdir, f"drope-s{seed}")
+        source = RunDir(rope_dir).read_config()
+        name = drope.drope_dir_name(plan, source.train.steps, source.seed)
+        drope_dir = os.path.join(workdir, name)
         drope.recalibrate(rope_dir, drope_dir, plan)
         drope_runs += find_runs(drope_dir)
     paths = write_report(workdir)  # the sweep's own report, then the table with DroPE beside it
@@ -110,8 +112,9 @@ def passkey(variant: str, workdir: str, overrides, jobs: int, cache: str | None,
     )
     dirs = [os.path.join(workdir, p["dir"]) for p in points if p["status"] in ("done", "skipped")]
     for rope_dir in rope_points(points, workdir):
-        seed = RunDir(rope_dir).read_config().seed
-        drope_dir = os.path.join(workdir, f"drope-s{seed}")
+        source = RunDir(rope_dir).read_config()
+        name = drope.drope_dir_name(plan, source.train.steps, source.seed)
+        drope_dir = os.path.join(workdir, name)
         drope.recalibrate(rope_dir, drope_dir, plan)
         dirs.append(drope_dir)
     factor = plan.yarn_factor or max(RECENT.MULTIPLES)

@@ -28,7 +28,7 @@ row of ``experiments/recent_encoders.py``).
 Layout of the experiment directory (each step skipped when done, resumed when interrupted)::
 
     rope-s<seed>/     RoPE trained at L: eval.json, eval-<yarn settings>.json
-    drope-s<seed>/    DroPE: continued from rope-s<seed> with NoPE (init.json says so)
+    drope-<n>steps-s<seed>/   DroPE: rope-s<seed> continued with NoPE for n steps (init.json)
     report.md, report.csv, perplexity_vs_length.png
 """
 
@@ -51,7 +51,15 @@ from posenc.runs.train import train
 from posenc.studies.rope_extension import evaluated, scaling_overrides
 from posenc.workdir import EVAL_FILE, RunDir
 
-__all__ = ["Plan", "recalibrate", "recalibration_config", "run", "write_report", "yarn_evaluated"]
+__all__ = [
+    "Plan",
+    "drope_dir_name",
+    "recalibrate",
+    "recalibration_config",
+    "run",
+    "write_report",
+    "yarn_evaluated",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,6 +91,12 @@ class Plan:
     def steps(self, source_steps: int) -> int:
         """The recalibration's optimizer steps for a source trained ``source_steps``."""
         return max(1, round(self.fraction * source_steps))
+
+
+def drope_dir_name(plan: Plan, source_steps: int, seed: int) -> str:
+    """The folder of the DroPE continuation of seed ``seed``'s RoPE run: by its steps, so that
+    recalibrations of other lengths sit beside it."""
+    return f"drope-{plan.steps(source_steps)}steps-s{seed}"
 
 
 def recalibration_config(source_dir: str, plan: Plan = Plan()) -> ml_collections.ConfigDict:
@@ -159,7 +173,7 @@ def run(
         yarn.append(
             Run(rope_dir, yarn_evaluated(rope_dir, plan.yarn_factor, progress=progress), {})
         )
-        drope_dir = os.path.join(workdir, f"drope-s{seed}")
+        drope_dir = os.path.join(workdir, drope_dir_name(plan, source.train.steps, seed))
         dropped.append(
             Run(drope_dir, recalibrate(rope_dir, drope_dir, plan, progress=progress), {})
         )
