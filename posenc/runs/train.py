@@ -358,10 +358,9 @@ def _params_of(
         ]
         hint = kind.init_from_hint
         if (
-            not dropped
+            not config.train.get("drop_positions")
             and config.encoding.name == drope.NOPE
             and set(differ) <= positional
-            and not config.train.get("drop_positions")
         ):  # only the source's encoder parameters stand in the way of a NoPE run
             hint += f"; to drop the source's positional encoder (DroPE), pass {drope.FLAG}"
         raise ValueError(
