@@ -196,6 +196,10 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     # Start from the parameters of another run's work directory (fresh optimizer), e.g. to
     # fine-tune at a longer length or under RoPE scaling (PI, YaRN); None: fresh initialisation.
     config.train.init_from = ml_collections.config_dict.placeholder(str)
+    # DroPE (Gelberg et al. 2026; posenc/runs/drope.py): continue train.init_from's run with its
+    # positional encoder dropped (encoding nope; the source's encoder parameters left behind,
+    # recorded in init.json). posenc train --drop-positions sets it and the encoders.
+    config.train.drop_positions = False
     # "causal_lm" (next token) or "masked_lm" (BERT's: 15 % of tokens chosen, of those 80 %
     # replaced by a mask token, 10 % by a random one, 10 % kept; loss on the chosen ones).
     # Masked LM needs model.causal=False and model.vocab_size >= 258 (the mask token is 257).

@@ -96,6 +96,10 @@ def _cmd_train(args, overrides) -> int:
     if args.init_from:
         overrides = [*overrides, f"train.init_from={os.path.abspath(args.init_from)!r}"]
     config = _load(args.config, overrides)
+    if args.drop_positions:
+        from posenc.runs.drope import drop_positions
+
+        config = drop_positions(config)
     config = kinds.kind_of(config).prepare(config)  # as train completes it, for the evaluation
     kind = kinds.kind_of(config)
     result = train(config, args.workdir, stop_at=args.stop_at)
@@ -419,6 +423,14 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="start from another run's parameters (its newest intact checkpoint) with a fresh "
         "optimizer, e.g. to fine-tune at a longer length (sets train.init_from)",
+    )
+    p.add_argument(
+        "--drop-positions",
+        action="store_true",
+        help="DroPE (Gelberg et al. 2026): continue the --init-from run with its positional "
+        "encoder dropped: encoding nope (every layer kind's too), the source's encoder "
+        "parameters left behind, the change recorded in init.json (sets "
+        "train.drop_positions); train.steps is the recalibration's budget",
     )
     p.set_defaults(func=_cmd_train)
 

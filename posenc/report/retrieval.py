@@ -55,12 +55,16 @@ def _label(path: str, record: dict[str, Any], folder: str) -> str:
     """:func:`evaluation_label` (with the run's pattern of layer kinds, if it has one:
     :func:`posenc.report.runs.pattern_text`), then the record's training length and file."""
     from posenc.report.runs import pattern_text
-    from posenc.workdir import CONFIG_FILE, flatten, read_json
+    from posenc.runs.drope import dropped_from
+    from posenc.workdir import CONFIG_FILE, INIT_FILE, flatten, read_json
 
     where = os.path.relpath(path, folder)
     config = read_json(os.path.join(os.path.dirname(path), CONFIG_FILE))
     pattern = pattern_text(flatten(config)) if isinstance(config, dict) else ""
     label = evaluation_label(record) + (f" ({pattern})" if pattern else "")
+    dropped = dropped_from(read_json(os.path.join(os.path.dirname(path), INIT_FILE)))
+    if dropped:  # a DroPE continuation (posenc.runs.drope)
+        label += f" (DroPE from {dropped})"
     return f"{label} [train {record.get('train_seq_len')}; {where}]"
 
 

@@ -23,6 +23,7 @@ import statistics
 from collections.abc import Sequence
 from typing import Any
 
+from posenc.runs.drope import dropped_from
 from posenc.workdir import (
     CONFIG_FILE,
     EVAL_FILE,
@@ -185,6 +186,9 @@ def _identity(run_dir: str, report: dict[str, Any]) -> dict[str, Any]:
         )
     if flat.get("train.init_from"):
         flat["train.init_from"] = _init_from(run_dir, flat["train.init_from"])
+    if flat.get("train.drop_positions"):  # DroPE: which encoder was dropped (init.json)
+        record = read_json(os.path.join(run_dir, INIT_FILE))
+        flat["train.drop_positions"] = dropped_from(record) or "its encoder"
     flat["eval.mode"] = report["mode"]
     flat["eval.stride"] = report.get("stride")
     flat["eval.split"] = report["data"].get("split")
@@ -335,6 +339,9 @@ def _label(run: Run, same_name: list[Run]) -> str:
     plus what the evaluation changed (``rope (yarn x8)``); a run with a pattern of layer kinds
     names its pattern (:func:`pattern_text`) in place of its ``layers.*`` fields."""
     parts = []
+    dropped = run.identity.get("train.drop_positions")
+    if dropped:  # DroPE-continued (posenc.runs.drope): "nope (DroPE from rope)"
+        parts.append(f"DroPE from {dropped}")
     if len({_freeze(r.identity) for r in same_name}) > 1:
         evaluated = {k for r in same_name for k in r.changes}  # named by the changes instead
         identities = [r.identity for r in same_name]
@@ -349,6 +356,8 @@ def _label(run: Run, same_name: list[Run]) -> str:
             "train.positions"
         ):
             differ.remove("eval.positions")  # evaluated as trained: one word says both
+        if dropped and "train.drop_positions" in differ:
+            differ.remove("train.drop_positions")  # said by "DroPE from ..."
         if differ:
             parts.append(", ".join(f"{_short(k)}={run.identity.get(k)}" for k in differ))
     if run.changes:

@@ -48,6 +48,7 @@ from posenc.devices.distributed import abstract_on, make_mesh
 from posenc.layers.params import EncoderParam
 from posenc.models import build
 from posenc.models.lm import Transformer
+from posenc.runs import drope
 from posenc.runs.config import (
     validate,
 )
@@ -328,8 +329,11 @@ def _params_of(
     """
     other = RunDir(source)
     other_config = other.read_config()
-    theirs_abstract = nnx.split(nnx.eval_shape(lambda: build(other_config)), nnx.Param, ...)[1]
+    other_model = nnx.eval_shape(lambda: build(other_config))
+    theirs_abstract = nnx.split(other_model, nnx.Param, ...)[1]
     mine, theirs = _shapes(abstract_params), _shapes(theirs_abstract)
+    # The source's positional encoder's parameters (EncoderParam), by path.
+    positional = set(_shapes(nnx.state(other_model, EncoderParam)))
     fresh: set[str] = set()
     kind = kinds.kind_of(config)
     own = tuple(f"['{part}']" for part in kind.own_parts)
@@ -338,6 +342,10 @@ def _params_of(
         theirs_used = {k: v for k, v in theirs.items() if k in mine}
     else:
         theirs_used = theirs
+    dropped: list[str] = []
+    if config.train.get("drop_positions"):  # DroPE: the source's encoder stays behind
+        dropped = sorted(k for k in theirs_used if k in positional)
+        theirs_used = {k: v for k, v in theirs_used.items() if k not in positional}
     needed = {k: v for k, v in mine.items() if k not in fresh}
     if needed != theirs_used:
         differ = sorted(
@@ -348,10 +356,17 @@ def _params_of(
             for f in diff_fields(other_config.to_dict(), config.to_dict())
             if f.startswith(("model.", "encoding."))
         ]
+        hint = kind.init_from_hint
+        if (
+            not config.train.get("drop_positions")
+            and config.encoding.name == drope.NOPE
+            and set(differ) <= positional
+        ):  # only the source's encoder parameters stand in the way of a NoPE run
+            hint += f"; to drop the source's positional encoder (DroPE), pass {drope.FLAG}"
         raise ValueError(
             f"train.init_from={source!r}: its parameters do not fit this model ({len(differ)} "
             f"differ, e.g. {differ[:3]}; config fields that differ: {fields}); initialise from a "
-            "run with the same model shape and encoder parameters" + kind.init_from_hint
+            "run with the same model shape and encoder parameters" + hint
         )
     sharding = jax.tree.leaves(abstract_params)[0].sharding
     with other.lock():
@@ -371,6 +386,11 @@ def _params_of(
         "fresh": sorted(set(fresh) - set(pretrained)),
         "pretrained_parts": pretrained,
     }
+    if config.train.get("drop_positions"):
+        record["drop_positions"] = {
+            "encoders": drope.source_encoders(other_config),
+            "parameters": dropped,
+        }
     return params, record
 
 
@@ -459,6 +479,7 @@ def train(
     if stop_at is not None and (not isinstance(stop_at, int) or stop_at < 1):
         raise ValueError(f"--stop-at must be a step >= 1, got {stop_at!r}")
     validate(config, num_devices=sharding.batch_shards(mesh), process_count=jax.process_count())
+    drope.check(config)
     t = config.train
     data = kinds.kind_of(config).training_data(config, mesh)
     windows = data.batches

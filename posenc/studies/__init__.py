@@ -2,4 +2,5 @@
 
 - :mod:`posenc.studies.rope_extension`: zero-shot RoPE scaling and short fine-tunes (PI, YaRN).
 - :mod:`posenc.studies.pretrained_extrapolation`: released checkpoints past their length.
+- :mod:`posenc.studies.drope`: DroPE (RoPE continued without positions) against YaRN.
 """

@@ -217,6 +217,7 @@ ADDED_FIELDS = {
     "train.max_position": 2048,
     "eval.positions": "as_trained",
     "train.init_from": None,
+    "train.drop_positions": False,
     "model.causal": True,
     "train.objective": "causal_lm",
     "model.performer_features": 256,
