@@ -72,11 +72,11 @@ def cached_last_query(enc, params, q, k, v, q_pos, k_pos, empty_slots: int = 5) 
     Returns ``[B, 1, H, Dh]``."""
     b, s = k.shape[0], k.shape[1]
     rng = np.random.default_rng(99)
-    pad = (
-        lambda x: np.concatenate(  # noqa: E731
-            [x, 1e3 * rng.standard_normal((b, empty_slots, *x.shape[2:])).astype(x.dtype)], axis=1
-        )
-    )
+
+    def pad(x):  # [B, S, ...] -> [B, S + empty_slots, ...], the new slots garbage
+        garbage = 1e3 * rng.standard_normal((b, empty_slots, *x.shape[2:])).astype(x.dtype)
+        return np.concatenate([x, garbage], axis=1)
+
     slots_pos = np.concatenate([k_pos, k_pos[:, -1:] + 1 + np.arange(empty_slots)], axis=1)
     valid = np.arange(s + empty_slots)[None, :] < s
     out = _attend(
