@@ -34,8 +34,9 @@ Where posenc departs from the code, and why:
   rotation scaled by sqrt 2, whose logits are twice ``q . k``). posenc gives every unclipped
   pair its series and leaves clipped pairs unrotated, as the paper's formula reads; for the
   official 512-token, 64-channel configs ``D = Dh/4`` and the two agree but for that factor.
-- ``train_len`` is the run's training length: a run config that leaves it None gets
-  ``train.seq_len`` when the model is built (:func:`posenc.models.build.fill_train_len`).
+- ``train_len`` is the run's training length: a run config that does not set it gets
+  ``train.seq_len`` when the model is built (:func:`posenc.models.build.fill_train_len`; 512,
+  the dataclass default, only where an encoder is made outside a run).
 
 FoPE is not relative: ``C_d(m) C_d(n)`` mixes frequencies ``omega_j`` and ``omega_k`` into terms
 in ``m omega_j - n omega_k``, which depend on ``m`` and ``n`` apart unless ``A = B = I``
@@ -112,7 +113,8 @@ class FoPE(Encoding):
     unclipped frequencies, per head and per layer; frequencies below ``2 pi / L`` clipped to 0.
 
     Attributes:
-      train_len: the training length ``L`` (None in a run config: ``train.seq_len``).
+      train_len: the training length ``L`` (a run config that does not set it gets
+        ``train.seq_len``; 512 elsewhere).
       base: ``omega_d = base^(-2d/Dh)``.
       init_std: standard deviation of the Gaussian noise added to the identity at ``init``.
       learnable: train the coefficients (False: fixed at their random start, the official
@@ -125,14 +127,13 @@ class FoPE(Encoding):
         "for Length Generalization"
     )
 
-    train_len: int | None = None
+    train_len: int = 512
     base: float = 10000.0
     init_std: float = 0.02
     learnable: bool = True
 
     def __post_init__(self):
-        if self.train_len is not None:
-            check_train_len(self.train_len, "below whose frequency 2 pi / L FoPE clips to 0")
+        check_train_len(self.train_len, "below whose frequency 2 pi / L FoPE clips to 0")
         check_positive("encoding.base", self.base)
         check_positive("encoding.init_std", self.init_std, allow_zero=True)
         if not isinstance(self.learnable, bool):
@@ -141,7 +142,6 @@ class FoPE(Encoding):
             )
 
     def validate(self, dims: Dims) -> None:
-        check_train_len(self.train_len, "below whose frequency 2 pi / L FoPE clips to 0")
         if dims.head_dim % 2:
             raise ValueError(
                 f"FoPE rotates channel pairs and cannot take a head dimension of {dims.head_dim} "

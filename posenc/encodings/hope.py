@@ -28,9 +28,10 @@ What the paper leaves open, and what posenc chooses:
   is added); the frequencies are those of the whole head, as RoPE's, not recomputed over the
   rotated pairs. HoPE is therefore p-RoPE (Barbero et al. 2025) with ``p = 2k / Dh`` chosen
   from the training length (tested as an equality).
-- ``train_len`` is the run's training length: a run config that leaves it None gets
-  ``train.seq_len`` when the model is built (:func:`posenc.models.build.fill_train_len`); it
-  defines the model, so evaluation may not change it.
+- ``train_len`` is the run's training length: a run config that does not set it gets
+  ``train.seq_len`` when the model is built (:func:`posenc.models.build.fill_train_len`; 512,
+  the dataclass default, only where an encoder is made outside a run); it defines the model,
+  so evaluation may not change it.
 """
 
 from __future__ import annotations
@@ -53,7 +54,7 @@ def check_train_len(train_len, what: str) -> None:
     if not ok:
         raise ValueError(
             f"encoding.train_len must be a positive integer (the training length {what}), got "
-            f"{train_len!r}; a run config leaves it None to take train.seq_len"
+            f"{train_len!r}; a run config that leaves it unset takes train.seq_len"
         )
 
 
@@ -99,7 +100,8 @@ class HoPE(Encoding):
     """HoPE (module docstring): RoPE's high-frequency pairs, the rest unrotated.
 
     Attributes:
-      train_len: the training length ``L`` (None in a run config: ``train.seq_len``).
+      train_len: the training length ``L`` (a run config that does not set it gets
+        ``train.seq_len``; 512 elsewhere).
       base: ``theta_i = base^(-2i/Dh)``.
       layout: ``"half"`` (GPT-NeoX/LLaMA) or ``"interleaved"`` (RoFormer).
       min_turns: a pair rotates if it completes at least this many turns over ``L`` (1: the
@@ -113,20 +115,18 @@ class HoPE(Encoding):
     )
     relative = True
 
-    train_len: int | None = None
+    train_len: int = 512
     base: float = 10000.0
     layout: str = "half"
     min_turns: float = 1.0
 
     def __post_init__(self):
-        if self.train_len is not None:
-            check_train_len(self.train_len, "whose period decides which pairs rotate")
+        check_train_len(self.train_len, "whose period decides which pairs rotate")
         check_positive("encoding.base", self.base)
         check_choice("encoding.layout", self.layout, LAYOUTS)
         check_positive("encoding.min_turns", self.min_turns)
 
     def validate(self, dims: Dims) -> None:
-        check_train_len(self.train_len, "whose period decides which pairs rotate")
         if dims.head_dim % 2:
             raise ValueError(
                 f"HoPE rotates channel pairs and cannot take a head dimension of {dims.head_dim} "

@@ -57,7 +57,8 @@ def fill_train_len(
 ) -> dict[str, Any]:
     """``hparams`` with ``train_len`` set to the run's ``train.seq_len`` where encoder ``name``
     has a ``train_len`` hyperparameter (the training length that defines it: HoPE's rotated
-    pairs, FoPE's clipped frequencies) and the config leaves it None; otherwise as given."""
+    pairs, FoPE's clipped frequencies) and the config leaves it unset (or None); otherwise as
+    given."""
     out = dict(hparams)
     if (
         name in encodings.names()
