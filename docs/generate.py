@@ -30,6 +30,7 @@ from pathlib import Path
 DOCS = Path(__file__).resolve().parent
 # The shapes in the registry table are those of configs/base.py:tiny's attention.
 SAMPLE_DIMS = {"model_dim": 64, "num_heads": 4, "head_dim": 16}
+SAMPLE_TRAIN_LEN = 64  # the tiny config's train.seq_len
 
 _REGION = re.compile(
     r"(<!-- generated: (?P<name>[\w-]+) -->\n).*?(<!-- end generated: (?P=name) -->)", re.S
@@ -128,8 +129,9 @@ def encoders() -> str:
     dims = Dims(**SAMPLE_DIMS)
     sample = ", ".join(f"`{k}` = {v}" for k, v in SAMPLE_DIMS.items())
     first = [
-        f"Learned parameters are shown at {sample} (`configs/base.py:tiny`); `shared`: one set "
-        "for the whole model, otherwise one per attention layer.",
+        f"Learned parameters are shown at {sample} and `train_len` = {SAMPLE_TRAIN_LEN} "
+        "(`configs/base.py:tiny`); `shared`: one set for the whole model, otherwise one per "
+        "attention layer.",
         "",
         "| name | paper | what it does | hooks | learned parameters |",
         "|---|---|---|---|---|",
@@ -141,7 +143,10 @@ def encoders() -> str:
     for cls in _builtin_encoders():
         enc = cls()
         summary = " ".join(_paragraphs(inspect.getdoc(cls) or "")[:1]).replace("\n", " ")
-        shapes = enc.param_shapes(dims)
+        # An encoder defined by the training length (a run fills `train_len` from train.seq_len)
+        # is shown at the tiny config's.
+        sized = cls(train_len=SAMPLE_TRAIN_LEN) if "train_len" in enc.hparams() else enc
+        shapes = sized.param_shapes(dims)
         params = ", ".join(f"`{n}`: {_shape(s)}" for n, s in shapes.items()) or "none"
         if shapes and cls.param_scope == "shared":
             params += "; shared"
@@ -166,7 +171,8 @@ def _declarations(cls: type) -> str:
     if cls.eval_safe_hparams:
         names = ", ".join(f"`{h}`" for h in cls.eval_safe_hparams)
         said.append(f"`eval_safe_hparams`: {names}")
-    for method in ("check_causal", "check_cacheable", "for_direction", "qk_head_dim"):
+    methods = ("check_causal", "check_cacheable", "for_direction", "qk_head_dim", "key_lookback")
+    for method in methods:
         if getattr(cls, method) is not getattr(_base(), method):
             said.append(f"overrides `{method}`")
     return "; ".join(said) or "—"

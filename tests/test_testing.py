@@ -65,8 +65,12 @@ def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
     assert by_distance == {"alibi", "t5", "kerple_log", "kerple_power", "dynamic_bias"}
     assert {name for name, check in cases if check == "reach"} == {"shaw", "t5"}
     assert [name for name, check in cases if check == "carry_limit"] == ["cope"]
+    rotating = {name for name in encodings.names() if "rotate" in testing.resolve(name).hooks}
+    assert {"rope", "xpos", "pope", "deberta", "hope", "fope", "truncated_rope"} <= rotating
+    assert {name for name, check in cases if check == "key_lookback"} == rotating
     cheaper_tiles = {"bias_by_distance", "reach", "carry_limit"}
-    every_other = set(testing.CHECKS) - {"carry", "augment", "cudnn"} - cheaper_tiles
+    every_other = set(testing.CHECKS) - {"carry", "augment", "cudnn", "key_lookback"}
+    every_other -= cheaper_tiles
     for check in every_other:
         assert sum(c == check for _, c in cases) == len(encodings.names()), check
     with pytest.raises(testing.NotApplicable, match=r"carry does not apply.*'rope'.*no contex"):
@@ -81,6 +85,8 @@ def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
         testing.check_reach("alibi")
     with pytest.raises(testing.NotApplicable, match=r"carry_limit does not apply.*'rope'"):
         testing.check_carry_limit("rope")
+    with pytest.raises(testing.NotApplicable, match=r"key_lookback does not apply.*'alibi'"):
+        testing.check_key_lookback("alibi")
     not_run = testing.check_encoder("nope", checks=("declarations", "carry", "augment"))
     assert sorted(not_run) == ["augment", "carry"]
 
@@ -282,6 +288,24 @@ def test_false_declarations_of_cheaper_tiles_fail_their_checks():
         testing.check_reach(ShawReachTooShort(max_distance=4))
     with pytest.raises(AssertionError, match=r"'cope'.*fails carry_limit: with every carry"):
         testing.check_carry_limit(CopeLimitTooLow(max_pos=4, init_std=0.5))
+
+
+def test_a_false_key_lookback_fails_its_check():
+    """Too small (the key offset declared as reading nothing) and too large (a cache would keep
+    a slot for nothing) are both caught; the true values pass."""
+    from posenc.encodings.truncated_rope import TruncatedRoPE
+
+    def declaring(value):
+        return type("Declared", (TruncatedRoPE,), {"key_lookback": property(lambda self: value)})
+
+    testing.check_key_lookback(encodings.get("truncated_rope", key_offset=True))
+    testing.check_key_lookback(encodings.get("truncated_rope"))
+    with pytest.raises(AssertionError, match=r"changed rotated keys \[4, 5\].*allows only \[4\]"):
+        testing.check_key_lookback(declaring(0)(key_offset=True))
+    with pytest.raises(AssertionError, match="declares key_lookback = 2, but key 6"):
+        testing.check_key_lookback(declaring(2)(key_offset=True))
+    with pytest.raises(AssertionError, match="`key_lookback` must be an integer >= 0"):
+        testing.check_declarations(declaring(-1)())
 
 
 @pytest.mark.slow

@@ -99,6 +99,12 @@ def refusal(encoding: Encoding) -> str | None:
             "its rotate widens q and k (qk_head_dim) rather than rotating them, so RoFormer eq. "
             "(19)'s unrotated denominator would not normalise its numerator; use a softmax path"
         )
+    if "rotate" in encoding.hooks and encoding.key_lookback:
+        return (
+            f"its rotate mixes each key with the {encoding.key_lookback} before it "
+            "(key_lookback), which is not a rotation of the features, so RoFormer eq. (19)'s "
+            "unrotated denominator would not normalise its numerator; use a softmax path"
+        )
     return None
 
 

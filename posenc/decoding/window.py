@@ -14,6 +14,11 @@ generation. :func:`layouts` gives each layer of a decoder-only model its :class:
 - ``"full"``: one slot per token of the whole output (a full window, or a window no shorter than
   the output).
 
+An encoder whose ``rotate`` reads the keys before each key (its ``key_lookback``,
+:mod:`posenc.encodings.base`: modded-nanogpt's key offset) gets ``W + key_lookback`` sliding
+slots, the oldest masked by the window yet passed to ``rotate``, and a full cache in place of a
+chunked one.
+
 Each step passes the layer's :meth:`~posenc.layers.block.Block.decode` the new token's slot,
 the positions of the slots (a ``[B|1, slots]`` slice of every token's positions) and the filled
 slots (``k_valid``). The block's attention sees exactly what a full pass with the window gives
@@ -94,9 +99,15 @@ def layouts(model: Transformer, total: int) -> tuple[Layout, ...]:
     out = []
     for block in model.blocks:
         window = block.options.parsed_window
-        if window.kind in ("sliding", "banded", "chunked") and window.size < total:
-            kind = "chunked" if window.kind == "chunked" else "sliding"
-            out.append(Layout(kind, window.size))
+        # An encoder whose rotate reads earlier keys (its key_lookback) needs them in the cache:
+        # a sliding cache keeps that many slots more (masked by the window, read by rotate); a
+        # chunk's first keys read the previous chunk's last ones, so a chunked layer keeps all.
+        lookback = block.encoding.key_lookback
+        slots = window.size + lookback
+        if window.kind in ("sliding", "banded") and slots < total:
+            out.append(Layout("sliding", slots))
+        elif window.kind == "chunked" and window.size < total and not lookback:
+            out.append(Layout("chunked", window.size))
         else:
             out.append(Layout("full", total))
     return tuple(out)

@@ -140,6 +140,14 @@ checks each one against what the encoder does):
   window, so every token of layers after the first changes as the window grows). Default True;
   :meth:`Encoding.check_cacheable` applies it, and an encoder whose hyperparameters decide
   extends it; greedy generation refuses a non-cacheable encoder in one line.
+- ``key_lookback``: how many keys before its own each key's output of ``rotate`` reads (default
+  0: key ``j`` after ``rotate`` depends on key ``j``'s input and the positions alone). A
+  positive value says that ``rotate`` reads the ``key_lookback`` keys before it in the window,
+  in time order (modded-nanogpt's key offset: 1); the first keys of a window read what there
+  is. A full cache holds every earlier key, so it stays exact; a window-sized cache
+  (:mod:`posenc.decoding.window`) keeps that many slots more than its window, masked by the
+  window but passed to ``rotate``; the linear attention paths, which apply ``rotate`` to
+  feature maps, refuse it.
 
 An encoder is created unbound (``posenc.encodings.get("rope", base=1e4)``); the model binds it to
 its shape with :meth:`Encoding.bind`, which validates the combination (e.g. RoPE needs an even
@@ -251,6 +259,12 @@ class Encoding:
         """The distance past which pairs on one side of a query are all alike to every hook
         (module docstring), or None. Default None: no such distance is promised."""
         return None
+
+    @property
+    def key_lookback(self) -> int:
+        """How many earlier keys of the window ``rotate`` reads for each key (module
+        docstring). Default 0: none."""
+        return 0
 
     @property
     def carry_limit(self) -> float | None:

@@ -47,8 +47,29 @@ def head_config(config: ml_collections.ConfigDict) -> HeadConfig:
 
 
 def make_encoding(config: ml_collections.ConfigDict) -> encodings.Encoding:
-    """The (unbound) encoder named by ``config.encoding``."""
-    return encodings.get(config.encoding.name, **config.encoding.hparams.to_dict())
+    """The (unbound) encoder named by ``config.encoding`` (:func:`fill_train_len` applied)."""
+    hparams = fill_train_len(config.encoding.name, config.encoding.hparams.to_dict(), config)
+    return encodings.get(config.encoding.name, **hparams)
+
+
+def fill_train_len(
+    name: str, hparams: Mapping[str, Any], config: ml_collections.ConfigDict
+) -> dict[str, Any]:
+    """``hparams`` with ``train_len`` set to the run's ``train.seq_len`` where encoder ``name``
+    has a ``train_len`` hyperparameter (the training length that defines it: HoPE's rotated
+    pairs, FoPE's clipped frequencies) and the config leaves it unset (or None); otherwise as
+    given."""
+    out = dict(hparams)
+    if (
+        name in encodings.names()
+        and "train_len" in encodings.hparam_names(name)
+        and out.get("train_len") is None
+    ):
+        train = config.get("train")
+        seq_len = train.get("seq_len") if train is not None else None
+        if seq_len is not None:
+            out["train_len"] = int(seq_len)
+    return out
 
 
 def layer_kinds(
@@ -60,6 +81,10 @@ def layer_kinds(
     kinds = section.kinds.to_dict() if section is not None and "kinds" in section else {}
     if not pattern and not kinds:
         return ()
+    for fields in kinds.values():
+        if fields.get("encoding") is not None:
+            hparams = fields.get("hparams") or {}
+            fields["hparams"] = fill_train_len(fields["encoding"], hparams, config)
     model = model_config(config) if model is None else model
     return kinds_of(pattern, kinds, model, assembly(config))
 

@@ -47,6 +47,8 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
                     window matters, cached decoding equals a full pass
 ``pattern_trains``  a few Adam steps on those patterns: finite losses, every encoder parameter
                     a gradient
+``key_lookback``    ``rotate`` of each key reads no more earlier keys than ``key_lookback``
+                    says (and, when positive, the last it names); encoders with ``rotate``
 ==================  ===========================================================================
 
 A check that does not apply to an encoder (``carry`` without ``contextual_logits``, ``augment``
@@ -83,6 +85,7 @@ from posenc.testing.checks import (
     check_cudnn,
     check_declarations,
     check_extrapolates,
+    check_key_lookback,
     check_param_shapes,
     check_paths_agree,
     check_shift,
@@ -120,6 +123,7 @@ CHECKS: dict[str, Check] = {
     "context_parallel": check_context_parallel,
     "patterns": check_patterns,
     "pattern_trains": check_pattern_trains,
+    "key_lookback": check_key_lookback,
 }
 
 

@@ -48,6 +48,11 @@ HPARAMS: dict[str, dict[str, Any]] = {
     "xpos": {"scale_base": 8.0},
     # DeBERTa's clip distance (512) and v2's log buckets inside the battery's windows.
     "deberta": {"max_distance": 8, "buckets": 4},
+    # HoPE and FoPE are defined by the training length (a run fills it from train.seq_len).
+    # HoPE at the battery's own: one pair of 8 turns, the rest stay still. FoPE at 64, where 3
+    # pairs keep a frequency (a series of 3 terms each) and 5 are clipped.
+    "hope": {"train_len": 12},
+    "fope": {"train_len": 64},
 }
 
 

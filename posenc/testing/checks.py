@@ -48,6 +48,7 @@ DECLARATIONS = (
     "continuous_positions",
     "cacheable",
     "bias_by_distance",
+    "key_lookback",
 )
 
 
@@ -60,6 +61,12 @@ def _without_contextual_logits(enc: Encoding, settings: Settings) -> str | None:
 def _without_continuous_positions(enc: Encoding, settings: Settings) -> str | None:
     if not enc.continuous_positions and "augment_positions" not in enc.hooks:
         return "declares neither continuous_positions nor an augment_positions hook"
+    return None
+
+
+def _without_rotate(enc: Encoding, settings: Settings) -> str | None:
+    if "rotate" not in enc.hooks:
+        return "no rotate hook, so no key reads another"
     return None
 
 
@@ -87,6 +94,7 @@ _INAPPLICABLE = {
     "reach": tiling.without_reach,
     "carry_limit": tiling.without_carry_limit,
     "context_parallel": context.refused_by_blocked,
+    "key_lookback": _without_rotate,
 }
 
 
@@ -146,6 +154,11 @@ def check_declarations(encoder: str | Encoding, settings: Settings | None = None
     reach = enc.reach
     if reach is not None and (not isinstance(reach, int) or isinstance(reach, bool) or reach < 0):
         raise fail(f"`reach` must be None or an integer >= 0, got {reach!r}")
+    lookback = enc.key_lookback
+    if not isinstance(lookback, int) or isinstance(lookback, bool) or lookback < 0:
+        raise fail(f"`key_lookback` must be an integer >= 0, got {lookback!r}")
+    if lookback and "rotate" not in enc.hooks:
+        raise fail("key_lookback > 0 promises something of `rotate`, which it lacks")
     hparams = enc.hparams()
     as_fields = sorted(set(hparams) & set(DECLARATIONS))
     if as_fields:
@@ -747,3 +760,48 @@ def check_augment(encoder: str | Encoding, settings: Settings | None = None) -> 
         raise _fail(enc, "augment", "the same training key gave different logits")
     if np.allclose(trained[0], trained[2], **tol) or np.allclose(trained[0], evaluation, **tol):
         raise _fail(enc, "augment", "training keys do not change the logits: nothing is augmented")
+
+
+def check_key_lookback(encoder: str | Encoding, settings: Settings | None = None) -> None:
+    """``rotate`` reads no more keys than ``key_lookback`` declares: changing the content of one
+    key changes the rotated keys from it to ``key_lookback`` after it and nothing else (not the
+    queries, not the keys before it or further after), and, where ``key_lookback > 0``, the
+    last of those does change (the declaration is not larger than what ``rotate`` reads).
+    Window-sized caches keep exactly the keys this promises ``rotate`` needs."""
+    settings = settings or Settings()
+    enc = resolve(encoder)
+    _require("key_lookback", enc, settings)
+    dims = settings.dims
+    bound = enc.bind(dims)
+    params = bound.init(jax.random.key(settings.seed), dims)
+    b, s = len(settings.offsets), settings.length
+    rng = np.random.default_rng(settings.seed)
+    q, k = (
+        jnp.asarray(rng.standard_normal((b, s, dims.num_heads, dims.head_dim)), jnp.float32)
+        for _ in "qk"
+    )
+    pos = jnp.asarray(settings.offsets)[:, None] + jnp.arange(s)[None, :]  # [B, S]
+    changed = s // 3
+    lookback = bound.key_lookback
+    k2 = k.at[:, changed].add(jnp.asarray(rng.standard_normal(k.shape[2:]), jnp.float32))
+    rq, rk = (np.asarray(x) for x in bound.rotate(params, q, k, pos, pos))
+    rq2, rk2 = (np.asarray(x) for x in bound.rotate(params, q, k2, pos, pos))
+    tol = dict(rtol=settings.tolerance, atol=settings.tolerance)
+    if not np.allclose(rq2, rq, **tol):
+        raise _fail(enc, "key_lookback", "changing a key's content changed the rotated queries")
+    moved = [j for j in range(s) if not np.allclose(rk2[:, j], rk[:, j], **tol)]
+    allowed = set(range(changed, changed + lookback + 1))
+    if not set(moved) <= allowed:
+        raise _fail(
+            enc,
+            "key_lookback",
+            f"changing key {changed} changed rotated keys {moved}, but key_lookback = "
+            f"{lookback} allows only {sorted(allowed)}",
+        )
+    if lookback and changed + lookback not in moved:
+        raise _fail(
+            enc,
+            "key_lookback",
+            f"declares key_lookback = {lookback}, but key {changed + lookback} does not read key "
+            f"{changed} (declare the smallest true value: caches keep that many slots more)",
+        )
