@@ -48,6 +48,9 @@ HPARAMS: dict[str, dict[str, Any]] = {
     "xpos": {"scale_base": 8.0},
     # DeBERTa's clip distance (512) and v2's log buckets inside the battery's windows.
     "deberta": {"max_distance": 8, "buckets": 4},
+    # DAPE on FIRE with FIRE's battery threshold: the base whose bias reads the query's position,
+    # so the shift check sees what relative = False declares (on ALiBi or KERPLE it is relative).
+    "dape": {"base": "fire", "base_hparams": {"init_L": 4.0}},
 }
 
 
