@@ -44,11 +44,14 @@ entries it is formed whole, past it one hidden unit at a time (as FIRE's), so a 
 holds ``[B, H, blk, blk]`` arrays, not ``W`` times that.
 
 DAPE V2 (Zheng et al. 2024, "DAPE V2: Process Attention Score as Feature Map for Length
-Extrapolation"; the official ``Alibi_DAPEV2``) replaces the per-pair MLP by two ``1 x 3``
-convolutions along the key axis over the causally zeroed ``[A; B]`` map: an output pair reads its
-neighbours' logits across key-tile borders, which no tile-local hook can give exactly, so posenc
-does not transcribe it (it would need whole rows: the ``einsum`` path only, and a contract
-declaration the attention paths honour).
+Extrapolation"; the official ``Alibi_DAPEV2``, ``Kerple_DAPEV2``, ``FIRE_DAPEV2``) replaces the
+per-pair MLP by two ``1 x k`` convolutions (``k = 3``) along the key axis over the map ``[A; B]``
+with the future zeroed first (``tril``). Not transcribed here: an output pair reads its
+neighbours' logits, across key-tile borders (the ``blocked`` path hands a hook one tile at a
+time) and, at the diagonal, future keys that must read as zeros, while ``content_logits`` never
+sees the mask and ``contextual_logits``, which does, gets ``A + B`` summed and no positions to
+recompute ``B``. It needs a contract extension (positions for ``contextual_logits``, and a
+declaration that a hook reads whole rows, which would run it on ``einsum`` only).
 """
 
 from __future__ import annotations
