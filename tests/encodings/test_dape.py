@@ -108,6 +108,15 @@ def test_dape_other_bases(base, causal, path, block):
     np.testing.assert_allclose(got, want, atol=3e-5, rtol=3e-5)
 
 
+def test_dape_through_a_key_value_cache():
+    """Decoding's call: one query at its slot of a preallocated cache, garbage slots invalid."""
+    enc, params = _bound("kerple_log"), _params("kerple_log", seed=6)
+    q, k, v, q_pos, k_pos = ta.inputs(ta.TRAIN_LENGTH, seed=6)
+    want = ta.naive(q, k, v, _dape_term("kerple_log", params, q, k, q_pos, k_pos))[:, -1:]
+    got = ta.cached_query(enc, params, q, k, v, q_pos, k_pos)
+    np.testing.assert_allclose(got, want, atol=3e-5, rtol=3e-5)
+
+
 def _without_f(params):
     """A zero output layer: ``f = 0``."""
     return {

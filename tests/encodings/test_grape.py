@@ -218,6 +218,16 @@ def test_grape_a_matches_eq_4_6_on_every_path(length, causal, path, block):
     np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
 
 
+def test_grape_a_through_a_key_value_cache():
+    """Decoding's call: one query at its slot of a preallocated cache, garbage slots invalid."""
+    enc, params = _bound("grape_a"), _grape_a_params("query_key", seed=8)
+    q, k, v, q_pos, k_pos = ta.inputs(ta.TRAIN_LENGTH, seed=8)
+    term = _grape_a_term(q, k, q_pos, k_pos, params, "query_key")
+    want = ta.naive(q, k, v, term)[:, -1:]
+    got = ta.cached_query(enc, params, q, k, v, q_pos, k_pos)
+    np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
+
+
 @pytest.mark.parametrize("gate", ["query", "key", "none"])
 def test_grape_a_gates(gate):
     enc = _bound("grape_a", gate=gate)
