@@ -264,15 +264,17 @@ def _phase_inputs(length, seed=0, heads=ta.H):
 
 
 def _phase_term(x, params, theta, t):
-    """``-theta_h sum_{l=j+1..i} softplus(w . x_l + b)`` as a loop, float64 ``[B, H, T, S]``."""
+    """``-theta_h sum_{l=j+1..i} softplus(w . x_l + b)``, float64 ``[B, H, T, S]``: for each
+    query the sums over ``l`` of every key ``j`` at once, accumulated from the query back."""
     x, w, b = (np.asarray(a, np.float64) for a in (x, params["w"], params["b"]))
     omega = np.broadcast_to(_softplus(x @ w + b), (*x.shape[:2], ta.H))  # [B, S, H]
     s = x.shape[1]
     term = np.zeros((x.shape[0], ta.H, t, s))
     for i in range(t):
         key_i = i + s - t
-        for j in range(key_i + 1):
-            term[:, :, i, j] = -theta * omega[:, j + 1 : key_i + 1].sum(axis=1)
+        # sum_{l=j+1..key_i} for j = key_i - 1 .. 0: omega at key_i, key_i - 1, ..., 1 summed.
+        back = np.cumsum(omega[:, key_i:0:-1], axis=1)[:, ::-1]  # [B, key_i, H], j = 0..key_i-1
+        term[:, :, i, :key_i] = -np.reshape(theta, (1, -1, 1)) * back.transpose(0, 2, 1)
     return term
 
 
