@@ -53,6 +53,9 @@ HPARAMS: dict[str, dict[str, Any]] = {
     # pairs keep a frequency (a series of 3 terms each) and 5 are clipped.
     "hope": {"train_len": 12},
     "fope": {"train_len": 64},
+    # DAPE on FIRE with FIRE's battery threshold: the base whose bias reads the query's position,
+    # so the shift check sees what relative = False declares (on ALiBi or KERPLE it is relative).
+    "dape": {"base": "fire", "base_hparams": {"init_L": 4.0}},
 }
 
 
