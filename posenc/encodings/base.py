@@ -60,7 +60,7 @@ keys ``[left | right]`` and calling ``right`` (carry zeros) then ``left`` (the r
 must equal one call on the whole row. The fused kernels never form the logits and refuse it.
 
 Unnormalised weights (stick-breaking attention): an encoder that declares ``normalized = False``
-has its attention weights be ``exp(logits)`` as they are, with no softmax over the keys; its hooks
+gets attention weights ``exp(logits)`` as they are, with no softmax over the keys; its hooks
 (``contextual_logits``, typically) make the logits the log weights. It promises that every row's
 weights sum to at most 1 (a log weight is at most 0), so no path's arithmetic overflows: ``einsum``
 forms ``exp(logits)``; ``blocked`` keeps its running maximum ``m`` and sum and returns the
