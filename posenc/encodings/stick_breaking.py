@@ -23,7 +23,9 @@ posenc's transcription:
   attention refuse it, and so do attention sinks (a share of a softmax's denominator).
 - The sum over the keys after ``j`` is a ``contextual_logits`` hook with a carry over key tiles
   (as CoPE's count), so the ``blocked`` path evaluates long windows in memory linear in their
-  length. The hook returns ``log A_ij - z_ij`` (attention adds ``z_ij``).
+  length. The hook returns ``log A_ij - z_ij`` (attention adds ``z_ij``), which is
+  ``-sum_{j<=k<i} softplus(z_ik)`` since ``logsigmoid(z) = z - softplus(z)``: one softplus and
+  one suffix sum per pair.
 - The query's own key: the paper's product and sum run over ``j < i`` and the official kernel
   excludes the diagonal by default (``attend_current=False``); so does posenc. The hook finds
   the query's own key as the last visible key of its row (under the causal mask it is, with or
@@ -116,11 +118,14 @@ class StickBreaking(Encoding):
             own = (cols == last[..., None]) & ~met[..., None]
             later = jnp.maximum(carry - 1.0, 0.0)
         counted = visible & ~own
-        broken = jnp.where(counted, jax.nn.softplus(logits), 0.0)  # -log(1 - beta), 0 if masked
+        softplus = jax.nn.softplus(logits)  # -log(1 - beta_ij)
+        broken = jnp.where(counted, softplus, 0.0)  # 0 if masked or the query's own key
         from_here = later[..., None] + suffix_sums(broken)  # sum over counted keys k >= j
         after = jnp.concatenate([from_here[..., 1:], later[..., None]], axis=-1)  # k > j
-        terms = jax.nn.log_sigmoid(logits) - after - logits
-        terms = jnp.where(own, _ZERO_WEIGHT, terms)
+        # log A_ij - z_ij = logsigmoid(z_ij) - z_ij - sum_{k>j} = -softplus(z_ij) - sum_{k>j}.
+        # (Not -from_here, the same sum: its gradient through the masked `broken` came out NaN
+        # at XLA:CPU's -O0 on the blocked path, tests/encodings/test_stick_breaking.py.)
+        terms = jnp.where(own, _ZERO_WEIGHT, -softplus - after)
         total = from_here[..., 0]
         if self.attend_current:
             return terms, total
