@@ -168,6 +168,8 @@ def _declarations(cls: type) -> str:
         said.append("`continuous_positions`")
     if not cls.cacheable:
         said.append("not `cacheable`")
+    if not cls.normalized:
+        said.append("not `normalized` (no softmax)")
     if cls.eval_safe_hparams:
         names = ", ".join(f"`{h}`" for h in cls.eval_safe_hparams)
         said.append(f"`eval_safe_hparams`: {names}")

@@ -17,8 +17,10 @@ import numpy as np
 import pytest
 
 from posenc import encodings, testing
+from posenc.attention import blocked as blocked_module
 from posenc.attention import linear as linear_attention
 from posenc.encodings import Encoding
+from posenc.encodings.stick_breaking import StickBreaking
 from posenc.testing import _harness, checks
 
 # The encoder-decoder check builds and decodes a second model: one encoder per hook kind in the
@@ -57,10 +59,12 @@ def test_contract(name, check):
 
 def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
     cases = testing.cases()
-    assert [name for name, check in cases if check == "carry"] == ["cope"]
+    assert [name for name, check in cases if check == "carry"] == ["cope", "stick_breaking"]
+    assert [name for name, check in cases if check == "unnormalized"] == ["stick_breaking"]
     assert [name for name, check in cases if check == "augment"] == ["cape"]
     on_cudnn = {name for name, check in cases if check == "cudnn"}
-    assert on_cudnn == set(encodings.names()) - {"cope", "shaw"}  # contextual logits, values
+    # contextual logits, values, unnormalised weights
+    assert on_cudnn == set(encodings.names()) - {"cope", "shaw", "stick_breaking"}
     by_distance = {name for name, check in cases if check == "bias_by_distance"}
     assert by_distance == {"alibi", "t5", "kerple_log", "kerple_power", "dynamic_bias"}
     assert {name for name, check in cases if check == "reach"} == {"shaw", "t5"}
@@ -69,12 +73,20 @@ def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
     assert {"rope", "xpos", "pope", "deberta", "hope", "fope", "truncated_rope"} <= rotating
     assert {name for name, check in cases if check == "key_lookback"} == rotating
     cheaper_tiles = {"bias_by_distance", "reach", "carry_limit"}
-    every_other = set(testing.CHECKS) - {"carry", "augment", "cudnn", "key_lookback"}
+    every_other = set(testing.CHECKS) - {
+        "carry",
+        "unnormalized",
+        "augment",
+        "cudnn",
+        "key_lookback",
+    }
     every_other -= cheaper_tiles
     for check in every_other:
         assert sum(c == check for _, c in cases) == len(encodings.names()), check
     with pytest.raises(testing.NotApplicable, match=r"carry does not apply.*'rope'.*no contex"):
         testing.check_carry("rope")
+    with pytest.raises(testing.NotApplicable, match=r"unnormalized does not apply.*'rope'"):
+        testing.check_unnormalized("rope")
     with pytest.raises(testing.NotApplicable, match=r"augment does not apply.*'rope'"):
         testing.check_augment("rope")
     with pytest.raises(testing.NotApplicable, match=r"cudnn does not apply.*'shaw'.*value term"):
@@ -373,6 +385,51 @@ def test_bidirectional_check_catches_hidden_masks_and_ignored_declarations():
     with pytest.raises(AssertionError, match=r"'quiet-refusal'.*one line naming the field"):
         testing.check_bidirectional(QuietRefusal())
     testing.check_bidirectional("forgetting")  # causal only, and refused as declared
+
+
+@dataclasses.dataclass(frozen=True)
+class UnnormalizedNoPE(encodings.NoPE):
+    """Declares unnormalised weights but leaves the logits as they are: exp(q . k) weights."""
+
+    name = "unnormalized-nope"
+    normalized = False
+
+
+@dataclasses.dataclass(frozen=True)
+class StickWithoutProduct(StickBreaking):
+    """Stick-breaking that forgets the product over the later keys: weights sigmoid(z_ij)."""
+
+    name = "stick-without-product"
+
+    def contextual_logits(self, params, q, k, logits, carry):
+        return jax.nn.log_sigmoid(logits) - logits, carry
+
+
+@dataclasses.dataclass(frozen=True)
+class NormalizedAsText(encodings.NoPE):
+    normalized = "no"
+
+
+def test_unnormalized_weights_that_can_exceed_one_fail_their_check():
+    with pytest.raises(AssertionError, match=r"'unnormalized-nope'.*sum to [\d.]+ .*at most 1"):
+        testing.check_unnormalized(UnnormalizedNoPE())
+    with pytest.raises(AssertionError, match=r"'stick-without-product'.*at most 1"):
+        testing.check_unnormalized(StickWithoutProduct())
+    with pytest.raises(AssertionError, match=r"`normalized` must be True or False"):
+        testing.check_declarations(NormalizedAsText())
+
+
+def test_a_blocked_path_that_normalises_unnormalised_weights_fails_the_path_check(monkeypatch):
+    def divides(self, m, l, acc):
+        return acc / l.transpose(0, 2, 1)[..., None]
+
+    @dataclasses.dataclass(frozen=True)
+    class Fresh(StickBreaking):  # a class of its own: the battery's compiled paths are cached
+        pass
+
+    monkeypatch.setattr(blocked_module._Window, "_finish", divides)
+    with pytest.raises(AssertionError, match=r"'stick_breaking'.*path 'blocked' differs"):
+        testing.check_paths_agree(Fresh())
 
 
 @dataclasses.dataclass(frozen=True)

@@ -7,7 +7,9 @@ window, the query temperature and Scalable-Softmax), the logits of
 :func:`~posenc.attention.core.reference_logits` with the layer's
 :func:`~posenc.attention.core.layer_terms` (its window, logit scale and soft cap; the encoder's
 ``bias``, ``content_logits``, ``log_decay`` and ``contextual_logits``), and
-:func:`posenc.attention.terms.softmax` with the layer's sinks. So the weights are those of every
+:func:`posenc.attention.terms.weights` with the layer's sinks (a softmax, or ``exp(logits)`` for an
+encoder that declares ``normalized = False``, stick-breaking, whose rows sum to at most one). So
+the weights are those of every
 path the model runs (the fused and blocked paths compute the same softmax), layer by layer, each
 with its own encoder and options when the model has a pattern of layer kinds
 (:mod:`posenc.layers.pattern`). With sinks a row's probabilities over the keys sum to less than
@@ -35,7 +37,7 @@ import jax.numpy as jnp
 
 from posenc.attention.core import cumulative_decay, layer_terms, prepare_qk, reference_logits
 from posenc.attention.options import AttentionOptions
-from posenc.attention.terms import softmax
+from posenc.attention.terms import weights as attention_weights
 from posenc.encodings.base import Encoding, Params
 from posenc.layers.params import values
 from posenc.models.lm import Transformer, default_positions
@@ -147,8 +149,9 @@ def attention_sums(
             terms=terms,
         )  # [B, H, blk, S], [1, 1, blk, S]
         visible = jnp.broadcast_to(visible[0, 0], (blk, s))  # [blk, S]
-        p = softmax(logits, terms.sinks)  # [B, H, blk, S], the model's probabilities
-        log_p = _log_probs(logits, terms.sinks)  # finite where p underflows to 0
+        # [B, H, blk, S], the model's weights (a softmax, or exp(logits) unnormalised)
+        p = attention_weights(logits, terms.sinks, encoding.normalized)
+        log_p = _log_probs(logits, terms.sinks, encoding.normalized)  # finite where p is 0
         row_weight = weights[:, None, None] * fresh[None, None, :]  # [B, 1, blk]
         entropy = -jnp.where(visible, p * log_p, 0.0).sum(-1)  # [B, H, blk]
         # Key index of each (row, distance): i + (S - T) - d; the pair exists if it is visible.
@@ -180,9 +183,12 @@ def attention_sums(
     return AttentionSums(weight, logit, pairs, entropy, keys, weights.sum())
 
 
-def _log_probs(logits: jax.Array, sinks: jax.Array | None) -> jax.Array:
-    """``log p`` of :func:`posenc.attention.terms.softmax`'s probabilities, computed from the
-    logits (finite where ``p`` underflows): ``[B, H, T, S]`` and ``sinks [H]`` or None."""
+def _log_probs(logits: jax.Array, sinks: jax.Array | None, normalized: bool = True) -> jax.Array:
+    """``log p`` of :func:`posenc.attention.terms.weights`' probabilities, computed from the
+    logits (finite where ``p`` underflows): ``[B, H, T, S]`` and ``sinks [H]`` or None; the
+    logits themselves for an encoder whose weights are ``exp(logits)`` (``normalized=False``)."""
+    if not normalized:
+        return logits
     norm = jax.nn.logsumexp(logits, axis=-1, keepdims=True)  # [B, H, T, 1]
     if sinks is not None:
         norm = jnp.logaddexp(norm, sinks.astype(logits.dtype)[None, :, None, None])

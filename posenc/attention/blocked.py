@@ -24,7 +24,10 @@ its running sum over the later keys carried along (the online softmax gives the 
 any order). If it declares a ``carry_limit``, a tile reached once every query's carry is at the
 limit (CoPE's count at ``max_pos - 1``) adds the hook's terms for one probe key (a masked logit)
 instead of calling it on the tile: NoPE's cost, decided per tile from the carry (``lax.switch``).
-The cumulative decays of a ``log_decay`` encoder are tiled with the queries and keys.
+The cumulative decays of a ``log_decay`` encoder are tiled with the queries and keys. An encoder
+whose weights are ``exp(logits)`` without a softmax (``normalized = False``, stick-breaking) keeps
+the same running maximum and sum, and its output is the accumulated one times ``exp(m)`` instead of
+divided by the sum.
 
 Under a gradient each query block is recomputed in the backward pass (``jax.checkpoint``, as
 FlashAttention recomputes its tiles), so a training step on this path also holds ``T x block``
@@ -213,8 +216,8 @@ class _Window(NamedTuple):
                 keys = jax.tree.map(
                     lambda x: jax.lax.dynamic_slice_in_dim(x, start, band, axis=0), keys
                 )
-            (_, l, acc, extra, _), _ = jax.lax.scan(key_block, init, keys, reverse=contextual_hook)
-            return ((acc + extra) / l.transpose(0, 2, 1)[..., None]).astype(self.out_dtype)
+            (m, l, acc, extra, _), _ = jax.lax.scan(key_block, init, keys, reverse=contextual_hook)
+            return self._finish(m, l, acc + extra).astype(self.out_dtype)
 
         # Differentiated (training), each query block is recomputed in the backward pass from
         # its inputs (FlashAttention's recomputation) rather than keeping every tile's
@@ -222,6 +225,17 @@ class _Window(NamedTuple):
         # a gradient. Inside lax.map (a scan) there is no common subexpression to prevent.
         query_block = jax.checkpoint(query_block, prevent_cse=False)
         return jax.lax.map(query_block, (tiles.q, tiles.q_pos, tiles.q_start, tiles.decay_q))
+
+    def _finish(self, m: jax.Array, l: jax.Array, acc: jax.Array) -> jax.Array:
+        """The output from the online softmax's running maximum ``m`` and sum ``l``
+        (``[B, H, blk]``) and unnormalised output ``acc`` (``[B, blk, H, Dh]``): ``acc / l``, or
+        for an encoder whose weights are ``exp(logits)`` as they are (``normalized = False``)
+        ``acc * exp(m)``, which is ``sum_j exp(logit_j) v_j``; its log weights are at most 0, so
+        ``exp(m) <= 1`` and nothing overflows (a row with no visible key has ``m = -1e30``:
+        exactly 0)."""
+        if self.encoding.normalized:
+            return acc / l.transpose(0, 2, 1)[..., None]
+        return acc * jnp.exp(m).transpose(0, 2, 1)[..., None]
 
     def _kind(self, q_start, qpos_blk, kpos_blk, k_start) -> jax.Array:
         """The branch for a key tile: ``_SKIP`` (no pair visible under the mask and the

@@ -27,6 +27,10 @@ every path as a bias ``c_i - c_j`` built from per-token cumulative sums, compute
 A ``rotate`` that widens ``q`` and ``k`` (PoPE) keeps the ``1/sqrt(Dh)`` scale of the projected
 width; the fused kernels, which need one width, get ``v`` padded with zero channels.
 
+An encoder that declares ``normalized = False`` (stick-breaking attention) has weights
+``exp(logits)`` with no softmax: ``einsum`` and ``blocked`` form them so (``auto`` picks one of
+them); the fused kernels, linear attention and attention sinks refuse it.
+
 Every path masks causally by index (key ``j`` is visible to query ``i`` when
 ``j <= i + S - T``), computes logits and softmax in float32 (on ``cudnn``, with the bias in the
 compute dtype, as the kernel requires), and returns ``q``'s dtype.
@@ -63,8 +67,8 @@ from posenc.attention.terms import (
     decay_bias,
     finish_logits,
     plain_terms,
-    softmax,
     visibility,
+    weights,
     window_bias,
 )
 from posenc.encodings.base import Encoding, Params
@@ -108,7 +112,8 @@ def choose_implementation(
     - Otherwise ``xla`` for windows of up to one block and ``blocked`` for longer ones (XLA's
       attention materialises ``[B, H, T, S]`` logits).
     - Attention sinks and soft-capping act inside the softmax, which the fused kernels do not
-      expose: ``einsum`` or ``blocked``, as for a value term.
+      expose: ``einsum`` or ``blocked``, as for a value term; so do unnormalised weights
+      (``normalized = False``), which the kernels would normalise.
     """
     platform = platform or jax.default_backend()
     hooks = encoding.hooks
@@ -116,7 +121,7 @@ def choose_implementation(
     has_bias = "bias" in hooks or "log_decay" in hooks
     options = options or _PLAIN
     inside = bool(options.changes_logits())
-    if "value_term" in hooks or "contextual_logits" in hooks or inside:
+    if "value_term" in hooks or "contextual_logits" in hooks or inside or not encoding.normalized:
         return "blocked" if long else "einsum"
     gpu = platform in ("gpu", "cuda")
     masked = not _kernel_window(options.parsed_window, causal, q_len, k_len or q_len)
@@ -146,6 +151,8 @@ def check_implementation(
         raise ValueError(
             f"model.attention_impl must be one of {list(IMPLEMENTATIONS)}, got {implementation!r}"
         )
+    if not encoding.normalized:
+        _check_unnormalized(encoding, implementation, options)
     if implementation in _FUSED and "value_term" in encoding.hooks:
         raise ValueError(
             f"model.attention_impl={implementation!r} cannot run encoding {encoding.name!r}: "
@@ -181,6 +188,24 @@ def check_implementation(
                 f"softmax over keys); got {options.prefix}.{changed[0]}="
                 f"{getattr(options, changed[0])!r}"
             )
+
+
+def _check_unnormalized(encoding: Encoding, implementation: str, options: AttentionOptions):
+    """The refusals of an encoder whose weights are ``exp(logits)`` without a softmax
+    (``normalized = False``): the fused kernels and linear attention normalise inside, and a
+    sink is a share of a softmax's denominator."""
+    if implementation in (*_FUSED, *linear_attention.PATHS):
+        raise ValueError(
+            f"model.attention_impl={implementation!r} cannot run encoding {encoding.name!r}: its "
+            "weights are exp(logits) without a softmax (normalized = False), which this path "
+            "always normalises; use 'auto', 'einsum' or 'blocked'"
+        )
+    if options.sinks:
+        raise ValueError(
+            f"{options.prefix}.sinks={options.sinks!r} cannot go with encoding "
+            f"{encoding.name!r}: a sink takes a share of a softmax's denominator, and its weights "
+            "are exp(logits) without one (normalized = False); use sinks=False"
+        )
 
 
 def attend(
@@ -502,7 +527,7 @@ def _reference(
         terms=terms,
         q_index=first,
     )
-    probs = softmax(logits, terms.sinks)  # [B, H, T, S] float32
+    probs = weights(logits, terms.sinks, encoding.normalized)  # [B, H, T, S] float32
     out = jnp.einsum("BHTS,BSHD->BTHD", probs.astype(v.dtype), v)
     if "value_term" in encoding.hooks:
         out = out + encoding.value_term(params, probs, q_pos, k_pos).astype(out.dtype)

@@ -81,6 +81,14 @@ def softmax(logits: jax.Array, sinks: jax.Array | None) -> jax.Array:
     return both[..., :-1]
 
 
+def weights(logits: jax.Array, sinks: jax.Array | None, normalized: bool = True) -> jax.Array:
+    """The attention weights of ``[B, H, T, S]`` float32 logits: :func:`softmax` with the sinks,
+    or ``exp(logits)`` as they are for an encoder that declares ``normalized = False`` (its
+    logits are log weights; sinks are refused with it, :func:`~posenc.attention.core.
+    check_implementation`)."""
+    return softmax(logits, sinks) if normalized else jnp.exp(logits)
+
+
 def decay_bias(decay: tuple[jax.Array, jax.Array]) -> jax.Array:
     """``c_i - c_j = sum_{l=j+1..i} log_decay_l``: ``[B, T, H]``, ``[B, S, H]`` ->
     ``[B, H, T, S]``."""

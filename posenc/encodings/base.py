@@ -59,6 +59,15 @@ the first, carrying the sum (the online softmax does not care about the order). 
 keys ``[left | right]`` and calling ``right`` (carry zeros) then ``left`` (the returned carry)
 must equal one call on the whole row. The fused kernels never form the logits and refuse it.
 
+Unnormalised weights (stick-breaking attention): an encoder that declares ``normalized = False``
+gets attention weights ``exp(logits)`` as they are, with no softmax over the keys; its hooks
+(``contextual_logits``, typically) make the logits the log weights. It promises that every row's
+weights sum to at most 1 (a log weight is at most 0), so no path's arithmetic overflows: ``einsum``
+forms ``exp(logits)``; ``blocked`` keeps its running maximum ``m`` and sum and returns the
+accumulated output times ``exp(m)`` instead of dividing by the sum; the fused kernels and linear
+attention (which normalise inside) refuse it, and so do attention sinks (a share of a softmax's
+denominator). Masked pairs keep logit ``-1e30``, weight exactly 0.
+
 Tiling: the ``blocked`` attention path calls ``bias``, ``content_logits``, ``contextual_logits``
 and ``value_term`` on tiles of queries and keys, each with that tile's positions, and
 accumulates ``value_term`` with unnormalised probabilities; so hooks must depend on positions
@@ -132,6 +141,8 @@ checks each one against what the encoder does):
   decoder causal) from the one encoder the config names. Default: itself. An encoder whose
   hyperparameters choose a direction overrides it (T5's ``bidirectional`` buckets, as T5's own
   encoder and decoder use; conv's centred or causal convolution).
+- ``normalized``: False when attention's weights are ``exp(logits)`` with no softmax, each row
+  summing to at most 1 (above). Default True: a softmax over the keys.
 - ``cacheable``: True when a key/value cache reproduces a full pass (:mod:`posenc.decoding`):
   each token's keys, values and layer inputs, once computed, stay what a full pass over any
   longer window would compute for them. Hooks that read positions through their arguments
@@ -215,6 +226,8 @@ class Encoding:
     continuous_positions: ClassVar[bool] = False
     # A key/value cache reproduces a full pass (posenc.decoding refuses it otherwise).
     cacheable: ClassVar[bool] = True
+    # False: attention weights are exp(logits), no softmax; rows sum to at most 1 (docstring).
+    normalized: ClassVar[bool] = True
     # `bias` depends on positions only through k_pos - q_pos (see the module docstring).
     bias_by_distance: ClassVar[bool] = False
     # Set by `bind`; None while unbound.

@@ -21,6 +21,8 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ``paths_agree``     every float32 softmax path that takes the encoder equals the ``einsum`` one
 ``cudnn``           cuDNN's fused kernel equals the ``einsum`` reference in bfloat16 (NVIDIA GPUs)
 ``carry``           ``contextual_logits`` on key tiles, last to first with the carry, equal one call
+``unnormalized``    ``normalized = False``: every row's weights ``exp(logits)`` sum to at most 1,
+                    masked pairs weigh 0
 ``causal``          no output depends on a later input (Jacobian through the model)
 ``bidirectional``   ``causal=False``: paths equal the reference, later inputs matter; or refused
 ``shift``           shifting all positions changes nothing iff ``relative = True``
@@ -51,9 +53,10 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
                     says (and, when positive, the last it names); encoders with ``rotate``
 ==================  ===========================================================================
 
-A check that does not apply to an encoder (``carry`` without ``contextual_logits``, ``augment``
-without continuous positions, ``bias_by_distance``, ``reach`` and ``carry_limit`` without the
-declaration, ``cudnn`` for an encoder the path refuses) or cannot run here (``cudnn`` without an
+A check that does not apply to an encoder (``carry`` without ``contextual_logits``,
+``unnormalized`` for one that normalises, ``augment`` without continuous positions,
+``bias_by_distance``, ``reach`` and ``carry_limit`` without the declaration, ``cudnn`` for an
+encoder the path refuses) or cannot run here (``cudnn`` without an
 NVIDIA GPU, ``context_parallel`` on one device) raises :class:`NotApplicable` rather than passing:
 :func:`applicable` and :func:`cases` leave the first kind out, and the second is a skip.
 
@@ -90,6 +93,7 @@ from posenc.testing.checks import (
     check_paths_agree,
     check_shift,
     check_trains,
+    check_unnormalized,
     inapplicable,
 )
 from posenc.testing.classifier import check_classifier
@@ -106,6 +110,7 @@ CHECKS: dict[str, Check] = {
     "paths_agree": check_paths_agree,
     "cudnn": check_cudnn,
     "carry": check_carry,
+    "unnormalized": check_unnormalized,
     "causal": check_causal,
     "bidirectional": check_bidirectional,
     "shift": check_shift,

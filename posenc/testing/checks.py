@@ -16,6 +16,7 @@ from flax import nnx
 
 from posenc.attention import core as attention
 from posenc.attention import linear as linear_attention
+from posenc.attention.options import AttentionOptions
 from posenc.encodings.base import Encoding
 from posenc.layers.params import EncoderParam
 from posenc.testing import context, tiling
@@ -47,6 +48,7 @@ DECLARATIONS = (
     "causal_only",
     "continuous_positions",
     "cacheable",
+    "normalized",
     "bias_by_distance",
     "key_lookback",
 )
@@ -70,6 +72,12 @@ def _without_rotate(enc: Encoding, settings: Settings) -> str | None:
     return None
 
 
+def _normalized(enc: Encoding, settings: Settings) -> str | None:
+    if enc.normalized:
+        return "normalized = True (a softmax over the keys): no unnormalised weights to check"
+    return None
+
+
 def _not_on_cudnn(enc: Encoding, settings: Settings) -> str | None:
     bound = enc.bind(settings.dims)
     try:
@@ -89,6 +97,7 @@ def _not_on_cudnn(enc: Encoding, settings: Settings) -> str | None:
 _INAPPLICABLE = {
     "carry": _without_contextual_logits,
     "augment": _without_continuous_positions,
+    "unnormalized": _normalized,
     "cudnn": _not_on_cudnn,
     "bias_by_distance": tiling.without_distance_bias,
     "reach": tiling.without_reach,
@@ -147,6 +156,8 @@ def check_declarations(encoder: str | Encoding, settings: Settings | None = None
         raise fail("an `augment_positions` hook needs continuous_positions = True")
     if not isinstance(cls.cacheable, bool):
         raise fail(f"`cacheable` must be True or False, got {cls.cacheable!r}")
+    if not isinstance(cls.normalized, bool):
+        raise fail(f"`normalized` must be True or False, got {cls.normalized!r}")
     if not isinstance(cls.bias_by_distance, bool):
         raise fail(f"`bias_by_distance` must be True or False, got {cls.bias_by_distance!r}")
     if cls.bias_by_distance and "bias" not in enc.hooks:
@@ -407,6 +418,66 @@ def check_carry(encoder: str | Encoding, settings: Settings | None = None) -> No
             f"the carry after the first key tile ({got.shape}) differs from the whole row's "
             f"({expected.shape}); it must be the [B, H, T] float32 running sum",
         )
+
+
+def check_unnormalized(encoder: str | Encoding, settings: Settings | None = None) -> None:
+    """An encoder that declares ``normalized = False`` keeps its promise (:class:`NotApplicable`
+    for one that normalises): its weights ``exp(logits)`` sum to at most 1 over each row, so no
+    path that forms them unnormalised overflows, and masked pairs weigh exactly 0.
+
+    The reference path's logits (:func:`~posenc.attention.core.reference_logits`, after
+    ``rotate``, with the encoder's every hook) of random queries and keys at scales 1 and 4
+    (``T`` queries, the last of ``S`` keys), causal and, for an encoder that serves it, without
+    the mask.
+    """
+    settings = settings or Settings()
+    enc = resolve(encoder)
+    _require("unnormalized", enc, settings)
+    dims = settings.dims
+    bound = enc.bind(dims)
+    params = bound.init(jax.random.key(settings.seed), dims)
+    b, t, s = len(settings.offsets), settings.length, settings.length + settings.extra_keys
+    rng = np.random.default_rng(settings.seed + 9)
+    _, q_pos, k_pos = _position_sets(settings, s, t)[0]
+    inputs = jnp.asarray(rng.standard_normal((b, s, dims.model_dim)), jnp.float32)
+    options, heads = AttentionOptions(), (dims.num_heads, dims.head_dim)
+    for causal in (True,) if _causal_only(enc) else (True, False):
+        for scale in (1.0, 4.0):
+            q, k = (
+                jnp.asarray(scale * rng.standard_normal((b, n, *heads)), jnp.float32)
+                for n in (t, s)
+            )
+            q, k = attention.prepare_qk(
+                q, k, bound, params, q_pos, k_pos, options, {}, causal, s - t, 1e-6
+            )
+            logits, visible = attention.reference_logits(
+                q,
+                k,
+                encoding=bound,
+                params=params,
+                q_pos=q_pos,
+                k_pos=k_pos,
+                causal=causal,
+                head_dim=dims.head_dim,
+                decay=attention.cumulative_decay(bound, params, inputs, t, s),
+            )
+            w = np.exp(np.asarray(logits, np.float64))  # [B, H, T, S]
+            where = f"causal={causal}, q and k {scale:g} x standard normal"
+            masked = ~np.broadcast_to(np.asarray(visible), w.shape)
+            if not np.isfinite(w).all() or np.any(w[masked] != 0.0):
+                raise _fail(
+                    enc,
+                    "unnormalized",
+                    f"weights exp(logits) must be finite and exactly 0 at masked pairs ({where})",
+                )
+            most = float(w.sum(-1).max())
+            if most > 1.0 + settings.tolerance:
+                raise _fail(
+                    enc,
+                    "unnormalized",
+                    f"declares normalized = False, but a row's weights exp(logits) sum to {most:g} "
+                    f"({where}): they must sum to at most 1 (log weights, no softmax)",
+                )
 
 
 @memo
