@@ -82,6 +82,8 @@ def test_the_encoder_default_is_unscaled():
         "high_freq_factor",
         "short_factor",
         "long_factor",
+        "string_shift",  # STRING (tests/encodings/test_string.py)
+        "string_window",
     )
 
 
