@@ -286,7 +286,10 @@ def test_grape_a_phase_matches_the_path_sum_on_every_path(length, causal, path, 
     want = ta.naive(q, k, v, _phase_term(x, params, _alibi_slopes(ta.H)[None, :], length))
     block = ta.block_for(path, block, length)
     got = ta.run(enc, params, path, block, q, k, v, q_pos, k_pos, layer_input=x)
-    np.testing.assert_allclose(got, want, atol=2e-5, rtol=2e-5)
+    # Attention forms the decay as a difference of float32 cumulative sums (as FoX's kernel):
+    # at 2048 tokens they reach ~1e3, whose float32 spacing (~1e-4) is the logits' error.
+    tolerance = 2e-5 if length <= 256 else 3e-4
+    np.testing.assert_allclose(got, want, atol=tolerance, rtol=tolerance)
 
 
 @pytest.mark.parametrize("length,causal,path,block", [c for c in ta.EQUALITY_CASES if c[1]])
