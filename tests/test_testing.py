@@ -68,7 +68,7 @@ def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
     by_distance = {name for name, check in cases if check == "bias_by_distance"}
     assert by_distance == {"alibi", "t5", "kerple_log", "kerple_power", "dynamic_bias"}
     assert {name for name, check in cases if check == "reach"} == {"shaw", "t5"}
-    assert [name for name, check in cases if check == "carry_limit"] == ["cope"]
+    assert [name for name, check in cases if check == "carry_limit"] == ["cope", "stick_breaking"]
     cheaper_tiles = {"bias_by_distance", "reach", "carry_limit"}
     every_other = set(testing.CHECKS) - {"carry", "unnormalized", "augment", "cudnn"}
     every_other -= cheaper_tiles

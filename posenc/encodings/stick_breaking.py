@@ -33,12 +33,20 @@ posenc's transcription:
   the product. ``attend_current=True`` is the kernel's other option: ``j <= i``, the product over
   ``j < k <= i``.
 - The leftover weight ``1 - sum_j A_ij`` is dropped, as the paper's formula has it. (The official
-  repository's reference tests add ``(1 - sum_j A_ij) v_i``, and the model in IBM's lm-engine adds
-  the leftover times a learned per-head vector; neither is in the paper's definition.) So the
-  first token, which has no earlier key, gets a zero attention output.
+  repository's reference tests add ``(1 - sum_j A_ij) v_i``, the query's own value, and a later
+  model implementation from the same authors adds the leftover times a learned per-head vector;
+  neither is in the paper's definition.) So the first token, which has no earlier key, gets a
+  zero attention output.
 - The carry is ``[B, H, T]`` float32: 0 until the query's own key has been passed (it lies in a
   later tile), then ``1 + sum`` of ``softplus`` over the later keys, so one float says both
-  whether the diagonal was met and the running sum (with ``attend_current=True``: the sum).
+  whether the diagonal was met and the running sum (with ``attend_current=True``: the sum). The
+  search for the own key runs only on tiles where some query has not met it (``lax.cond``).
+- ``carry_limit``: once the later keys' sum passes 104, ``log A_ij <= -104`` and every weight is
+  exactly 0 in float32; the hook then says so (a ``-1e30`` term for every key), and the
+  ``blocked`` path runs the key tiles before such queries at NoPE's cost (as CoPE's clipped
+  count). With ``softplus(z)`` near ``log 2`` for logits near 0, a few hundred keys break that
+  much of the stick: how many tiles a query block reads depends on its logits.
+- The scale is ``1/sqrt(Dh)`` (the kernel's default ``inv_temp``); no bias or temperature.
 
 Positions never enter (``relative = True``): order comes from the product over the keys between
 query and key. Causal as defined (the stick is broken from the query backwards): ``causal_only``.
@@ -58,6 +66,9 @@ from posenc.encodings.registry import register
 _MASKED_BELOW = -1e29
 # The weight-zero term for the query's own key (attention adds it to the logit).
 _ZERO_WEIGHT = -1e30
+# exp(x) is exactly 0 in float32 for x < -103.98 (half the smallest subnormal): once the keys after
+# a tile have broken off this much of the stick (sum of softplus), every weight there is 0.
+_UNDERFLOW = 104.0
 
 
 @register
@@ -88,6 +99,15 @@ class StickBreaking(Encoding):
                 f"encoding.attend_current must be one of [True, False], got {self.attend_current!r}"
             )
 
+    @property
+    def carry_limit(self) -> float:
+        """Past ``_UNDERFLOW`` of ``softplus`` summed over the later keys, every weight of an
+        earlier key is below float32's smallest number (``log A_ij <= -sum``): exactly 0, which
+        the hook returns as such (a ``-1e30`` term) for every key, whatever its logit. The
+        carry holds ``1 + sum`` once the own key is met (module docstring), and only then can
+        the sum grow."""
+        return _UNDERFLOW if self.attend_current else 1.0 + _UNDERFLOW
+
     def contextual_logits(
         self, params: Params, q: jax.Array, k: jax.Array, logits: jax.Array, carry: jax.Array
     ) -> tuple[jax.Array, jax.Array]:
@@ -107,13 +127,14 @@ class StickBreaking(Encoding):
         del params, q, k
         visible = logits > _MASKED_BELOW
         if self.attend_current:  # carry: the sum over the keys after this tile, own included
-            return _broken_stick(logits, visible, carry)
+            terms, total = _broken_stick(logits, visible, carry)
+            return _underflow(terms, carry), total
         met = carry > 0.0  # the query's own key lay in a later tile
         later = jnp.maximum(carry - 1.0, 0.0)
 
         def own_met():  # every query's own key is past: every visible key counts
             terms, total = _broken_stick(logits, visible, later)
-            return terms, 1.0 + total
+            return _underflow(terms, later), 1.0 + total
 
         def own_here():  # some query's own key may be in this tile: the last visible of its row
             cols = jnp.arange(logits.shape[-1], dtype=jnp.float32)  # float: XLA:CPU's int32
@@ -148,6 +169,13 @@ def _broken_stick(
     # `broken` (which the matmul reads anyway) rather than the softplus, which XLA would
     # recompute in this fusion.
     return -broken - after, after[..., 0] + broken[..., 0]
+
+
+def _underflow(terms: jax.Array, later: jax.Array) -> jax.Array:
+    """The terms, or ``-1e30`` (weight 0) for every key of a query whose later keys' sum is past
+    ``_UNDERFLOW``, where float32 gives every weight 0 anyway (the ``carry_limit`` promise:
+    the same terms for every key, whatever its logit)."""
+    return jnp.where(later[..., None] >= _UNDERFLOW, _ZERO_WEIGHT, terms)
 
 
 def _softplus(z: jax.Array) -> jax.Array:

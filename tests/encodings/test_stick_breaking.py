@@ -231,6 +231,8 @@ def test_refusals_and_the_path_auto_takes():
         )
     with pytest.raises(ValueError, match=r"model.sinks=True.*'stick_breaking'.*normalized = False"):
         check_implementation(enc, "blocked", AttentionOptions(sinks=True))
+    with pytest.raises(ValueError, match=r"model.sinks=True.*normalized = False"):
+        Transformer(ModelConfig(sinks=True), encodings.get("stick_breaking"), rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match=r"model.causal=False.*'stick_breaking'.*causal only"):
         Transformer(ModelConfig(causal=False), encodings.get("stick_breaking"), rngs=nnx.Rngs(0))
     for platform in ("cpu", "gpu"):
