@@ -216,8 +216,8 @@ class _Window(NamedTuple):
                 keys = jax.tree.map(
                     lambda x: jax.lax.dynamic_slice_in_dim(x, start, band, axis=0), keys
                 )
-            (m, l, acc, extra, _), _ = jax.lax.scan(key_block, init, keys, reverse=contextual_hook)
-            return self._finish(m, l, acc + extra).astype(self.out_dtype)
+            (_, l, acc, extra, _), _ = jax.lax.scan(key_block, init, keys, reverse=contextual_hook)
+            return self._finish(l, acc + extra).astype(self.out_dtype)
 
         # Differentiated (training), each query block is recomputed in the backward pass from
         # its inputs (FlashAttention's recomputation) rather than keeping every tile's
@@ -226,12 +226,11 @@ class _Window(NamedTuple):
         query_block = jax.checkpoint(query_block, prevent_cse=False)
         return jax.lax.map(query_block, (tiles.q, tiles.q_pos, tiles.q_start, tiles.decay_q))
 
-    def _finish(self, m: jax.Array, l: jax.Array, acc: jax.Array) -> jax.Array:
-        """The output from the online softmax's running maximum ``m`` and sum ``l``
-        (``[B, H, blk]``) and unnormalised output ``acc`` (``[B, blk, H, Dh]``): ``acc / l``; for
-        an encoder whose weights are ``exp(logits)`` as they are (``normalized = False``),
-        ``acc`` itself, ``sum_j exp(logit_j) v_j`` (:func:`_accumulate_unnormalized`)."""
-        del m
+    def _finish(self, l: jax.Array, acc: jax.Array) -> jax.Array:
+        """The output from the online softmax's sum ``l`` (``[B, H, blk]``) and unnormalised
+        output ``acc`` (``[B, blk, H, Dh]``): ``acc / l``; for an encoder whose weights are
+        ``exp(logits)`` as they are (``normalized = False``), ``acc`` itself,
+        ``sum_j exp(logit_j) v_j`` (:func:`_accumulate_unnormalized`)."""
         if self.encoding.normalized:
             return acc / l.transpose(0, 2, 1)[..., None]
         return acc
