@@ -68,7 +68,7 @@ def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
     by_distance = {name for name, check in cases if check == "bias_by_distance"}
     assert by_distance == {"alibi", "t5", "kerple_log", "kerple_power", "dynamic_bias"}
     assert {name for name, check in cases if check == "reach"} == {"shaw", "t5"}
-    assert [name for name, check in cases if check == "carry_limit"] == ["cope"]
+    assert [name for name, check in cases if check == "carry_limit"] == ["cope", "stick_breaking"]
     rotating = {name for name in encodings.names() if "rotate" in testing.resolve(name).hooks}
     assert {"rope", "xpos", "pope", "deberta", "hope", "fope", "truncated_rope"} <= rotating
     assert {name for name, check in cases if check == "key_lookback"} == rotating
@@ -420,14 +420,15 @@ def test_unnormalized_weights_that_can_exceed_one_fail_their_check():
 
 
 def test_a_blocked_path_that_normalises_unnormalised_weights_fails_the_path_check(monkeypatch):
-    def divides(self, m, l, acc):
-        return acc / l.transpose(0, 2, 1)[..., None]
+    def softmax_weights(enc, params, logits, v_blk, acc, extra, xs, ys, probe):
+        p = jax.nn.softmax(logits, axis=-1)  # normalises each tile: no longer exp(logits)
+        return acc + jnp.einsum("BHTS,BSHD->BTHD", p, v_blk), extra
 
     @dataclasses.dataclass(frozen=True)
     class Fresh(StickBreaking):  # a class of its own: the battery's compiled paths are cached
         pass
 
-    monkeypatch.setattr(blocked_module._Window, "_finish", divides)
+    monkeypatch.setattr(blocked_module, "_accumulate_unnormalized", softmax_weights)
     with pytest.raises(AssertionError, match=r"'stick_breaking'.*path 'blocked' differs"):
         testing.check_paths_agree(Fresh())
 

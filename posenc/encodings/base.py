@@ -63,8 +63,8 @@ Unnormalised weights (stick-breaking attention): an encoder that declares ``norm
 gets attention weights ``exp(logits)`` as they are, with no softmax over the keys; its hooks
 (``contextual_logits``, typically) make the logits the log weights. It promises that every row's
 weights sum to at most 1 (a log weight is at most 0), so no path's arithmetic overflows: ``einsum``
-forms ``exp(logits)``; ``blocked`` keeps its running maximum ``m`` and sum and returns the
-accumulated output times ``exp(m)`` instead of dividing by the sum; the fused kernels and linear
+forms ``exp(logits)``; ``blocked`` forms them on each tile and sums them with the values, without
+the online softmax's running maximum and sum; the fused kernels and linear
 attention (which normalise inside) refuse it, and so do attention sinks (a share of a softmax's
 denominator). Masked pairs keep logit ``-1e30``, weight exactly 0.
 

@@ -100,7 +100,7 @@ class CoPE(Encoding):
         """
         del k
         gates = jax.nn.sigmoid(logits)  # [B, H, T, S]; exactly 0 where masked
-        counted = carry[..., None] + suffix_sums(gates)  # sum_{k>=j}
+        counted = carry[..., None] + _suffix_sums(gates)  # sum_{k>=j}
         pos = jnp.minimum(counted, self.max_pos - 1)  # p_ij, clipped
         table = params["embeddings"].astype(q.dtype)
         z = jnp.einsum("BTHD,PD->BHTP", q, table, preferred_element_type=jnp.float32)
@@ -148,7 +148,7 @@ def _interpolate_backward(saved, grad):
 _interpolate.defvjp(_interpolate_forward, _interpolate_backward)
 
 
-def suffix_sums(x: jax.Array, chunk: int = 32) -> jax.Array:
+def _suffix_sums(x: jax.Array, chunk: int = 32) -> jax.Array:
     """``sum_{k >= j} x[..., k]`` for every ``j`` of the last axis.
 
     Chunks of ``chunk`` columns: a matmul with a triangle of ones within each, plus the sums of

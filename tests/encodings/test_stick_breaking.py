@@ -15,6 +15,7 @@ tests/test_generate.py, which run over the registry.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import jax
@@ -28,6 +29,7 @@ from posenc.analysis.stats import attention_sums
 from posenc.attention.core import attend, check_implementation, choose_implementation
 from posenc.attention.options import AttentionOptions
 from posenc.encodings import Dims
+from posenc.encodings.stick_breaking import StickBreaking
 from posenc.layers.config import ModelConfig
 from posenc.models.lm import Transformer
 
@@ -155,6 +157,31 @@ def test_gradients_equal_central_differences_of_the_formula(impl, factor):
     np.testing.assert_allclose(got, expected, rtol=1e-4)
 
 
+@dataclasses.dataclass(frozen=True)
+class _WithoutLimit(StickBreaking):
+    """Stick-breaking without its carry_limit: the blocked path reads every key tile in full."""
+
+    @property
+    def carry_limit(self):
+        return None
+
+
+@pytest.mark.parametrize("attend_current", [False, True])
+def test_the_carry_limit_changes_no_bit(attend_current):
+    # Logits of scale ~4 break over 104 of the stick within a few keys, so most key tiles of the
+    # 128-token window lie past the limit for every query of their block: the blocked path adds
+    # -1e30 terms there (NoPE's cost) instead of the weights, which float32 makes 0 anyway.
+    q, k, v, q_pos, k_pos = _inputs(16 * BLOCK, seed=9, scale=2.5)
+    limited = _run(_bound(attend_current), "blocked", BLOCK, q, k, v, q_pos, k_pos)
+    full = _WithoutLimit(attend_current=attend_current).bind(DIMS)
+    np.testing.assert_array_equal(limited, _run(full, "blocked", BLOCK, q, k, v, q_pos, k_pos))
+    _, weights = _naive(q, k, v, attend_current)
+    t, s = q.shape[1], k.shape[1]
+    earlier = np.arange(s)[None, :] < np.arange(t)[:, None] + (s - t)  # [T, S], j < i
+    # many earlier keys lie past the limit (about 46 %): their float32 weights are 0
+    assert np.mean(weights.astype(np.float32)[..., earlier] == 0.0) > 0.3
+
+
 def test_weights_break_one_stick_from_the_query_backwards():
     # One key after another near the query takes (almost) all that is left: the keys behind a
     # key with beta ~ 1 get ~0, and a row's weights sum to 1 - prod (1 - beta) <= 1.
@@ -231,6 +258,8 @@ def test_refusals_and_the_path_auto_takes():
         )
     with pytest.raises(ValueError, match=r"model.sinks=True.*'stick_breaking'.*normalized = False"):
         check_implementation(enc, "blocked", AttentionOptions(sinks=True))
+    with pytest.raises(ValueError, match=r"model.sinks=True.*normalized = False"):
+        Transformer(ModelConfig(sinks=True), encodings.get("stick_breaking"), rngs=nnx.Rngs(0))
     with pytest.raises(ValueError, match=r"model.causal=False.*'stick_breaking'.*causal only"):
         Transformer(ModelConfig(causal=False), encodings.get("stick_breaking"), rngs=nnx.Rngs(0))
     for platform in ("cpu", "gpu"):
