@@ -45,9 +45,17 @@ CONFIGS = os.path.normpath(
 )
 RECENT = load_module(os.path.join(CONFIGS, "recent_encoders.py"))
 PASSKEY = load_module(os.path.join(CONFIGS, "recent_encoders_passkey.py"))
-# STRING (An et al. 2024) is an evaluation setting of RoPE: the overrides that turn it on, filled
-# in by the STRING change of posenc.encodings.rope (scored where RoPE takes these fields).
-STRING_OVERRIDES: tuple[str, ...] = ("encoding.hparams.string=True",)
+
+
+# STRING (An et al. 2024) is an evaluation setting of RoPE (posenc.encodings.rope's string_shift
+# S and string_window W): the paper shifts by S ~ L/3 of the training length L with a window of
+# W = 128 at L = 128k; at these lengths W = L/8 keeps W < S (a window of 128 would exceed S).
+def string_overrides(seq_len: int) -> tuple[str, ...]:
+    """The overrides that turn STRING on for a run trained at ``seq_len`` tokens."""
+    return (
+        f"encoding.hparams.string_shift={seq_len // 3}",
+        f"encoding.hparams.string_window={seq_len // 8}",
+    )
 
 
 def rope_points(points: list[dict], workdir: str) -> list[str]:
@@ -59,14 +67,15 @@ def rope_points(points: list[dict], workdir: str) -> list[str]:
     ]
 
 
-def string_settings() -> list[str] | None:
-    """:data:`STRING_OVERRIDES` if RoPE takes every field they set, else None (noted)."""
-    fields = [o.partition("=")[0].removeprefix("encoding.hparams.") for o in STRING_OVERRIDES]
+def string_settings(seq_len: int) -> list[str] | None:
+    """:func:`string_overrides` if RoPE takes every field they set, else None (noted)."""
+    settings = string_overrides(seq_len)
+    fields = [o.partition("=")[0].removeprefix("encoding.hparams.") for o in settings]
     missing = [f for f in fields if f not in encodings.hparam_names("rope")]
     if missing:
         print(f"note: STRING left out: rope has no hyperparameter {missing} in this installation")
         return None
-    return list(STRING_OVERRIDES)
+    return list(settings)
 
 
 def perplexity(variant: str, workdir: str, overrides, jobs: int, cache: str | None, plan):
@@ -75,15 +84,14 @@ def perplexity(variant: str, workdir: str, overrides, jobs: int, cache: str | No
     points = run_sweep(
         f"{spec}:{variant}", workdir, overrides=overrides, jobs=jobs, compile_cache=cache
     )
-    string = string_settings()
     drope_runs, factor = [], None
     for rope_dir in rope_points(points, workdir):
         scaled = drope.yarn_evaluated(rope_dir, plan.yarn_factor)
         factor = scaled["changes"]["encoding.hparams.factor"]
-        if string is not None:
-            config = RunDir(rope_dir).read_config()
-            evaluated(rope_dir, apply_overrides(config, string), True)
         source = RunDir(rope_dir).read_config()
+        string = string_settings(source.train.seq_len)
+        if string is not None:
+            evaluated(rope_dir, apply_overrides(source, string), True)
         name = drope.drope_dir_name(plan, source.train.steps, source.seed)
         drope_dir = os.path.join(workdir, name)
         drope.recalibrate(rope_dir, drope_dir, plan)
