@@ -1,0 +1,198 @@
+"""Logits transported by products of per-token Householder-like maps, for an encoder with a
+``householder`` hook (PaTH, :mod:`posenc.encodings.path`): the logit of query ``i`` and key
+``j <= i`` is ``q_i^T H_i H_{i-1} ... H_{j+1} k_j`` (nothing between a key and itself) with
+``H_t = I - beta_t w_t w_t^T`` from the hook, in place of ``q_i . k_j``.
+
+No ``Dh x Dh`` matrix is formed per pair. The keys are cut into chunks of ``C`` and each
+chunk's product is written in the compact form of products of Householder matrices (the "UT
+transform" the PaTH paper takes from Joffrain et al. 2006): with ``A[s, r] = beta_s w_s . w_r``
+for ``r < s`` (zero elsewhere) and ``T = (I + A)^-1``, unit lower triangular,
+
+    H_p ... H_{j+1} = I - sum_{j < r <= s <= p} w_s T[s, r] beta_r w_r^T       (j < p in the chunk)
+
+and a diagonal block of ``T`` is the inverse of that block of ``I + A``, so one ``T`` per chunk
+serves every range inside it. From it, once per chunk (:func:`prepare`; ``T`` itself is never
+formed, two triangular solves give what it multiplies):
+
+- ``u_s = sum_r T[s, r] beta_r w_r``: a query vector ``x`` carried across the chunk's tokens
+  ``start .. p`` becomes ``x - sum_{s <= p} (x . w_s) u_s``;
+- ``kt[s, j] = sum_{r > j} T[s, r] beta_r (w_r . k_j)``: the logit of a query that enters the
+  chunk at ``p`` with vector ``x`` (its own ``q`` if it lies in the chunk, ``p`` its index; else
+  its vector carried to the chunk's end) is ``x . k_j - sum_{s <= p} (x . w_s) kt[s, j]``;
+- ``k_hat_j = k_j - sum_s w_s kt[s, j]``: the key carried to the chunk's end, so a query past
+  the chunk has logit ``x . k_hat_j``, NoPE's cost;
+- ``P = I - sum_s w_s u_s^T``: the chunk's whole product, which carries such a query across it
+  (``x P``, ``Dh x Dh`` per query).
+
+Chunks are visited from the last to the first with every query's vector carried (``[B, T, H,
+Dh]``, a vector per query where CoPE carries a scalar), as in the paper's blockwise algorithm:
+:func:`transported_logits` does so over a whole row in chunks of :data:`CHUNK` (the ``einsum``
+path), and the ``blocked`` path calls :func:`tile_logits` per key tile with the tile as the chunk
+(its state from :func:`prepare` once per window): memory linear in the window, the ``C x C``
+work only on the tiles that hold queries. All of it is float32.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import jax
+import jax.numpy as jnp
+
+from posenc.encodings.base import Encoding, Params
+
+# Keys per chunk on the `einsum` path (and in a cache's steps).
+CHUNK = 64
+
+
+def factors(
+    encoding: Encoding,
+    params: Params,
+    inputs: jax.Array | None,
+    s: int,
+    k_valid: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array] | None:
+    """``(w [B, S, H, Dh], beta [B, S, H])`` float32 from the encoder's ``householder`` hook on
+    the layer input ``inputs [B, S, D]``, or None for an encoder without the hook. An invalid key
+    (``k_valid [B|1, S]`` False) gets ``beta = 0`` and ``w = 0``: ``H = I``, as if absent."""
+    if "householder" not in encoding.hooks:
+        return None
+    if inputs is None or inputs.ndim != 3 or inputs.shape[1] != s:
+        got = None if inputs is None else tuple(inputs.shape)
+        raise ValueError(
+            f"encoding {encoding.name!r} reads the layer input (its householder hook): attend "
+            f"needs inputs=[B, S={s}, D], got {got}"
+        )
+    w, beta = encoding.householder(params, inputs)
+    w, beta = w.astype(jnp.float32), beta.astype(jnp.float32)
+    if k_valid is not None:
+        beta = jnp.where(k_valid[:, :, None], beta, 0.0)
+        w = jnp.where(k_valid[:, :, None, None], w, 0.0)
+    return w, beta
+
+
+class Chunks(NamedTuple):
+    """Per chunk of ``C`` keys (module docstring), ``[N, B, ...]``: ``w`` and ``u`` ``[N, B, C,
+    H, Dh]``, ``kt`` ``[N, B, H, C(s), C(j)]``, ``k_hat`` ``[N, B, C, H, Dh]``, ``p`` ``[N, B, H,
+    Dh, Dh]``."""
+
+    w: jax.Array
+    u: jax.Array
+    kt: jax.Array
+    k_hat: jax.Array
+    p: jax.Array
+
+
+def prepare(k: jax.Array, w: jax.Array, beta: jax.Array, chunk: int) -> Chunks:
+    """The chunks' compact products (module docstring) for keys ``k [B, S, H, Dh]`` and factors
+    ``w [B, S, H, Dh]``, ``beta [B, S, H]``, ``S`` a multiple of ``chunk``."""
+    b, s, h, d = k.shape
+    n = s // chunk
+    k, w = (x.astype(jnp.float32).reshape(b, n, chunk, h, d) for x in (k, w))
+    beta = beta.astype(jnp.float32).reshape(b, n, chunk, h)
+    bw = beta[..., None] * w  # [B, N, C, H, Dh]
+    below = jnp.tril(jnp.ones((chunk, chunk), bool), k=-1)  # [s, r]: r < s
+    a = jnp.einsum("BNSHD,BNRHD->BNHSR", bw, w, precision=_EXACT)
+    lower = jnp.where(below, a, 0.0) + jnp.eye(chunk, dtype=jnp.float32)  # I + A
+    solve = jax.vmap(_unit_lower_solve, in_axes=(0, 0))
+    u = _by_head(solve, lower, bw.transpose(0, 1, 3, 2, 4))  # [B, N, H, C, Dh]
+    m = jnp.einsum("BNRHD,BNJHD->BNHRJ", bw, k, precision=_EXACT)
+    m = jnp.where(below, m, 0.0)  # r > j only
+    kt = _by_head(solve, lower, m)  # [B, N, H, C(s), C(j)]
+    k_hat = k - jnp.einsum("BNHSJ,BNSHD->BNJHD", kt, w, precision=_EXACT)
+    p = jnp.eye(d, dtype=jnp.float32) - jnp.einsum("BNSHD,BNHSE->BNHDE", w, u, precision=_EXACT)
+    u = u.transpose(0, 1, 3, 2, 4)  # [B, N, C, H, Dh]
+    return Chunks(*(x.swapaxes(0, 1) for x in (w, u, kt, k_hat, p)))
+
+
+_EXACT = jax.lax.Precision.HIGHEST  # float32 products, not TF32 or bfloat16 passes
+
+
+def _unit_lower_solve(lower: jax.Array, rhs: jax.Array) -> jax.Array:
+    """``X`` with ``lower @ X = rhs``: ``lower [C, C]`` unit lower triangular."""
+    return jax.scipy.linalg.solve_triangular(lower, rhs, lower=True, unit_diagonal=True)
+
+
+def _by_head(solve, lower, rhs):
+    """``solve`` over the leading ``[B, N, H]`` axes of ``lower [B, N, H, C, C]`` and ``rhs``."""
+    lead = lower.shape[:3]
+    flat = solve(lower.reshape(-1, *lower.shape[3:]), rhs.reshape(-1, *rhs.shape[3:]))
+    return flat.reshape(*lead, *flat.shape[1:])
+
+
+def tile_logits(
+    x: jax.Array,
+    index: jax.Array,
+    k: jax.Array,
+    tile: Chunks,
+    k_start: jax.Array | int,
+) -> tuple[jax.Array, jax.Array]:
+    """The transported (unscaled) logits of queries against one chunk of keys, and the queries'
+    vectors carried to the chunk's start.
+
+    Args:
+      x: ``[B, T, H, Dh]`` float32, each query's vector carried to the end of this chunk (its
+        ``q`` while it lies in or before the chunk).
+      index: ``[T]`` the queries' key indices in the window.
+      k: ``[B, C, H, Dh]`` the chunk's keys.
+      tile: the chunk's :class:`Chunks` entries (no leading ``N``).
+      k_start: the key index of the chunk's first key.
+
+    Returns:
+      ``[B, H, T, C]`` float32 logits (meaningful for keys at or before each query) and ``x``
+      carried across the chunk's tokens up to each query (``[B, T, H, Dh]``).
+    """
+    c = k.shape[1]
+
+    def far(x):  # every query after the chunk: keys carried to its end, the whole product
+        logits = jnp.einsum("BTHD,BSHD->BHTS", x, tile.k_hat, precision=_EXACT)
+        return logits, jnp.einsum("BTHD,BHDE->BTHE", x, tile.p, precision=_EXACT)
+
+    def near(x):  # some query in the chunk: it enters at its own index
+        xw = jnp.einsum("BTHD,BSHD->BHTS", x, tile.w, precision=_EXACT)
+        entered = (k_start + jnp.arange(c))[None, :] <= index[:, None]  # [T, C]: s <= p
+        g = jnp.where(entered, xw, 0.0)
+        logits = jnp.einsum("BTHD,BSHD->BHTS", x, k.astype(jnp.float32), precision=_EXACT)
+        logits = logits - jnp.einsum("BHTS,BHSJ->BHTJ", g, tile.kt, precision=_EXACT)
+        return logits, x - jnp.einsum("BHTS,BSHD->BTHD", g, tile.u, precision=_EXACT)
+
+    return jax.lax.cond(jnp.min(index) >= k_start + c, far, near, x)
+
+
+def transported_logits(
+    q: jax.Array,
+    k: jax.Array,
+    w: jax.Array,
+    beta: jax.Array,
+    first: jax.Array | int,
+    chunk: int = CHUNK,
+) -> jax.Array:
+    """``q_i^T H_i ... H_{j+1} k_j`` for every query and key of a window, unscaled, float32
+    ``[B, H, T, S]`` (pairs with ``j > i`` hold meaningless values for the mask to drop).
+
+    Args:
+      q: ``[B, T, H, Dh]`` queries at key indices ``first .. first + T - 1``.
+      k: ``[B, S, H, Dh]`` keys; ``w [B, S, H, Dh]``, ``beta [B, S, H]`` the factors.
+      first: the key index of the first query.
+      chunk: keys per chunk (the row is visited chunk by chunk, last to first).
+    """
+    s = k.shape[1]
+    chunk = min(chunk, s)
+    pad = -s % chunk
+    if pad:
+        widths = lambda x: [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)  # noqa: E731
+        k, w, beta = (jnp.pad(x, widths(x)) for x in (k, w, beta))
+    chunks = prepare(k, w, beta, chunk)
+    keys = k.reshape(k.shape[0], -1, chunk, *k.shape[2:]).swapaxes(0, 1)  # [N, B, C, H, Dh]
+    starts = jnp.arange(keys.shape[0]) * chunk
+    index = first + jnp.arange(q.shape[1])
+
+    def step(x, ys):
+        k_blk, tile, start = ys
+        logits, x = tile_logits(x, index, k_blk, tile, start)
+        return x, logits
+
+    _, logits = jax.lax.scan(step, q.astype(jnp.float32), (keys, chunks, starts), reverse=True)
+    b, h, t = logits.shape[1:4]
+    logits = logits.transpose(1, 2, 3, 0, 4).reshape(b, h, t, -1)  # [B, H, T, N * C]
+    return logits[..., :s]
