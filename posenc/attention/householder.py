@@ -159,6 +159,11 @@ def tile_logits(
     return jax.lax.cond(jnp.min(index) >= k_start + c, far, near, x)
 
 
+def _pad_keys(x: jax.Array, pad: int) -> jax.Array:
+    """Pads axis 1 of ``x`` with ``pad`` zeros."""
+    return jnp.pad(x, [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2))
+
+
 def transported_logits(
     q: jax.Array,
     k: jax.Array,
@@ -179,9 +184,8 @@ def transported_logits(
     s = k.shape[1]
     chunk = min(chunk, s)
     pad = -s % chunk
-    if pad:
-        widths = lambda x: [(0, 0), (0, pad)] + [(0, 0)] * (x.ndim - 2)  # noqa: E731
-        k, w, beta = (jnp.pad(x, widths(x)) for x in (k, w, beta))
+    if pad:  # padded keys: zeros, beta = 0 (H = I)
+        k, w, beta = (_pad_keys(x, pad) for x in (k, w, beta))
     chunks = prepare(k, w, beta, chunk)
     keys = k.reshape(k.shape[0], -1, chunk, *k.shape[2:]).swapaxes(0, 1)  # [N, B, C, H, Dh]
     starts = jnp.arange(keys.shape[0]) * chunk
