@@ -103,7 +103,7 @@ def blocked(
     tiles = _tiles(q, k, v, q_pos, k_pos, decay, k_valid, block_size)
     if factors is not None:  # padded keys get beta = 0: H = I
         w, beta = (_pad_to(x, n_k * block_size) for x in factors)
-        tiles = tiles._replace(moves=householder.prepare(k, w, beta, block_size))
+        tiles = tiles._replace(moves=householder.prepare_tiles(k, w, beta, block_size))
     if not (encoding.bias_by_distance and "bias" in encoding.hooks):
         out = window.attend(tiles, table=None)
     else:
@@ -132,8 +132,8 @@ class _Tiles(NamedTuple):
     k_start: jax.Array
     decay_k: jax.Array | None
     valid_k: jax.Array | None
-    # Each key tile's compact Householder product (householder.Chunks, [N, B, ...]) or None.
-    moves: householder.Chunks | None = None
+    # Each key tile's Householder factors and products (householder.Tiles, [N, B, ...]) or None.
+    moves: householder.Tiles | None = None
 
 
 def _tiles(q, k, v, q_pos, k_pos, decay, k_valid, block) -> _Tiles:

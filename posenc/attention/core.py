@@ -423,7 +423,8 @@ def _logits(q, k, encoding, params, q_pos, k_pos, terms, decay, moves=None, firs
     indices from ``first``), or None."""
     hooks = encoding.hooks
     if moves is not None:
-        logits = householder.transported_logits(q, k, *moves, first)
+        index = first + jnp.arange(q.shape[1])
+        logits, _ = householder.transported_logits(q, k, *moves, index)
     else:
         logits = jnp.einsum("BTHD,BSHD->BHTS", q, k, preferred_element_type=jnp.float32)
     if "content_logits" in hooks:

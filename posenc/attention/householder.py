@@ -27,9 +27,11 @@ formed, two triangular solves give what it multiplies):
 Chunks are visited from the last to the first with every query's vector carried (``[B, T, H,
 Dh]``, a vector per query where CoPE carries a scalar), as in the paper's blockwise algorithm:
 :func:`transported_logits` does so over a whole row in chunks of :data:`CHUNK` (the ``einsum``
-path), and the ``blocked`` path calls :func:`tile_logits` per key tile with the tile as the chunk
-(its state from :func:`prepare` once per window): memory linear in the window, the ``C x C``
-work only on the tiles that hold queries. All of it is float32.
+path). The ``blocked`` path calls :func:`tile_logits` per key tile: once per window
+(:func:`prepare_tiles`) each tile's keys are carried to its end and its chunks' products
+multiplied into the tile's, so a tile wholly before its queries costs NoPE's logits and one
+``Dh x Dh`` product per query; a tile holding queries runs the chunks inside it. Memory is
+linear in the window. All of it is float32.
 """
 
 from __future__ import annotations
@@ -120,11 +122,11 @@ def _by_head(solve, lower, rhs):
     return flat.reshape(*lead, *flat.shape[1:])
 
 
-def tile_logits(
+def chunk_logits(
     x: jax.Array,
     index: jax.Array,
     k: jax.Array,
-    tile: Chunks,
+    chunk: Chunks,
     k_start: jax.Array | int,
 ) -> tuple[jax.Array, jax.Array]:
     """The transported (unscaled) logits of queries against one chunk of keys, and the queries'
@@ -133,9 +135,9 @@ def tile_logits(
     Args:
       x: ``[B, T, H, Dh]`` float32, each query's vector carried to the end of this chunk (its
         ``q`` while it lies in or before the chunk).
-      index: ``[T]`` the queries' key indices in the window.
+      index: ``[T]`` the queries' key indices (in the frame of ``k_start``).
       k: ``[B, C, H, Dh]`` the chunk's keys.
-      tile: the chunk's :class:`Chunks` entries (no leading ``N``).
+      chunk: the chunk's :class:`Chunks` entries (no leading ``N``).
       k_start: the key index of the chunk's first key.
 
     Returns:
@@ -145,16 +147,16 @@ def tile_logits(
     c = k.shape[1]
 
     def far(x):  # every query after the chunk: keys carried to its end, the whole product
-        logits = jnp.einsum("BTHD,BSHD->BHTS", x, tile.k_hat, precision=_EXACT)
-        return logits, jnp.einsum("BTHD,BHDE->BTHE", x, tile.p, precision=_EXACT)
+        logits = jnp.einsum("BTHD,BSHD->BHTS", x, chunk.k_hat, precision=_EXACT)
+        return logits, jnp.einsum("BTHD,BHDE->BTHE", x, chunk.p, precision=_EXACT)
 
     def near(x):  # some query in the chunk: it enters at its own index
-        xw = jnp.einsum("BTHD,BSHD->BHTS", x, tile.w, precision=_EXACT)
+        xw = jnp.einsum("BTHD,BSHD->BHTS", x, chunk.w, precision=_EXACT)
         entered = (k_start + jnp.arange(c))[None, :] <= index[:, None]  # [T, C]: s <= p
         g = jnp.where(entered, xw, 0.0)
         logits = jnp.einsum("BTHD,BSHD->BHTS", x, k.astype(jnp.float32), precision=_EXACT)
-        logits = logits - jnp.einsum("BHTS,BHSJ->BHTJ", g, tile.kt, precision=_EXACT)
-        return logits, x - jnp.einsum("BHTS,BSHD->BTHD", g, tile.u, precision=_EXACT)
+        logits = logits - jnp.einsum("BHTS,BHSJ->BHTJ", g, chunk.kt, precision=_EXACT)
+        return logits, x - jnp.einsum("BHTS,BSHD->BTHD", g, chunk.u, precision=_EXACT)
 
     return jax.lax.cond(jnp.min(index) >= k_start + c, far, near, x)
 
@@ -165,38 +167,97 @@ def _pad_keys(x: jax.Array, pad: int) -> jax.Array:
 
 
 def transported_logits(
-    q: jax.Array,
+    x: jax.Array,
     k: jax.Array,
     w: jax.Array,
     beta: jax.Array,
-    first: jax.Array | int,
+    index: jax.Array,
     chunk: int = CHUNK,
-) -> jax.Array:
-    """``q_i^T H_i ... H_{j+1} k_j`` for every query and key of a window, unscaled, float32
-    ``[B, H, T, S]`` (pairs with ``j > i`` hold meaningless values for the mask to drop).
+) -> tuple[jax.Array, jax.Array]:
+    """``q_i^T H_i ... H_{j+1} k_j`` for queries against a run of keys, unscaled, float32
+    ``[B, H, T, S]`` (pairs with ``j > i`` hold meaningless values for the mask to drop), and
+    each query's vector carried to the run's first key.
 
     Args:
-      q: ``[B, T, H, Dh]`` queries at key indices ``first .. first + T - 1``.
-      k: ``[B, S, H, Dh]`` keys; ``w [B, S, H, Dh]``, ``beta [B, S, H]`` the factors.
-      first: the key index of the first query.
-      chunk: keys per chunk (the row is visited chunk by chunk, last to first).
+      x: ``[B, T, H, Dh]`` the queries' vectors carried to the end of the run (``q`` for a query
+        in or before it).
+      k: ``[B, S, H, Dh]`` keys; ``w [B, S, H, Dh]``, ``beta [B, S, H]`` their factors.
+      index: ``[T]`` the queries' key indices, counted from the run's first key.
+      chunk: keys per chunk (the run is visited chunk by chunk, last to first).
     """
     s = k.shape[1]
     chunk = min(chunk, s)
     pad = -s % chunk
     if pad:  # padded keys: zeros, beta = 0 (H = I)
-        k, w, beta = (_pad_keys(x, pad) for x in (k, w, beta))
+        k, w, beta = (_pad_keys(a, pad) for a in (k, w, beta))
     chunks = prepare(k, w, beta, chunk)
     keys = k.reshape(k.shape[0], -1, chunk, *k.shape[2:]).swapaxes(0, 1)  # [N, B, C, H, Dh]
     starts = jnp.arange(keys.shape[0]) * chunk
-    index = first + jnp.arange(q.shape[1])
 
     def step(x, ys):
-        k_blk, tile, start = ys
-        logits, x = tile_logits(x, index, k_blk, tile, start)
+        k_blk, part, start = ys
+        logits, x = chunk_logits(x, index, k_blk, part, start)
         return x, logits
 
-    _, logits = jax.lax.scan(step, q.astype(jnp.float32), (keys, chunks, starts), reverse=True)
+    x, logits = jax.lax.scan(step, x.astype(jnp.float32), (keys, chunks, starts), reverse=True)
     b, h, t = logits.shape[1:4]
     logits = logits.transpose(1, 2, 3, 0, 4).reshape(b, h, t, -1)  # [B, H, T, N * C]
-    return logits[..., :s]
+    return logits[..., :s], x
+
+
+class Tiles(NamedTuple):
+    """Per key tile of the ``blocked`` path, ``[N, B, ...]``: the factors ``w [N, B, blk, H,
+    Dh]`` and ``beta [N, B, blk, H]``, the keys carried to the tile's end ``k_hat [N, B, blk, H,
+    Dh]`` and the tile's whole product ``p [N, B, H, Dh, Dh]`` (``x -> x p`` carries a query
+    vector across it)."""
+
+    w: jax.Array
+    beta: jax.Array
+    k_hat: jax.Array
+    p: jax.Array
+
+
+def prepare_tiles(k: jax.Array, w: jax.Array, beta: jax.Array, block: int) -> Tiles:
+    """:class:`Tiles` for keys ``k [B, S, H, Dh]`` (``S`` a multiple of ``block``): chunks of
+    :data:`CHUNK` inside each tile (:func:`prepare`), then each chunk's keys carried across the
+    later chunks of its tile and the chunks' products multiplied, last to first."""
+    b, s, h, d = k.shape
+    n = s // block
+    chunk = CHUNK if block % CHUNK == 0 else block
+    per = block // chunk  # chunks per tile
+    parts = prepare(k, w, beta, chunk)  # [n * per, B, ...]
+    k_hat = parts.k_hat.reshape(n, per, b, chunk, h, d).swapaxes(0, 1)  # [per, n, B, C, H, Dh]
+    p = parts.p.reshape(n, per, b, h, d, d).swapaxes(0, 1)
+
+    def step(acc, ys):  # acc: the product of the later chunks of each tile, [n, B, H, Dh, Dh]
+        k_c, p_c = ys
+        carried = jnp.einsum("NBHDE,NBCHE->NBCHD", acc, k_c, precision=_EXACT)
+        return jnp.einsum("NBHDE,NBHEF->NBHDF", acc, p_c, precision=_EXACT), carried
+
+    eye = jnp.broadcast_to(jnp.eye(d, dtype=jnp.float32), (n, b, h, d, d))
+    whole, k_hat = jax.lax.scan(step, eye, (k_hat, p), reverse=True)
+    k_hat = k_hat.transpose(1, 2, 0, 3, 4, 5).reshape(n, b, block, h, d)  # from [per, n, B, C]
+    to_tiles = lambda a: a.reshape(b, n, block, *a.shape[2:]).swapaxes(0, 1)  # noqa: E731
+    return Tiles(to_tiles(w.astype(jnp.float32)), to_tiles(beta.astype(jnp.float32)), k_hat, whole)
+
+
+def tile_logits(
+    x: jax.Array,
+    index: jax.Array,
+    k: jax.Array,
+    tile: Tiles,
+    k_start: jax.Array | int,
+) -> tuple[jax.Array, jax.Array]:
+    """:func:`chunk_logits` for a key tile of the ``blocked`` path (``tile``: its
+    :class:`Tiles` entries): a tile wholly before the queries reads the prepared keys and
+    product; one holding queries runs :func:`transported_logits` over its chunks."""
+    blk = k.shape[1]
+
+    def far(x):
+        logits = jnp.einsum("BTHD,BSHD->BHTS", x, tile.k_hat, precision=_EXACT)
+        return logits, jnp.einsum("BTHD,BHDE->BTHE", x, tile.p, precision=_EXACT)
+
+    def near(x):
+        return transported_logits(x, k, tile.w, tile.beta, index - k_start)
+
+    return jax.lax.cond(jnp.min(index) >= k_start + blk, far, near, x)

@@ -165,6 +165,7 @@ CASES = [
     ("blocked", 1, True),
     ("blocked", 16, False),
     ("blocked", 16, True),
+    ("blocked", 24, False),  # tiles of 128: two chunks of 64 in each (householder.CHUNK)
     ("auto", 1, False),
 ]
 
@@ -172,7 +173,8 @@ CASES = [
 @pytest.mark.parametrize("impl,factor,forget", CASES)
 def test_every_path_equals_the_papers_products(impl, factor, forget):
     length = factor * TRAIN_LENGTH
-    block = {"einsum": 512, "auto": 64, "blocked": TILE if factor == 1 else 7 * TILE + 4}[impl]
+    blocked = {1: TILE, 16: 7 * TILE + 4, 24: 128}.get(factor)
+    block = {"einsum": 512, "auto": 64, "blocked": blocked}[impl]
     q, k, v, x = _inputs(length, seed=factor)
     params = _params(forget)
     got = np.asarray(_run(impl, block, q, k, v, x, params, forget), np.float64)
