@@ -58,19 +58,24 @@ def test_contract(name, check):
 def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
     cases = testing.cases()
     assert [name for name, check in cases if check == "carry"] == ["cope"]
+    assert [name for name, check in cases if check == "householder"] == ["path"]
     assert [name for name, check in cases if check == "augment"] == ["cape"]
     on_cudnn = {name for name, check in cases if check == "cudnn"}
-    assert on_cudnn == set(encodings.names()) - {"cope", "shaw"}  # contextual logits, values
+    # Contextual logits, values, Householder products: the fused kernels refuse them.
+    assert on_cudnn == set(encodings.names()) - {"cope", "shaw", "path"}
     by_distance = {name for name, check in cases if check == "bias_by_distance"}
     assert by_distance == {"alibi", "t5", "kerple_log", "kerple_power", "dynamic_bias"}
     assert {name for name, check in cases if check == "reach"} == {"shaw", "t5"}
     assert [name for name, check in cases if check == "carry_limit"] == ["cope"]
     cheaper_tiles = {"bias_by_distance", "reach", "carry_limit"}
-    every_other = set(testing.CHECKS) - {"carry", "augment", "cudnn"} - cheaper_tiles
+    every_other = set(testing.CHECKS) - {"carry", "householder", "augment", "cudnn"}
+    every_other -= cheaper_tiles
     for check in every_other:
         assert sum(c == check for _, c in cases) == len(encodings.names()), check
     with pytest.raises(testing.NotApplicable, match=r"carry does not apply.*'rope'.*no contex"):
         testing.check_carry("rope")
+    with pytest.raises(testing.NotApplicable, match=r"householder does not apply.*'rope'"):
+        testing.check_householder("rope")
     with pytest.raises(testing.NotApplicable, match=r"augment does not apply.*'rope'"):
         testing.check_augment("rope")
     with pytest.raises(testing.NotApplicable, match=r"cudnn does not apply.*'shaw'.*value term"):
@@ -270,6 +275,32 @@ class CopeLimitTooLow(encodings.get_class("cope")):
     @property
     def carry_limit(self):
         return self.max_pos - 2.5
+
+
+@dataclasses.dataclass(frozen=True)
+class PathPeeking(encodings.get_class("path")):
+    """PaTH whose maps read the next token's input: the future leaks into the products."""
+
+    def householder(self, params, inputs):
+        return super().householder(params, jnp.roll(inputs, -1, axis=1))
+
+
+@dataclasses.dataclass(frozen=True)
+class PathFlatBeta(encodings.get_class("path")):
+    """PaTH whose beta has no head axis."""
+
+    def householder(self, params, inputs):
+        w, beta = super().householder(params, inputs)
+        return w, beta[..., 0]
+
+
+def test_a_householder_hook_that_reads_later_inputs_fails_its_check():
+    with pytest.raises(AssertionError, match=r"'path'.*fails householder: householder on the fi"):
+        testing.check_householder(PathPeeking())
+    with pytest.raises(AssertionError, match=r"fails householder: householder must return"):
+        testing.check_householder(PathFlatBeta())
+    testing.check_householder("path")  # the registered one keeps it
+    testing.check_householder(encodings.get("path", forget_gate=True, rank=0, conv_size=0))
 
 
 def test_false_declarations_of_cheaper_tiles_fail_their_checks():

@@ -21,6 +21,8 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ``paths_agree``     every float32 softmax path that takes the encoder equals the ``einsum`` one
 ``cudnn``           cuDNN's fused kernel equals the ``einsum`` reference in bfloat16 (NVIDIA GPUs)
 ``carry``           ``contextual_logits`` on key tiles, last to first with the carry, equal one call
+``householder``     ``householder`` on the first tiles of a window equals one call on the whole
+                    (each entry reads the inputs up to its own), float32 and finite
 ``causal``          no output depends on a later input (Jacobian through the model)
 ``bidirectional``   ``causal=False``: paths equal the reference, later inputs matter; or refused
 ``shift``           shifting all positions changes nothing iff ``relative = True``
@@ -49,7 +51,8 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
                     a gradient
 ==================  ===========================================================================
 
-A check that does not apply to an encoder (``carry`` without ``contextual_logits``, ``augment``
+A check that does not apply to an encoder (``carry`` without ``contextual_logits``,
+``householder`` without that hook, ``augment``
 without continuous positions, ``bias_by_distance``, ``reach`` and ``carry_limit`` without the
 declaration, ``cudnn`` for an encoder the path refuses) or cannot run here (``cudnn`` without an
 NVIDIA GPU, ``context_parallel`` on one device) raises :class:`NotApplicable` rather than passing:
@@ -83,6 +86,7 @@ from posenc.testing.checks import (
     check_cudnn,
     check_declarations,
     check_extrapolates,
+    check_householder,
     check_param_shapes,
     check_paths_agree,
     check_shift,
@@ -103,6 +107,7 @@ CHECKS: dict[str, Check] = {
     "paths_agree": check_paths_agree,
     "cudnn": check_cudnn,
     "carry": check_carry,
+    "householder": check_householder,
     "causal": check_causal,
     "bidirectional": check_bidirectional,
     "shift": check_shift,
@@ -201,6 +206,7 @@ __all__ = [
     "check_declarations",
     "check_encoder",
     "check_extrapolates",
+    "check_householder",
     "check_linear",
     "check_param_shapes",
     "check_paths_agree",
