@@ -55,8 +55,12 @@ def factors(
     k_valid: jax.Array | None = None,
 ) -> tuple[jax.Array, jax.Array] | None:
     """``(w [B, S, H, Dh], beta [B, S, H])`` float32 from the encoder's ``householder`` hook on
-    the layer input ``inputs [B, S, D]``, or None for an encoder without the hook. An invalid key
-    (``k_valid [B|1, S]`` False) gets ``beta = 0`` and ``w = 0``: ``H = I``, as if absent."""
+    the layer input ``inputs [B, S, D]``, or None for an encoder without the hook.
+
+    Invalid keys (``k_valid [B|1, S]`` False) are removed exactly, as if absent: the hook runs on
+    each row's valid inputs packed in order at its front (an entry may read the inputs before it,
+    PaTH's short convolution), its results go back to their slots, and an invalid key gets
+    ``beta = 0`` and ``w = 0`` (``H = I``). A cache's rows, valid slots first, are unmoved."""
     if "householder" not in encoding.hooks:
         return None
     if inputs is None or inputs.ndim != 3 or inputs.shape[1] != s:
@@ -65,7 +69,16 @@ def factors(
             f"encoding {encoding.name!r} reads the layer input (its householder hook): attend "
             f"needs inputs=[B, S={s}, D], got {got}"
         )
-    w, beta = encoding.householder(params, inputs)
+    if k_valid is None:
+        w, beta = encoding.householder(params, inputs)
+    else:
+        valid = jnp.broadcast_to(k_valid, inputs.shape[:2])  # [B, S]
+        order = jnp.argsort(~valid, axis=1, stable=True)  # the valid keys first, in order
+        packed = jnp.take_along_axis(inputs, order[:, :, None], axis=1)
+        w, beta = encoding.householder(params, packed)
+        back = jnp.argsort(order, axis=1)[:, :, None]
+        w = jnp.take_along_axis(w, back[..., None], axis=1)
+        beta = jnp.take_along_axis(beta, back, axis=1)
     w, beta = w.astype(jnp.float32), beta.astype(jnp.float32)
     if k_valid is not None:
         beta = jnp.where(k_valid[:, :, None], beta, 0.0)
