@@ -11,8 +11,9 @@ generation. :func:`layouts` gives each layer of a decoder-only model its :class:
   slots, the cost of reading them) and writes the new token last;
 - ``"chunked"`` (``chunked:C``): ``C`` slots, token ``t`` at slot ``t mod C``; the slots of the
   previous chunk are masked until overwritten (a query sees its own chunk only);
-- ``"full"``: one slot per token of the whole output (a full window, or a window no shorter than
-  the output).
+- ``"full"``: one slot per token of the whole output (a full window, a window no shorter than
+  the output, or a layer whose encoder has a ``householder`` hook: PaTH's maps at a window's
+  first tokens read the inputs before it, which a window-sized cache would have dropped).
 
 Each step passes the layer's :meth:`~posenc.layers.block.Block.decode` the new token's slot,
 the positions of the slots (a ``[B|1, slots]`` slice of every token's positions) and the filled
@@ -94,7 +95,11 @@ def layouts(model: Transformer, total: int) -> tuple[Layout, ...]:
     out = []
     for block in model.blocks:
         window = block.options.parsed_window
-        if window.kind in ("sliding", "banded", "chunked") and window.size < total:
+        # A householder encoder's maps read the inputs before their token (PaTH's short
+        # convolution), so the first keys of a window need the tokens before it: a full cache.
+        reads_back = "householder" in block.encoding.hooks
+        local = window.kind in ("sliding", "banded", "chunked") and window.size < total
+        if local and not reads_back:
             kind = "chunked" if window.kind == "chunked" else "sliding"
             out.append(Layout(kind, window.size))
         else:

@@ -20,11 +20,14 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from posenc import encodings
+from posenc import encodings, testing
 from posenc.attention.core import attend, check_implementation, choose_implementation
+from posenc.decoding import window as window_lib
+from posenc.decoding.lm import greedy_generate, greedy_generate_reference
 from posenc.encodings import Dims
 from posenc.layers.config import ModelConfig
 from posenc.models.lm import Transformer
+from posenc.testing import patterns
 
 H, DH, D = 2, 8, 12  # the layer input's width D differs from H * DH, so no axis is mixed up
 DIMS = Dims(num_heads=H, head_dim=DH, model_dim=D)
@@ -313,3 +316,20 @@ def test_declarations_parameters_and_refusals():
     kw = dict(encoding=_encoder(), params=_params(False), q_pos=jnp.arange(3, 7))
     with pytest.raises(ValueError, match=r"'path' reads the layer input.*inputs=\[B, S=7"):
         attend(q, k, v, k_pos=jnp.arange(7), **kw)
+
+
+def test_a_sliding_window_layer_decodes_what_full_recomputation_gives():
+    """A local layer's window cache would drop the tokens before its window, which PaTH's maps
+    at the window's first tokens read (the short convolution): such a layer keeps a full cache,
+    and greedy generation gives the full recomputation's logits."""
+    model = patterns.build_pattern(
+        encodings.get("path"), testing.Settings(), "beside_itself", "auto", "sliding:3"
+    )
+    prompt, new = 5, 6
+    assert [b.options.window for b in model.blocks] == ["full", "sliding:3"]
+    assert window_lib.layouts(model, prompt + new)[1] == window_lib.Layout("full", prompt + new)
+    prompts = jnp.asarray(np.random.default_rng(0).integers(0, 64, (2, prompt)), jnp.int32)
+    tokens, logits = greedy_generate(model, prompts, new, return_logits=True)
+    want_tokens, want = greedy_generate_reference(model, prompts, new, return_logits=True)
+    np.testing.assert_array_equal(tokens, want_tokens)
+    np.testing.assert_allclose(logits, want, rtol=1e-5, atol=1e-5)
