@@ -109,11 +109,10 @@ def prepare(k: jax.Array, w: jax.Array, beta: jax.Array, chunk: int) -> Chunks:
     below = jnp.tril(jnp.ones((chunk, chunk), bool), k=-1)  # [s, r]: r < s
     a = jnp.einsum("BNSHD,BNRHD->BNHSR", bw, w, precision=_EXACT)
     lower = jnp.where(below, a, 0.0) + jnp.eye(chunk, dtype=jnp.float32)  # I + A
-    solve = jax.vmap(_unit_lower_solve, in_axes=(0, 0))
-    u = _by_head(solve, lower, bw.transpose(0, 1, 3, 2, 4))  # [B, N, H, C, Dh]
+    u = _unit_lower_solve(lower, bw.transpose(0, 1, 3, 2, 4))  # [B, N, H, C, Dh]
     m = jnp.einsum("BNRHD,BNJHD->BNHRJ", bw, k, precision=_EXACT)
     m = jnp.where(below, m, 0.0)  # r > j only
-    kt = _by_head(solve, lower, m)  # [B, N, H, C(s), C(j)]
+    kt = _unit_lower_solve(lower, m)  # [B, N, H, C(s), C(j)]
     k_hat = k - jnp.einsum("BNHSJ,BNSHD->BNJHD", kt, w, precision=_EXACT)
     p = jnp.eye(d, dtype=jnp.float32) - jnp.einsum("BNSHD,BNHSE->BNHDE", w, u, precision=_EXACT)
     u = u.transpose(0, 1, 3, 2, 4)  # [B, N, C, H, Dh]
@@ -123,16 +122,50 @@ def prepare(k: jax.Array, w: jax.Array, beta: jax.Array, chunk: int) -> Chunks:
 _EXACT = jax.lax.Precision.HIGHEST  # float32 products, not TF32 or bfloat16 passes
 
 
+@jax.custom_vjp
 def _unit_lower_solve(lower: jax.Array, rhs: jax.Array) -> jax.Array:
-    """``X`` with ``lower @ X = rhs``: ``lower [C, C]`` unit lower triangular."""
-    return jax.scipy.linalg.solve_triangular(lower, rhs, lower=True, unit_diagonal=True)
+    """``X`` with ``lower @ X = rhs``: ``lower [..., C, C]`` unit lower triangular (its upper
+    triangle and diagonal are not read), ``rhs [..., C, R]``.
+
+    Forward substitution, one row at a time, in plain XLA operations rather than
+    ``jax.scipy.linalg.solve_triangular``: its LAPACK call, batched inside the blocked path's
+    loops, left XLA:CPU's thread pool waiting forever on this VM (a process that had run NoPE's
+    attention before hung in PaTH's, every time). The gradient is written by hand (a backward
+    substitution), so reverse mode keeps no row-by-row copies."""
+    return _forward_substitution(lower, rhs)
 
 
-def _by_head(solve, lower, rhs):
-    """``solve`` over the leading ``[B, N, H]`` axes of ``lower [B, N, H, C, C]`` and ``rhs``."""
-    lead = lower.shape[:3]
-    flat = solve(lower.reshape(-1, *lower.shape[3:]), rhs.reshape(-1, *rhs.shape[3:]))
-    return flat.reshape(*lead, *flat.shape[1:])
+def _forward_substitution(lower, rhs):
+    c = lower.shape[-1]
+    below = jnp.tril(jnp.ones((c, c), bool), k=-1)
+    strict = jnp.where(below, lower, 0.0)
+
+    def row(i, x):  # rows < i solved, rows >= i still zero
+        known = jnp.einsum("...c,...cr->...r", strict[..., i, :], x, precision=_EXACT)
+        return x.at[..., i, :].set(rhs[..., i, :] - known)
+
+    return jax.lax.fori_loop(0, c, row, jnp.zeros_like(rhs))
+
+
+def _solve_forward(lower, rhs):
+    x = _forward_substitution(lower, rhs)
+    return x, (lower, x)
+
+
+def _solve_backward(saved, grad):
+    lower, x = saved
+    c = lower.shape[-1]
+    # d rhs = L^-T grad: the transposed (upper) system, solved from the last row up.
+    upper = jnp.swapaxes(jnp.where(jnp.tril(jnp.ones((c, c), bool), k=-1), lower, 0.0), -1, -2)
+    flipped = jnp.flip(upper, axis=(-1, -2))  # lower triangular in reversed order
+    d_rhs = jnp.flip(_forward_substitution(flipped, jnp.flip(grad, -2)), -2)
+    # d L = -d_rhs x^T on the strict lower triangle (the only entries read).
+    d_lower = -jnp.einsum("...ir,...jr->...ij", d_rhs, x, precision=_EXACT)
+    d_lower = jnp.where(jnp.tril(jnp.ones((c, c), bool), k=-1), d_lower, 0.0)
+    return d_lower, d_rhs
+
+
+_unit_lower_solve.defvjp(_solve_forward, _solve_backward)
 
 
 def chunk_logits(
