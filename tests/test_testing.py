@@ -61,10 +61,12 @@ def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
     cases = testing.cases()
     assert [name for name, check in cases if check == "carry"] == ["cope", "stick_breaking"]
     assert [name for name, check in cases if check == "unnormalized"] == ["stick_breaking"]
+    assert [name for name, check in cases if check == "householder"] == ["path"]
     assert [name for name, check in cases if check == "augment"] == ["cape"]
     on_cudnn = {name for name, check in cases if check == "cudnn"}
-    # contextual logits, values, unnormalised weights
-    assert on_cudnn == set(encodings.names()) - {"cope", "shaw", "stick_breaking"}
+    # Contextual logits, values, unnormalised weights, Householder products: the fused kernels
+    # refuse them.
+    assert on_cudnn == set(encodings.names()) - {"cope", "shaw", "stick_breaking", "path"}
     by_distance = {name for name, check in cases if check == "bias_by_distance"}
     assert by_distance == {"alibi", "t5", "kerple_log", "kerple_power", "dynamic_bias"}
     assert {name for name, check in cases if check == "reach"} == {"shaw", "t5"}
@@ -76,6 +78,7 @@ def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
     every_other = set(testing.CHECKS) - {
         "carry",
         "unnormalized",
+        "householder",
         "augment",
         "cudnn",
         "key_lookback",
@@ -87,6 +90,8 @@ def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
         testing.check_carry("rope")
     with pytest.raises(testing.NotApplicable, match=r"unnormalized does not apply.*'rope'"):
         testing.check_unnormalized("rope")
+    with pytest.raises(testing.NotApplicable, match=r"householder does not apply.*'rope'"):
+        testing.check_householder("rope")
     with pytest.raises(testing.NotApplicable, match=r"augment does not apply.*'rope'"):
         testing.check_augment("rope")
     with pytest.raises(testing.NotApplicable, match=r"cudnn does not apply.*'shaw'.*value term"):
@@ -288,6 +293,32 @@ class CopeLimitTooLow(encodings.get_class("cope")):
     @property
     def carry_limit(self):
         return self.max_pos - 2.5
+
+
+@dataclasses.dataclass(frozen=True)
+class PathPeeking(encodings.get_class("path")):
+    """PaTH whose maps read the next token's input: the future leaks into the products."""
+
+    def householder(self, params, inputs):
+        return super().householder(params, jnp.roll(inputs, -1, axis=1))
+
+
+@dataclasses.dataclass(frozen=True)
+class PathFlatBeta(encodings.get_class("path")):
+    """PaTH whose beta has no head axis."""
+
+    def householder(self, params, inputs):
+        w, beta = super().householder(params, inputs)
+        return w, beta[..., 0]
+
+
+def test_a_householder_hook_that_reads_later_inputs_fails_its_check():
+    with pytest.raises(AssertionError, match=r"'path'.*fails householder: householder on the fi"):
+        testing.check_householder(PathPeeking())
+    with pytest.raises(AssertionError, match=r"fails householder: householder must return"):
+        testing.check_householder(PathFlatBeta())
+    testing.check_householder("path")  # the registered one keeps it
+    testing.check_householder(encodings.get("path", forget_gate=True, rank=0, conv_size=0))
 
 
 def test_false_declarations_of_cheaper_tiles_fail_their_checks():

@@ -35,6 +35,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 
+from posenc.attention import householder
 from posenc.attention.core import cumulative_decay, layer_terms, prepare_qk, reference_logits
 from posenc.attention.options import AttentionOptions
 from posenc.attention.terms import weights as attention_weights
@@ -117,6 +118,7 @@ def attention_sums(
     )
     terms = layer_terms(options, learned, head_dim)
     decay = cumulative_decay(encoding, params, inputs, t, s)
+    moves = householder.factors(encoding, params, inputs, s)
     blk = min(block_size, t)
     d_min = 0 if causal else -(s - 1)
     n_d = s - d_min
@@ -147,6 +149,7 @@ def attention_sums(
             q_start=start,
             total_t=t,
             terms=terms,
+            moves=moves,
         )  # [B, H, blk, S], [1, 1, blk, S]
         visible = jnp.broadcast_to(visible[0, 0], (blk, s))  # [blk, S]
         # [B, H, blk, S], the model's weights (a softmax, or exp(logits) unnormalised)

@@ -29,6 +29,11 @@ whose weights are ``exp(logits)`` without a softmax (``normalized = False``, sti
 them formed directly on each tile and summed with the values, without the online softmax's running
 maximum and sum: its log weights are at most 0, so nothing overflows.
 
+An encoder with a ``householder`` hook (PaTH) has its key tiles visited from the last to the
+first too, each query's vector carried across the tiles passed (``[B, blk, H, Dh]``); each key
+tile's compact product is prepared once per window (:mod:`posenc.attention.householder`), so a
+tile wholly before its queries costs NoPE's logits plus one ``Dh x Dh`` product per query.
+
 Under a gradient each query block is recomputed in the backward pass (``jax.checkpoint``, as
 FlashAttention recomputes its tiles), so a training step on this path also holds ``T x block``
 of attention per layer rather than every tile's probabilities.
@@ -41,6 +46,7 @@ from typing import NamedTuple
 import jax
 import jax.numpy as jnp
 
+from posenc.attention import householder
 from posenc.attention.options import visible as visible_pairs
 from posenc.attention.terms import (
     NEG,
@@ -70,12 +76,25 @@ class _Probes(NamedTuple):
 
 
 def blocked(
-    q, k, v, encoding, params, q_pos, k_pos, causal, terms, decay, block_size, k_valid=None
+    q,
+    k,
+    v,
+    encoding,
+    params,
+    q_pos,
+    k_pos,
+    causal,
+    terms,
+    decay,
+    block_size,
+    k_valid=None,
+    factors=None,
 ):
     """Attention over ``block_size x block_size`` tiles (module docstring); the arguments are
     :func:`posenc.attention.core.attend`'s after ``rotate``, ``terms`` the layer's
     :class:`~posenc.attention.terms.LayerTerms`, ``decay`` the cumulative decays
-    ``([B, T, H], [B, S, H])`` or None. Returns ``[B, T, H, Dh]`` in ``q.dtype``."""
+    ``([B, T, H], [B, S, H])`` or None, ``factors`` the ``householder`` factors
+    ``(w [B, S, H, Dh], beta [B, S, H])`` or None. Returns ``[B, T, H, Dh]`` in ``q.dtype``."""
     t, s = q.shape[1], k.shape[1]
     n_q, n_k = -(-t // block_size), -(-s // block_size)
     q, q_pos = _pad_rows(q, q_pos, n_q * block_size)
@@ -85,6 +104,9 @@ def blocked(
         encoding, params, causal, terms, block_size, t, s, q_pos.shape[1], v.dtype, n_k
     )
     tiles = _tiles(q, k, v, q_pos, k_pos, decay, k_valid, block_size)
+    if factors is not None:  # padded keys get beta = 0: H = I
+        w, beta = (_pad_to(x, n_k * block_size) for x in factors)
+        tiles = tiles._replace(moves=householder.prepare_tiles(k, w, beta, block_size))
     if not (encoding.bias_by_distance and "bias" in encoding.hooks):
         out = window.attend(tiles, table=None)
     else:
@@ -113,6 +135,8 @@ class _Tiles(NamedTuple):
     k_start: jax.Array
     decay_k: jax.Array | None
     valid_k: jax.Array | None
+    # Each key tile's Householder factors and products (householder.Tiles, [N, B, ...]) or None.
+    moves: householder.Tiles | None = None
 
 
 def _tiles(q, k, v, q_pos, k_pos, decay, k_valid, block) -> _Tiles:
@@ -168,6 +192,7 @@ class _Window(NamedTuple):
         """``[N, B, blk, H, Dh]``: each query block (``lax.map``) over the key blocks
         (``lax.scan``); ``table`` is the window's distance table or None."""
         contextual_hook = "contextual_logits" in self.encoding.hooks
+        moving = tiles.moves is not None
 
         def query_block(xs):
             q_blk, qpos_blk, q_start, decay_q_blk = xs
@@ -207,8 +232,18 @@ class _Window(NamedTuple):
                 jnp.zeros((b, blk, h, d), jnp.float32),  # unnormalised value term
                 # The contextual sum over the keys after the current block, per query and head.
                 jnp.zeros((b, h, blk), jnp.float32) if contextual_hook else None,
+                # Each query carried through the Householder maps of the keys after the block.
+                q_blk.astype(jnp.float32) if moving else None,
             )
-            keys = (tiles.k, tiles.v, tiles.k_pos, tiles.k_start, tiles.decay_k, tiles.valid_k)
+            keys = (
+                tiles.k,
+                tiles.v,
+                tiles.k_pos,
+                tiles.k_start,
+                tiles.decay_k,
+                tiles.valid_k,
+                tiles.moves,
+            )
             band = self.band()
             if band < self.n_k:  # only the key tiles the window can reach: cost L x W, not L^2
                 lowest = q_start + (self.s - self.t) - (self.terms.window.size - 1)
@@ -216,7 +251,8 @@ class _Window(NamedTuple):
                 keys = jax.tree.map(
                     lambda x: jax.lax.dynamic_slice_in_dim(x, start, band, axis=0), keys
                 )
-            (_, l, acc, extra, _), _ = jax.lax.scan(key_block, init, keys, reverse=contextual_hook)
+            reverse = contextual_hook or moving
+            (_, l, acc, extra, _, _), _ = jax.lax.scan(key_block, init, keys, reverse=reverse)
             return self._finish(l, acc + extra).astype(self.out_dtype)
 
         # Differentiated (training), each query block is recomputed in the backward pass from
@@ -282,11 +318,16 @@ class _Window(NamedTuple):
         """One tile of the online softmax: the hooks (or, past the reach, ``probe``) on it;
         ``saturated``: every query's contextual carry is at the encoder's ``carry_limit``."""
         q_blk, qpos_blk, q_start, decay_q_blk = xs
-        k_blk, v_blk, kpos_blk, k_start, decay_k_blk, valid_k_blk = ys
-        m, l, acc, extra, count = carry
+        k_blk, v_blk, kpos_blk, k_start, decay_k_blk, valid_k_blk, moves_blk = ys
+        m, l, acc, extra, count, moved = carry
         enc, params = self.encoding, self.params
         hooks = enc.hooks
-        logits = jnp.einsum("BTHD,BSHD->BHTS", q_blk, k_blk, preferred_element_type=jnp.float32)
+        rows = jnp.arange(self.block)
+        i = q_start + rows[:, None] + (self.s - self.t)  # the queries' key indices [blk, 1]
+        if moved is not None:  # Householder products: the queries carried to this tile's end
+            logits, moved = householder.tile_logits(moved, i[:, 0], k_blk, moves_blk, k_start)
+        else:
+            logits = jnp.einsum("BTHD,BSHD->BHTS", q_blk, k_blk, preferred_element_type=jnp.float32)
         if "content_logits" in hooks:
             content = (
                 enc.content_logits(params, q_blk, k_blk, qpos_blk, kpos_blk)
@@ -306,9 +347,7 @@ class _Window(NamedTuple):
         if decay_q_blk is not None:
             logits = logits + decay_bias((decay_q_blk, decay_k_blk))
         logits = finish_logits(logits, self.terms)
-        rows = jnp.arange(self.block)
         j = k_start + rows[None, :]  # key indices [1, blk]
-        i = q_start + rows[:, None] + (self.s - self.t)  # the queries' key indices [blk, 1]
         visible = (j < self.s) & visible_pairs(i, j, self.causal, self.terms.window)
         visible = visible[None, None]  # [1, 1, blk, blk]
         if valid_k_blk is not None:
@@ -326,7 +365,7 @@ class _Window(NamedTuple):
             acc, extra = _accumulate_unnormalized(
                 enc, params, logits, v_blk, acc, extra, xs, ys, probe
             )
-            return m, l, acc, extra, count
+            return m, l, acc, extra, count, moved
         m_new = jnp.maximum(m, logits.max(axis=-1))  # [B, H, blk]
         p = jnp.exp(logits - m_new[..., None])
         scale = jnp.exp(m - m_new)
@@ -340,7 +379,7 @@ class _Window(NamedTuple):
             else:  # every key of the tile adds its probability times the same vector
                 term = rowsum.transpose(0, 2, 1)[..., None] * probe.value
             extra = extra * to_rows + term
-        return m_new, l, acc, extra, count
+        return m_new, l, acc, extra, count, moved
 
 
 def _accumulate_unnormalized(enc, params, logits, v_blk, acc, extra, xs, ys, probe):

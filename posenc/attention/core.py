@@ -24,6 +24,9 @@ decide what enters the computation and, with the device and the lengths, which p
 
 A ``log_decay`` encoder (the Forgetting Transformer) reads the layer input (``inputs``) and enters
 every path as a bias ``c_i - c_j`` built from per-token cumulative sums, computed once per window.
+A ``householder`` encoder (PaTH) reads it too and replaces ``q . k`` by the key carried through
+the Householder maps up to the query (:mod:`posenc.attention.householder`): ``einsum`` or
+``blocked`` only, like contextual logits.
 A ``rotate`` that widens ``q`` and ``k`` (PoPE) keeps the ``1/sqrt(Dh)`` scale of the projected
 width; the fused kernels, which need one width, get ``v`` padded with zero channels.
 
@@ -57,6 +60,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from posenc.attention import householder
 from posenc.attention import linear as linear_attention
 from posenc.attention.blocked import blocked
 from posenc.attention.options import AttentionOptions, Window, qk_normalize, query_factor
@@ -101,8 +105,8 @@ def choose_implementation(
     """The path ``"auto"`` picks for this encoder, query length, dtype, platform, attention
     options and mask.
 
-    - Encoders with a value term need the probabilities, with contextual logits the logits:
-      ``einsum``, or ``blocked`` past one block.
+    - Encoders with a value term need the probabilities, with contextual logits or Householder
+      products the logits: ``einsum``, or ``blocked`` past one block.
     - On an NVIDIA GPU, where cuDNN takes the shapes, encoders without content logits use
       ``cudnn``; with a bias (or a log decay, which enters as one) only up to one block of
       queries, since a dense ``[H, T, S]`` bias would make long windows quadratic in memory.
@@ -121,7 +125,8 @@ def choose_implementation(
     has_bias = "bias" in hooks or "log_decay" in hooks
     options = options or _PLAIN
     inside = bool(options.changes_logits())
-    if "value_term" in hooks or "contextual_logits" in hooks or inside or not encoding.normalized:
+    logits_needed = {"value_term", "contextual_logits", "householder"} & set(hooks)
+    if logits_needed or inside or not encoding.normalized:
         return "blocked" if long else "einsum"
     gpu = platform in ("gpu", "cuda")
     masked = not _kernel_window(options.parsed_window, causal, q_len, k_len or q_len)
@@ -162,6 +167,11 @@ def check_implementation(
         raise ValueError(
             f"model.attention_impl={implementation!r} cannot run encoding {encoding.name!r}: "
             "its contextual logits need the attention logits; use 'auto', 'einsum' or 'blocked'"
+        )
+    if implementation in _FUSED and "householder" in encoding.hooks:
+        raise ValueError(
+            f"model.attention_impl={implementation!r} cannot run encoding {encoding.name!r}: "
+            "its Householder products change q . k per pair; use 'auto', 'einsum' or 'blocked'"
         )
     inside = options.changes_logits()
     if implementation in _FUSED and inside:
@@ -244,8 +254,8 @@ def attend(
       implementation: one of ``IMPLEMENTATIONS``.
       block_size: queries per block for the ``blocked`` path (and the ``auto`` threshold);
         tokens per chunk of the linear paths' causal prefix sums.
-      inputs: ``[B, S, D]``, the layer input at the keys; read only by a ``log_decay`` hook,
-        which requires it.
+      inputs: ``[B, S, D]``, the layer input at the keys; read only by a ``log_decay`` or
+        ``householder`` hook, which requires it.
       layer: the layer index; ``linear_performer`` draws its fixed random features from it.
       performer_features: ``linear_performer``'s number of random features ``m``.
       k_valid: ``[B|1, S]`` bool, the keys that exist (None: all); invalid keys are removed
@@ -300,6 +310,7 @@ def attend(
         q, k, encoding, params, q_pos, k_pos, options, learned, causal, first, norm_eps, k_valid
     )
     decay = cumulative_decay(encoding, params, inputs, t, s, k_valid)
+    moves = householder.factors(encoding, params, inputs, s, k_valid)
     if implementation == "auto":
         implementation = choose_implementation(
             encoding,
@@ -320,8 +331,8 @@ def attend(
     if implementation in _FUSED:
         return _fused(q, k, v, *args, implementation)
     if implementation == "blocked" and t > block_size:
-        return blocked(q, k, v, *args, block_size, k_valid)
-    return _reference(q, k, v, *args, k_valid, first)
+        return blocked(q, k, v, *args, block_size, k_valid, factors=moves)
+    return _reference(q, k, v, *args, k_valid, first, moves)
 
 
 def layer_terms(options: AttentionOptions, learned: Params, head_dim: int) -> LayerTerms:
@@ -432,11 +443,16 @@ def cumulative_decay(
     return c[:, s - t :], c
 
 
-def _logits(q, k, encoding, params, q_pos, k_pos, terms, decay):
+def _logits(q, k, encoding, params, q_pos, k_pos, terms, decay, moves=None, first=0):
     """Float32 logits ``[B, H, T, S]`` with the encoder's content logits, bias and decay, and
-    the layer's soft cap, unmasked."""
+    the layer's soft cap, unmasked; ``moves``: the ``householder`` factors (the queries at key
+    indices from ``first``), or None."""
     hooks = encoding.hooks
-    logits = jnp.einsum("BTHD,BSHD->BHTS", q, k, preferred_element_type=jnp.float32)
+    if moves is not None:
+        index = first + jnp.arange(q.shape[1])
+        logits, _ = householder.transported_logits(q, k, *moves, index)
+    else:
+        logits = jnp.einsum("BTHD,BSHD->BHTS", q, k, preferred_element_type=jnp.float32)
     if "content_logits" in hooks:
         logits = logits + encoding.content_logits(params, q, k, q_pos, k_pos).astype(jnp.float32)
     logits = logits / terms.denom
@@ -463,6 +479,7 @@ def reference_logits(
     total_t: int | None = None,
     terms: LayerTerms | None = None,
     q_index: int | jax.Array | None = None,
+    moves: tuple[jax.Array, jax.Array] | None = None,
 ) -> tuple[jax.Array, jax.Array]:
     """The logits the reference path's softmax reads, for some or all of a window's queries.
 
@@ -488,6 +505,8 @@ def reference_logits(
       total_t: the window's queries (default ``t``).
       terms: the layer's :class:`~posenc.attention.terms.LayerTerms` (None: no options).
       q_index: the key index of the window's first query (None: ``S - total_t``).
+      moves: :func:`posenc.attention.householder.factors` of the window (required by an
+        encoder with a ``householder`` hook).
 
     Returns:
       ``[B, H, t, S]`` float32 logits and the ``[B|1, 1, t, S]`` bool mask of visible pairs.
@@ -496,7 +515,12 @@ def reference_logits(
     total_t = t if total_t is None else total_t
     terms = plain_terms(head_dim) if terms is None else terms
     first = (s - total_t if q_index is None else q_index) + q_start
-    logits = _logits(q, k, encoding, params, q_pos, k_pos, terms, decay)
+    if moves is None and "householder" in encoding.hooks:
+        raise ValueError(
+            f"reference_logits: encoding {encoding.name!r} has a householder hook; pass "
+            "moves=posenc.attention.householder.factors(...) of the window"
+        )
+    logits = _logits(q, k, encoding, params, q_pos, k_pos, terms, decay, moves, first)
     pairs = visibility(t, s, first, causal, terms.window)
     visible = jnp.ones((1, 1, t, s), bool) if pairs is None else pairs[None, None]
     if k_valid is not None:
@@ -510,7 +534,19 @@ def reference_logits(
 
 
 def _reference(
-    q, k, v, encoding, params, q_pos, k_pos, causal, terms, decay, k_valid=None, first=None
+    q,
+    k,
+    v,
+    encoding,
+    params,
+    q_pos,
+    k_pos,
+    causal,
+    terms,
+    decay,
+    k_valid=None,
+    first=None,
+    moves=None,
 ):
     """Explicit logits and probabilities; the definition every other path is tested against."""
     logits, _ = reference_logits(
@@ -526,6 +562,7 @@ def _reference(
         k_valid=k_valid,
         terms=terms,
         q_index=first,
+        moves=moves,
     )
     probs = weights(logits, terms.sinks, encoding.normalized)  # [B, H, T, S] float32
     out = jnp.einsum("BHTS,BSHD->BTHD", probs.astype(v.dtype), v)

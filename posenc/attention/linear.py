@@ -82,6 +82,7 @@ _REFUSED = {
     "bias": "its bias adds to the attention logits",
     "content_logits": "its content logits add to the attention logits",
     "log_decay": "its decay adds to the attention logits",
+    "householder": "its Householder products change q . k per pair",
     "contextual_logits": "its contextual logits need the attention logits",
     "value_term": "its value term needs the attention probabilities",
 }

@@ -27,6 +27,10 @@ what a full pass over the filled slots would give it, and no encoder is named he
 - ``log_decay`` (the Forgetting Transformer) reads ``h`` at the keys; unfilled slots' decays are
   zeroed before the cumulative sum;
 - ``contextual_logits`` (CoPE) counts gates that are exactly 0 at masked slots;
+- ``householder`` (PaTH) reads ``h`` at the keys too: each step recomputes the Householder
+  products over the filled slots from the raw cached keys (unfilled slots get ``H = I``), where
+  PaTH's official decoder instead applies each new token's map to the cached keys in place
+  (the same logits; ``O(S (64 + Dh) Dh)`` per step and layer here instead of ``O(S Dh)``);
 - ``value_term`` (Shaw) sees probabilities that are exactly 0 at masked slots;
 - the input terms (token embeddings plus ``embed``: sinusoidal, learned, CAPE; and
   ``embed_tokens``: the causal convolution) are computed by :meth:`Transformer.embed_inputs` over

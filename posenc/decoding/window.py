@@ -11,8 +11,9 @@ generation. :func:`layouts` gives each layer of a decoder-only model its :class:
   slots, the cost of reading them) and writes the new token last;
 - ``"chunked"`` (``chunked:C``): ``C`` slots, token ``t`` at slot ``t mod C``; the slots of the
   previous chunk are masked until overwritten (a query sees its own chunk only);
-- ``"full"``: one slot per token of the whole output (a full window, or a window no shorter than
-  the output).
+- ``"full"``: one slot per token of the whole output (a full window, a window no shorter than
+  the output, or a layer whose encoder has a ``householder`` hook: PaTH's maps at a window's
+  first tokens read the inputs before it, which a window-sized cache would have dropped).
 
 An encoder whose ``rotate`` reads the keys before each key (its ``key_lookback``,
 :mod:`posenc.encodings.base`: modded-nanogpt's key offset) gets ``W + key_lookback`` sliding
@@ -102,9 +103,14 @@ def layouts(model: Transformer, total: int) -> tuple[Layout, ...]:
         # An encoder whose rotate reads earlier keys (its key_lookback) needs them in the cache:
         # a sliding cache keeps that many slots more (masked by the window, read by rotate); a
         # chunk's first keys read the previous chunk's last ones, so a chunked layer keeps all.
+        # A householder encoder's maps read the inputs before their token (PaTH's short
+        # convolution), so the first keys of a window need the tokens before it: a full cache.
         lookback = block.encoding.key_lookback
         slots = window.size + lookback
-        if window.kind in ("sliding", "banded") and slots < total:
+        reads_back = "householder" in block.encoding.hooks
+        if reads_back:
+            out.append(Layout("full", total))
+        elif window.kind in ("sliding", "banded") and slots < total:
             out.append(Layout("sliding", slots))
         elif window.kind == "chunked" and window.size < total and not lookback:
             out.append(Layout("chunked", window.size))

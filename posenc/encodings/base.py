@@ -13,6 +13,7 @@ hook                                               returns
 ``bias(params, q_pos, k_pos)``                     content-free logits ``[B|1, H, T, S]``
 ``content_logits(params, q, k, q_pos, k_pos)``     content-dependent logits ``[B, H, T, S]``
 ``log_decay(params, inputs)``                      per-token log decay ``[B, S, H]`` (see below)
+``householder(params, inputs)``                    ``(w [B, S, H, Dh], beta [B, S, H])`` (below)
 ``contextual_logits(params, q, k, logits, carry)`` ``(terms [B, H, T, S], carry [B, H, T])``
 ``value_term(params, probs, q_pos, k_pos)``        ``[B, T, H, Dh]`` added to attention output
 =================================================  =============================================
@@ -49,6 +50,19 @@ cumulative sums, ``c_i - c_j``) to the logit of query ``i`` and key ``j`` after 
 bias (the Forgetting Transformer's forget gates). Entry ``l`` may depend on ``inputs`` at ``l`` and
 before only, or the model would see the future.
 
+Householder products (PaTH): ``householder`` reads ``inputs: [B, S, D]`` as ``log_decay`` does
+and returns, per token ``t`` and head, a vector ``w_t`` and a scalar ``beta_t`` (float32) of the
+map ``H_t = I - beta_t w_t w_t^T``; attention replaces ``q_i . k_j`` (before scaling, so with
+``content_logits`` it is the same units) by ``q_i^T H_i H_{i-1} ... H_{j+1} k_j``, the key
+carried through every map after it up to the query (nothing for ``j = i``). Entry ``t`` may
+depend on ``inputs`` at ``t`` and before only: the model would see the future otherwise, and a
+key/value cache, which calls the hook on the filled slots, would not reproduce a full pass. The
+``einsum`` path forms each chunk's product in compact form and carries every query's vector
+from the last key chunk to the first; the ``blocked`` path does the same per key tile
+(:mod:`posenc.attention.householder`), so memory stays linear in the window. The products are
+defined for keys before the query only: an encoder with the hook declares ``causal_only``. The
+fused kernels and linear attention never form the logits and refuse it.
+
 Contextual logits (CoPE's positions, which count the keys between a query and a key): attention
 passes ``logits``, the float32 logits of the pairs so far (scaled, with ``bias`` and decay) with
 masked pairs (the future, padding) at ``-1e30``, and ``carry``, a float32 ``[B, H, T]`` running sum
@@ -71,8 +85,8 @@ denominator). Masked pairs keep logit ``-1e30``, weight exactly 0.
 Tiling: the ``blocked`` attention path calls ``bias``, ``content_logits``, ``contextual_logits``
 and ``value_term`` on tiles of queries and keys, each with that tile's positions, and
 accumulates ``value_term`` with unnormalised probabilities; so hooks must depend on positions
-only through their arguments, and ``value_term`` must be linear in ``probs``. ``rotate`` and
-``log_decay`` are called once on the whole window.
+only through their arguments, and ``value_term`` must be linear in ``probs``. ``rotate``,
+``log_decay`` and ``householder`` are called once on the whole window.
 
 Cheaper tiles, declared (attention chooses the work from these declarations, never from a
 name; :mod:`posenc.testing` checks that each is true):
@@ -183,6 +197,7 @@ HOOKS = (
     "bias",
     "content_logits",
     "log_decay",
+    "householder",
     "contextual_logits",
     "value_term",
 )

@@ -23,6 +23,8 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ``carry``           ``contextual_logits`` on key tiles, last to first with the carry, equal one call
 ``unnormalized``    ``normalized = False``: every row's weights ``exp(logits)`` sum to at most 1,
                     masked pairs weigh 0
+``householder``     ``householder`` on the first tiles of a window equals one call on the whole
+                    (each entry reads the inputs up to its own), float32 and finite
 ``causal``          no output depends on a later input (Jacobian through the model)
 ``bidirectional``   ``causal=False``: paths equal the reference, later inputs matter; or refused
 ``shift``           shifting all positions changes nothing iff ``relative = True``
@@ -54,9 +56,9 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ==================  ===========================================================================
 
 A check that does not apply to an encoder (``carry`` without ``contextual_logits``,
-``unnormalized`` for one that normalises, ``augment`` without continuous positions,
-``bias_by_distance``, ``reach`` and ``carry_limit`` without the declaration, ``cudnn`` for an
-encoder the path refuses) or cannot run here (``cudnn`` without an
+``unnormalized`` for one that normalises, ``householder`` without that hook, ``augment``
+without continuous positions, ``bias_by_distance``, ``reach`` and ``carry_limit`` without the
+declaration, ``cudnn`` for an encoder the path refuses) or cannot run here (``cudnn`` without an
 NVIDIA GPU, ``context_parallel`` on one device) raises :class:`NotApplicable` rather than passing:
 :func:`applicable` and :func:`cases` leave the first kind out, and the second is a skip.
 
@@ -88,6 +90,7 @@ from posenc.testing.checks import (
     check_cudnn,
     check_declarations,
     check_extrapolates,
+    check_householder,
     check_key_lookback,
     check_param_shapes,
     check_paths_agree,
@@ -111,6 +114,7 @@ CHECKS: dict[str, Check] = {
     "cudnn": check_cudnn,
     "carry": check_carry,
     "unnormalized": check_unnormalized,
+    "householder": check_householder,
     "causal": check_causal,
     "bidirectional": check_bidirectional,
     "shift": check_shift,
@@ -210,6 +214,7 @@ __all__ = [
     "check_declarations",
     "check_encoder",
     "check_extrapolates",
+    "check_householder",
     "check_linear",
     "check_param_shapes",
     "check_paths_agree",

@@ -60,6 +60,12 @@ def _without_contextual_logits(enc: Encoding, settings: Settings) -> str | None:
     return None
 
 
+def _without_householder(enc: Encoding, settings: Settings) -> str | None:
+    if "householder" not in enc.hooks:
+        return "no householder hook, so no Householder products are carried across key tiles"
+    return None
+
+
 def _without_continuous_positions(enc: Encoding, settings: Settings) -> str | None:
     if not enc.continuous_positions and "augment_positions" not in enc.hooks:
         return "declares neither continuous_positions nor an augment_positions hook"
@@ -96,6 +102,7 @@ def _not_on_cudnn(enc: Encoding, settings: Settings) -> str | None:
 # apply to every encoder.
 _INAPPLICABLE = {
     "carry": _without_contextual_logits,
+    "householder": _without_householder,
     "augment": _without_continuous_positions,
     "unnormalized": _normalized,
     "cudnn": _not_on_cudnn,
@@ -477,6 +484,54 @@ def check_unnormalized(encoder: str | Encoding, settings: Settings | None = None
                     "unnormalized",
                     f"declares normalized = False, but a row's weights exp(logits) sum to {most:g} "
                     f"({where}): they must sum to at most 1 (log weights, no softmax)",
+                )
+
+
+def check_householder(encoder: str | Encoding, settings: Settings | None = None) -> None:
+    """``householder`` keeps its promise (:class:`NotApplicable` without the hook).
+
+    On a random layer input ``[B, S, D]`` (``S = T + extra_keys``) the hook returns float32
+    ``w [B, S, H, Dh]`` and ``beta [B, S, H]``, finite; split the window ``[left | right]`` at
+    every tile boundary of ``block_size``, and the hook on ``left`` alone gives the first part of
+    one call on the whole: entry ``t`` reads the inputs up to ``t`` only, what the causal mask and
+    a key/value cache (which calls the hook on the filled slots) rely on. The encoder declares
+    ``causal_only``: the products run from a key forward to its query.
+    """
+    settings = settings or Settings()
+    enc = resolve(encoder)
+    dims = settings.dims
+    _require("householder", enc, settings)
+
+    def fail(message):
+        return _fail(enc, "householder", message)
+
+    if not enc.causal_only:
+        raise fail("has a householder hook but does not declare causal_only = True")
+    bound = enc.bind(dims)
+    params = bound.init(jax.random.key(settings.seed), dims)
+    b, s = len(settings.offsets), settings.length + settings.extra_keys
+    rng = np.random.default_rng(settings.seed + 2)
+    inputs = jnp.asarray(rng.standard_normal((b, s, dims.model_dim)), jnp.float32)
+    hook = jit(bound.householder)
+    w, beta = hook(params, inputs)
+    shapes = ((b, s, dims.num_heads, dims.head_dim), (b, s, dims.num_heads))
+    if (w.shape, beta.shape) != shapes or {w.dtype, beta.dtype} != {jnp.dtype(jnp.float32)}:
+        raise fail(
+            f"householder must return float32 w {shapes[0]} and beta {shapes[1]}, got "
+            f"{w.dtype}{tuple(w.shape)} and {beta.dtype}{tuple(beta.shape)}"
+        )
+    if not (np.isfinite(np.asarray(w)).all() and np.isfinite(np.asarray(beta)).all()):
+        raise fail("householder returned non-finite w or beta on a random layer input")
+    tol = settings.tolerance
+    for n in range(settings.block_size, s, settings.block_size):
+        left_w, left_beta = hook(params, inputs[:, :n])
+        for got, whole, what in ((left_w, w, "w"), (left_beta, beta, "beta")):
+            got, expected = np.asarray(got), np.asarray(whole[:, :n])
+            if not np.allclose(got, expected, rtol=tol, atol=tol):
+                raise fail(
+                    f"householder on the first {n} of {s} tokens gives another {what} there "
+                    f"than one call on the whole window ({_max_error(got, expected)}): an entry "
+                    "reads later inputs"
                 )
 
 
