@@ -8,10 +8,8 @@ whole session: created by the first pytest process (the xdist controller), inher
 the environment by its workers and by every child process, removed when the session ends.
 
 A cache hit returns the executable the compilation wrote, so no result changes
-(tests/test_sweep.py checks that a run with the cache equals one without). A directory
-already named in ``JAX_COMPILATION_CACHE_DIR`` is used as it is and left in place: .ci/run names
-one for both of its steps, so that the slow step starts with the default step's compilations;
-an empty one (``JAX_COMPILATION_CACHE_DIR= pytest ...``) turns the cache off.
+(tests/test_sweep.py checks that a run with the cache equals one without). A directory the
+user already names in ``JAX_COMPILATION_CACHE_DIR`` is used as it is and left in place.
 """
 
 from __future__ import annotations
@@ -31,14 +29,15 @@ _created: str | None = None
 
 def pytest_configure(config):
     global _created
+    if _DIR in os.environ:  # the user's own cache, or this session's (an xdist worker)
+        return
+    _created = tempfile.mkdtemp(prefix="posenc-tests-jax-cache-")
+    os.environ[_DIR] = _created
     os.environ.setdefault(_MIN_SECONDS, "0")
-    if _DIR not in os.environ:  # else the user's own cache, or this session's (an xdist worker)
-        _created = tempfile.mkdtemp(prefix="posenc-tests-jax-cache-")
-        os.environ[_DIR] = _created
     if "jax" in sys.modules:  # JAX reads the environment when imported; tell it if it was
         import jax
 
-        jax.config.update("jax_compilation_cache_dir", os.environ[_DIR] or None)
+        jax.config.update("jax_compilation_cache_dir", _created)
         jax.config.update(
             "jax_persistent_cache_min_compile_time_secs", float(os.environ[_MIN_SECONDS])
         )
