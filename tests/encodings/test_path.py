@@ -162,11 +162,12 @@ def _f64(tree):
     return jax.tree.map(lambda a: np.asarray(a, np.float64), tree)
 
 
+# The default suite keeps one case per path and length; the rest in the slow step.
 CASES = [
     ("einsum", 1, False),
-    ("einsum", 16, True),
+    pytest.param("einsum", 16, True, marks=pytest.mark.slow),
     ("blocked", 1, True),
-    ("blocked", 16, False),
+    pytest.param("blocked", 16, False, marks=pytest.mark.slow),
     ("blocked", 16, True),
     ("blocked", 24, False),  # tiles of 128: two chunks of 64 in each (householder.CHUNK)
     ("auto", 1, False),
@@ -192,7 +193,11 @@ def test_every_path_equals_the_papers_products(impl, factor, forget):
 
 @pytest.mark.parametrize(
     "impl,factor",
-    [("einsum", 1), ("blocked", 1), pytest.param("blocked", 16, marks=pytest.mark.slow)],
+    [
+        pytest.param("einsum", 1, marks=pytest.mark.slow),
+        ("blocked", 1),
+        pytest.param("blocked", 16, marks=pytest.mark.slow),
+    ],
 )
 def test_gradients_equal_the_papers(impl, factor):
     """Through queries, keys, values, the layer input and every parameter (PaTH-FoX), against
@@ -318,6 +323,7 @@ def test_declarations_parameters_and_refusals():
         attend(q, k, v, k_pos=jnp.arange(7), **kw)
 
 
+@pytest.mark.slow
 def test_a_sliding_window_layer_decodes_what_full_recomputation_gives():
     """A local layer's window cache would drop the tokens before its window, which PaTH's maps
     at the window's first tokens read (the short convolution): such a layer keeps a full cache,
