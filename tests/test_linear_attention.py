@@ -268,8 +268,11 @@ _REASONS = {
     "content_logits": "its content logits add to the attention logits",
     "log_decay": "its decay adds to the attention logits",
     "contextual_logits": "its contextual logits need the attention logits",
+    "householder": "its Householder products change q . k per pair",
     "value_term": "its value term needs the attention probabilities",
 }
+# Checked before any hook: weights without a softmax, which every linear path normalises.
+_UNNORMALIZED = "its weights are exp(logits) without a softmax (normalized = False)"
 
 
 @pytest.mark.parametrize("impl", PATHS)
@@ -278,6 +281,8 @@ def test_encoders_that_cannot_be_linearised_are_refused_with_the_reason(impl, na
     enc = encodings.get(name).bind(DIMS)
     hooks = enc.hooks
     reasons = [why for hook, why in _REASONS.items() if hook in hooks]
+    if not enc.normalized:
+        reasons.insert(0, _UNNORMALIZED)
     if "rotate" in hooks and enc.qk_head_dim(DH) != DH:
         reasons.append("its rotate widens q and k (qk_head_dim) rather than rotating them")
     if not reasons:

@@ -54,11 +54,14 @@ def test_the_columns_are_the_registered_encoders_two_seeds_each(variant):
 
 def test_an_encoder_that_needs_the_training_length_gets_it(monkeypatch):
     module = load_module(str(SWEEPS / "recent_encoders.py"))
-    fields = {"resonance": ("base", "original_max_len"), "fope": ("base", "train_len")}
-    monkeypatch.setattr(encodings, "hparam_names", lambda name: fields.get(name, ("base",)))
-    assert module.train_length_overrides("resonance", 64) == {
-        "encoding.hparams.original_max_len": 64
+    # Resonance is a RoPE: its original_max_len is a scaling's field (refused without a
+    # scaling), so the training length goes to its train_len.
+    fields = {
+        "resonance": ("base", "original_max_len", "train_len"),
+        "fope": ("base", "train_len"),
     }
+    monkeypatch.setattr(encodings, "hparam_names", lambda name: fields.get(name, ("base",)))
+    assert module.train_length_overrides("resonance", 64) == {"encoding.hparams.train_len": 64}
     assert module.train_length_overrides("fope", 512) == {"encoding.hparams.train_len": 512}
     assert module.train_length_overrides("hope", 64) == {}  # not one that needs it
 

@@ -6,8 +6,8 @@ ALiBi and FIRE, trained at L and evaluated on non-overlapping windows of 1, 2, 4
 Each encoder runs with its defaults (the papers' settings as each module transcribes them),
 except where it needs the training length: Resonance RoPE (its wavelengths are rounded below
 the training length) and FoPE (its frequencies below ``2 pi / L_train`` are clipped) get
-``L`` in the hyperparameter they name it by (:func:`train_length_overrides`), as RoPE's scalings
-get ``original_max_len``; FIRE its threshold ``L / 4`` (``alibi_table2.encoder_overrides``).
+``L`` in their ``train_len`` (:func:`train_length_overrides`; a run also fills an unset one from
+``train.seq_len``); FIRE its threshold ``L / 4`` (``alibi_table2.encoder_overrides``).
 An encoder this installation does not register is left out (``experiments/recent_encoders.py``
 names it). STRING (An et al. 2024) and DroPE (Gelberg et al. 2026) are not columns of this sweep:
 STRING is an evaluation setting of the RoPE runs and DroPE a continuation of them, both made by
@@ -56,7 +56,7 @@ NEW_ENCODERS = (
 BASELINES = ("rope", "nope", "alibi", "fire")
 # Encoders whose defaults need the training length, and the names that field may have.
 NEEDS_TRAIN_LEN = ("resonance", "fope")
-TRAIN_LEN_FIELDS = ("original_max_len", "train_len", "max_train_len", "train_length")
+TRAIN_LEN_FIELDS = ("train_len", "max_train_len", "train_length")
 
 
 def available(names: tuple[str, ...] = BASELINES + NEW_ENCODERS) -> tuple[list[str], list[str]]:
