@@ -183,9 +183,11 @@ class with :func:`posenc.encodings.register` (see :mod:`posenc.encodings.registr
 from __future__ import annotations
 
 import dataclasses
+import math
 from typing import Any, ClassVar, Self
 
 import jax
+import jax.numpy as jnp
 
 Params = dict[str, jax.Array]
 
@@ -381,3 +383,10 @@ def check_positive(field: str, value: Any, *, allow_zero: bool = False) -> None:
     if not ok:
         bound = ">= 0" if allow_zero else "> 0"
         raise ValueError(f"{field} must be a number {bound}, got {value!r}")
+
+
+def torch_linear_init(rng: jax.Array, shape: tuple[int, ...], fan_in: int) -> jax.Array:
+    """PyTorch's default ``nn.Linear`` initialisation, ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``,
+    float32 (the encoders whose official code is PyTorch start their MLPs so)."""
+    bound = 1.0 / math.sqrt(fan_in)
+    return jax.random.uniform(rng, shape, jnp.float32, -bound, bound)

@@ -64,7 +64,7 @@ import jax
 import jax.numpy as jnp
 
 from posenc.encodings.alibi import ALiBi
-from posenc.encodings.base import Dims, Encoding, Params, check_choice
+from posenc.encodings.base import Dims, Encoding, Params, check_choice, torch_linear_init
 from posenc.encodings.fire import FIRE
 from posenc.encodings.kerple import KerpleLog, KerplePower
 from posenc.encodings.registry import register
@@ -76,11 +76,6 @@ NEGATIVE_SLOPE = 0.01
 # The hidden layer [B, T, S, W] is formed whole up to this many entries; past it one unit at a
 # time (a blocked tile of 512 x 512 pairs, 8 rows and 32 units would be 268 MB).
 _HIDDEN_AT_ONCE = 1 << 20
-
-
-def _torch_linear_init(rng: jax.Array, shape: tuple[int, ...], fan_in: int) -> jax.Array:
-    bound = 1.0 / math.sqrt(fan_in)
-    return jax.random.uniform(rng, shape, jnp.float32, -bound, bound)
 
 
 @register
@@ -164,7 +159,7 @@ class DAPE(Encoding):
         keys = jax.random.split(rng, 4)
         fan_in = {"mlp_in_w": 2 * dims.num_heads, "mlp_in_b": 2 * dims.num_heads}
         for key, name in zip(keys, ("mlp_in_w", "mlp_in_b", "mlp_out_w", "mlp_out_b"), strict=True):
-            params[name] = _torch_linear_init(key, shapes[name], fan_in.get(name, self.mlp_width))
+            params[name] = torch_linear_init(key, shapes[name], fan_in.get(name, self.mlp_width))
         return params
 
     def _base_params(self, params: Params) -> Params:

@@ -35,12 +35,11 @@ Nothing ``L x L`` is stored.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import jax
 import jax.numpy as jnp
 
-from posenc.encodings.base import Dims, Encoding, Params
+from posenc.encodings.base import Dims, Encoding, Params, torch_linear_init
 from posenc.encodings.registry import register
 from posenc.encodings.relative import (
     is_contiguous,
@@ -50,12 +49,6 @@ from posenc.encodings.relative import (
 )
 
 _LN_EPS = 1e-5  # torch.nn.LayerNorm's default
-
-
-def _torch_linear_init(rng: jax.Array, shape: tuple[int, ...], fan_in: int) -> jax.Array:
-    """PyTorch's default ``nn.Linear`` initialisation: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``."""
-    bound = 1.0 / math.sqrt(fan_in)
-    return jax.random.uniform(rng, shape, jnp.float32, -bound, bound)
 
 
 def _layer_norm(x: jax.Array) -> jax.Array:
@@ -140,7 +133,7 @@ class DynamicPositionBias(Encoding):
                 params[name] = jnp.zeros(shape, jnp.float32)
             else:
                 fan_in = 1 if name.startswith("in_") else self.width(dims)
-                params[name] = _torch_linear_init(keys[name], shape, fan_in)
+                params[name] = torch_linear_init(keys[name], shape, fan_in)
         return params
 
     def mlp(self, params: Params, distance: jax.Array) -> jax.Array:

@@ -43,12 +43,11 @@ nothing ``L x L`` is stored.
 from __future__ import annotations
 
 import dataclasses
-import math
 
 import jax
 import jax.numpy as jnp
 
-from posenc.encodings.base import Dims, Encoding, Params, check_positive
+from posenc.encodings.base import Dims, Encoding, Params, check_positive, torch_linear_init
 from posenc.encodings.registry import register
 from posenc.encodings.relative import pairwise_offsets
 
@@ -60,12 +59,6 @@ from posenc.encodings.relative import pairwise_offsets
 # 34 ms (its scan's backward pass); on a 4k blocked window the whole layer costs 27-46 ms a
 # tile, all 32 units unrolled 4.7x NoPE's window, the loop of four units per step 1.5-2.6x.
 _HIDDEN_AT_ONCE = 1 << 20
-
-
-def _torch_linear_init(rng: jax.Array, shape: tuple[int, ...], fan_in: int) -> jax.Array:
-    """PyTorch's default ``nn.Linear`` initialisation: ``U(-1/sqrt(fan_in), 1/sqrt(fan_in))``."""
-    bound = 1.0 / math.sqrt(fan_in)
-    return jax.random.uniform(rng, shape, jnp.float32, -bound, bound)
 
 
 @register
@@ -115,10 +108,10 @@ class FIRE(Encoding):
         return {
             "c": jnp.asarray(self.init_c, jnp.float32),
             "L_multiplier": jnp.asarray(1.0, jnp.float32),
-            "mlp_in_w": _torch_linear_init(keys[0], shapes["mlp_in_w"], 1),
-            "mlp_in_b": _torch_linear_init(keys[1], shapes["mlp_in_b"], 1),
-            "mlp_out_w": _torch_linear_init(keys[2], shapes["mlp_out_w"], self.mlp_width),
-            "mlp_out_b": _torch_linear_init(keys[3], shapes["mlp_out_b"], self.mlp_width),
+            "mlp_in_w": torch_linear_init(keys[0], shapes["mlp_in_w"], 1),
+            "mlp_in_b": torch_linear_init(keys[1], shapes["mlp_in_b"], 1),
+            "mlp_out_w": torch_linear_init(keys[2], shapes["mlp_out_w"], self.mlp_width),
+            "mlp_out_b": torch_linear_init(keys[3], shapes["mlp_out_b"], self.mlp_width),
         }
 
     def interpolated_distance(self, params: Params, q_pos: jax.Array, k_pos: jax.Array):
