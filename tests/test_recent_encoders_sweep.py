@@ -115,11 +115,14 @@ def test_the_scripts_table_has_the_sweep_yarn_and_drope_columns(tmp_path):
     columns = [c.strip() for c in header.strip("|").split("|")][1:]
     names = [n for n in ("rope", "nope", "alibi", "fire", *ISSUE) if n in registered]
     drope_steps = 1  # 2 % of 3 steps, at least one
+    seq_len = 64  # the tiny variant's L, which TOY leaves as it is
     assert (
         columns
         == [
             names[0],
             "rope (yarn x2)",  # s = the longest multiple evaluated
+            # STRING at evaluation: S = L/3, W = L/8 of the run's training length
+            f"rope (string S={seq_len // 3} W={seq_len // 8})",
             *names[1:],
             f"DroPE ({drope_steps} steps from rope)",
         ]
