@@ -167,9 +167,7 @@ def test_prompt_is_rulers_template_with_its_documents(name, data):
 
 @pytest.mark.parametrize("tokenizer", [BYTES, PairTokenizer()], ids=["bytes", "pairs"])
 @pytest.mark.parametrize("name", ["qa_1", "qa_2"])
-def test_exact_length_gold_whole_at_depth_distractors_from_other_questions(
-    name, data, tokenizer
-):
+def test_exact_length_gold_whole_at_depth_distractors_from_other_questions(name, data, tokenizer):
     qa = data(T.get(name).dataset)
     scale = 2 if isinstance(tokenizer, PairTokenizer) else 1  # the same bytes in either
     cases = ((700, 0.0), (911, 0.5), (1207, 1.0), (1400, 0.3))
@@ -252,8 +250,8 @@ def test_refusals_are_one_line(tmp_path, data):
     refused("qa_1 needs its squad data", ev, gen, BYTES, ["qa_1"], [600], trials=1)
     refused("no such file", Q.loader({"squad": str(tmp_path / "none.json")}), "squad")
     (tmp_path / "bad.json").write_text('[{"question": "q"}]')
-    refused("is not a list of .question, answer", Q.loader({"hotpotqa": str(tmp_path / "bad.json")}),
-            "hotpotqa")  # fmt: skip
+    bad = Q.loader({"hotpotqa": str(tmp_path / "bad.json")})
+    refused("is not a list of .question, answer", bad, "hotpotqa")
     refused("allowed data sets: squad, hotpotqa", Q.loader, {"nq": "x.json"})
 
 
@@ -288,7 +286,7 @@ def no_network(monkeypatch):
 
 
 def test_an_unprepared_tfds_squad_names_the_command(tmp_path, no_network):
-    with pytest.raises(ValueError, match="tfds build squad/v2.0") as e:
+    with pytest.raises(ValueError, match="To prepare it with `tfds build squad/v2.0") as e:
         Q.loader({}, data_dir=str(tmp_path))("squad")
     assert "\n" not in str(e.value) and "is not prepared" in str(e.value)
 

@@ -26,13 +26,14 @@ Scored with RULER's ``string_match_part``: 1 when any answer is in the output.
 Where posenc chooses (RULER's choices are environment-specific or not a design): trial ``t``
 asks question ``t`` of the data's order, as RULER's sample ``t`` does (``--trials`` more than
 the questions is refused; TFDS stores its records shuffled, so ``tfds:squad/v2.0`` asks other
-questions than RULER's json, in an order fixed by the prepared data); the gold document that answers (SQuAD's paragraph; HotpotQA's first
-supporting paragraph when the data names them, else its first paragraph) goes at the requested
-depth among the documents and the question's other documents at depths drawn from the trial's
-seed (RULER shuffles every document with one fixed seed); the distractors are drawn per trial
-and shuffled per document count. The prompt holds the most whole documents that fit, as RULER's
-search over the document count finds, and then the next distractor document cut at a token so
-that the prompt is exactly the requested length (RULER's prompts fall short instead).
+questions than RULER's json, in an order fixed by the prepared data); the gold document that
+answers (SQuAD's paragraph; HotpotQA's first supporting paragraph when the data names them, else
+its first paragraph) goes at the requested depth among the documents and the question's other
+documents at depths drawn from the trial's seed (RULER shuffles every document with one fixed
+seed); the distractors are drawn per trial and shuffled per document count. The prompt holds the
+most whole documents that fit, as RULER's search over the document count finds, and then the
+next distractor document cut at a token so that the prompt is exactly the requested length
+(RULER's prompts fall short instead).
 
 Data (nothing downloads): RULER's own files (SQuAD's ``dev-v2.0.json``, HotpotQA's
 ``hotpot_dev_distractor_v1.json``), a JSON list of records with TFDS ``squad``'s fields
@@ -93,7 +94,8 @@ class QAData:
 
 
 def _answer_texts(answers: Any) -> list[str]:
-    """``answers`` as texts: a list of strings, of ``{"text": ...}``, or TFDS's ``{"text": [...]}``."""
+    """``answers`` as texts: a list of strings or of ``{"text": ...}``, or TFDS's
+    ``{"text": [...]}``."""
     if isinstance(answers, Mapping):
         return [_text(a) for a in answers.get("text", [])]
     return [_text(a["text"] if isinstance(a, Mapping) else a) for a in answers]
@@ -245,9 +247,10 @@ def loader(
 
                 try:
                     cache[dataset] = read_tfds(dataset, spec, data_dir)
-                except DataNotFoundError as e:  # the one line, then what to run
-                    first = str(e).splitlines()[0]
-                    raise ValueError(f"{dataset} data: {first} {_PREPARE[dataset]}") from None
+                except DataNotFoundError as e:  # its first line, then what to run
+                    first = str(e).splitlines()[0].split(" Prepare it")[0]
+                    first = first.replace(f"data.source={spec!r}", f"--qa-data {dataset}={spec}")
+                    raise ValueError(f"{first} To {_PREPARE[dataset]}") from None
             else:
                 cache[dataset] = read_json(dataset, spec)
         return cache[dataset]
