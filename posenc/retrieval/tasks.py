@@ -58,6 +58,10 @@ words of ranks 2-4 are expected (``string_match_all``). As RULER, ``n`` is the l
 fits the length, and at least :data:`FWE_MIN_WORDS`, below which the fourth most frequent
 coded word can tie the fifth (the answer would not be unique).
 
+**qa_1**, **qa_2** (RULER's QA over SQuAD and HotpotQA): a question asked of documents, the
+question's own and distractors; their data and documents are :mod:`posenc.retrieval.qa`'s, the
+prompt's exact length :mod:`posenc.retrieval.prompt`'s; scored with ``string_match_part``.
+
 cwe and fwe have no needle: depth leaves their prompt unchanged (:attr:`Task.has_depth`).
 
 Departures, all deliberate: keys are drawn from our own word lists (RULER uses wonderwords'
