@@ -359,3 +359,32 @@ def test_cli_refuses_missing_qa_data_before_the_checkpoint(tmp_path):
     )  # fmt: skip
     line = helpers.one_line_error(err, "retrieval")
     assert code == 2 and "no such file" in line, err
+
+
+@pytest.mark.slow
+def test_retrieval_cli_scores_qa_on_a_trained_run(tmp_path):
+    data_dir = tmp_path / "data"
+    helpers.build_pystdlib(data_dir)
+    workdir = tmp_path / "run"
+    code, _, err = helpers.run_cli(
+        "train", "--config", helpers.TINY_SPEC, "--workdir", str(workdir), "--no-eval",
+        *helpers.tiny_flags(data_dir), "--config.encoding.name=rope",
+    )  # fmt: skip
+    assert code == 0, err
+    squad, hotpot = _squad_json(tmp_path / "s.json"), _hotpot_json(tmp_path / "h.json")
+    code, out, err = helpers.run_cli(
+        "retrieval", "--workdir", str(workdir), "--tasks", "qa_1,qa_2", "--lengths", "700,900",
+        "--depths", "0,1", "--trials", "2", "--qa-data", f"squad={squad},hotpotqa={hotpot}",
+    )  # fmt: skip
+    assert code == 0, err
+    (name,) = RunDir(workdir).retrieval_files()
+    record = json.loads((workdir / name).read_text())
+    assert record["qa_data"] == {"squad": squad, "hotpotqa": hotpot}
+    assert record["tasks"]["qa_1"]["metric"] == "part"
+    trials = [json.loads(x) for x in (workdir / record["files"]["trials"]).read_text().splitlines()]
+    assert len(trials) == 2 * 2 * 2 * 2
+    questions = {q.query for d in ("squad", "hotpotqa") for q in Q.loader(
+        {"squad": squad, "hotpotqa": hotpot})(d).questions}  # fmt: skip
+    for t in trials:  # byte-level: a prompt's tokens are its UTF-8 bytes
+        assert len(t["prompt"].encode()) == t["length"] == t["prompt_tokens"]
+        assert re.search(r"Question: (.+) Answer:$", t["prompt"]).group(1) in questions

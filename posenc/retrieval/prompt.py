@@ -299,12 +299,12 @@ def _build_list(
     return Prompt(ids, (), len(head), int(length) - len(head) - len(tail), len(head) + len(tail))
 
 
-def _largest(lo: int, hi_bound: int, fits: Callable[[int], bool]) -> int:
-    """The largest ``n`` in ``[lo, hi_bound]`` with ``fits(n)``, ``fits(lo)`` known true and
+def _largest(lo: int, most: int, fits: Callable[[int], bool]) -> int:
+    """The largest ``n`` in ``[lo, most]`` with ``fits(n)``, ``fits(lo)`` known true and
     ``fits`` monotone: doubling steps from ``lo``, then bisection."""
     hi, step = None, 1  # hi: the smallest n known not to fit
-    while hi is None and lo < hi_bound:
-        n = min(lo + step, hi_bound)
+    while hi is None and lo < most:
+        n = min(lo + step, most)
         if fits(n):
             lo, step = n, 2 * step
         else:
@@ -326,7 +326,8 @@ def _build_documents(
 ) -> Prompt:
     """A QA prompt: ``head``, the most whole documents that fit, the next distractor document
     cut at a token so that the prompt holds exactly ``length`` tokens, ``tail`` (module
-    docstring)."""
+    docstring). Its ``answer_start`` is the context's first token (the answering document's
+    start is not a token boundary of the whole context in every tokenizer)."""
     room = int(length) - len(head) - len(tail)
     sizes: dict[int, int] = {}
 

@@ -280,6 +280,7 @@ def retrieval_workdir(
     )
     run = load_run(workdir, list(overrides))
     config = run.config
+    asks_qa = any(get_task(name).dataset for name in tasks)  # --qa-data names their files
     task_run = task_of(config)
     tokenizer = run.tokenizer
     prefix, suffix = _framing(config, tokenizer)
@@ -293,7 +294,7 @@ def retrieval_workdir(
         haystack,
         _default_haystack(config),
         threshold,
-        _qa_sources(qa_data),
+        _qa_sources(qa_data) if asks_qa else (),
     )
     names = retrieval_names(run.changes, settings)
     lines: list[str] = []
@@ -329,7 +330,7 @@ def retrieval_workdir(
             "finished": run.finished,
             "tokenizer": config.data.get("tokenizer", "bytes"),
             "haystack": haystack,
-            **({"qa_data": dict(qa_data)} if qa_data else {}),
+            **({"qa_data": dict(qa_data or {})} if asks_qa else {}),
             "prompt_set": {"tasks": list(tasks), "seed": seed, "version": 1},
             "device": device_description(),
             "seconds": time.time() - start,
