@@ -122,7 +122,8 @@ def evaluate_retrieval(
       depths: needle depths in [0, 1].
       trials: trials per (task, length, depth) cell.
       seed: the seed of every draw.
-      haystack: the filler (default: noise only, no text source).
+      haystack: the filler (default: noise only, no text source) and the QA tasks' data
+        (``Haystack(..., qa=posenc.retrieval.qa.loader(...))``).
       batch_size: trials decoded together at most.
       prefix, suffix: token ids before and after every prompt, counted in its length.
       stop_id: the end-of-text id; the output ends before it.
