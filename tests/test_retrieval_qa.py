@@ -203,6 +203,21 @@ def test_exact_length_gold_whole_at_depth_distractors_from_other_questions(name,
             assert set(distractors) >= related or set(distractors) <= related
 
 
+@pytest.mark.parametrize("name", ["qa_1", "qa_2"])
+def test_the_longest_length_is_every_document_whole(name, data):
+    with pytest.raises(ValueError, match=r"use lengths <= (\d+) ") as e:
+        _build(name, data, 9000, 0.5)
+    longest = int(re.search(r"lengths <= (\d+) ", str(e.value)).group(1))
+    qa = data(T.get(name).dataset)
+    for length in (longest - 1, longest):  # the last document cut by a byte, then whole
+        _, prompt = _build(name, data, length, 0.5)
+        whole, cut = _documents(BYTES.decode(prompt.ids), qa.documents)
+        assert len(prompt.ids) == length
+        assert len(whole) == len(set(whole)) == len(qa.documents) - (length < longest)
+    with pytest.raises(ValueError, match="too long"):
+        _build(name, data, longest + 1, 0.5)
+
+
 def _oracle(tokenizer, answers):
     """Answers each question from a table of its own (question -> answer), as a model that
     read the right document would."""
@@ -245,7 +260,7 @@ def test_refusals_are_one_line(tmp_path, data):
     ev = R.evaluate_retrieval
     refused("use --trials <= 15", ev, gen, BYTES, ["qa_1"], [600], trials=16, haystack=hay)
     refused("use lengths >= ", ev, gen, BYTES, ["qa_1"], [300], trials=1, haystack=hay)
-    refused("too long for qa_2.*use shorter", ev, gen, BYTES, ["qa_2"], [9000], trials=1,
+    refused("too long for qa_2.*use lengths <= ", ev, gen, BYTES, ["qa_2"], [9000], trials=1,
             haystack=hay)  # fmt: skip
     refused("qa_1 needs its squad data", ev, gen, BYTES, ["qa_1"], [600], trials=1)
     refused("no such file", Q.loader({"squad": str(tmp_path / "none.json")}), "squad")

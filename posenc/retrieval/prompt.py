@@ -350,13 +350,14 @@ def _build_documents(
     cut = np.zeros((0,), np.int64)
     while len(cut) < rest:
         spare = draw.spare(n, k)
-        if len(spare) < k:  # every document is in and the context is still short
+        if spare:
+            cut = _ids(tokenizer, _qa.DOCUMENT_JOINER + _qa.context(spare, first=n + 1))
+        if len(cut) < rest and len(spare) < k:  # every document is in, the context still short
             raise ValueError(
                 f"retrieval length {length} is too long for {task.name}: all {most} documents "
                 f"of its data take {length - rest + len(cut)} tokens in this tokenizer; use "
-                "shorter lengths or more data"
+                f"lengths <= {length - rest + len(cut)} or more data"
             )
-        cut = _ids(tokenizer, _qa.DOCUMENT_JOINER + _qa.context(spare, first=n + 1))
         k *= 2
     ids = np.concatenate([head, whole, cut[:rest], tail]).astype(np.int32)
     assert len(ids) == length, (len(ids), length)  # the construction above, not input
