@@ -144,7 +144,13 @@ def _cmd_eval(args, overrides) -> int:
     if args.tasks:  # the retrieval request is refused (if it is) before perplexity runs
         from posenc.retrieval.rundir import check_retrieval
 
-        check_retrieval(args.workdir, tasks=args.tasks, lengths=args.lengths, overrides=overrides)
+        check_retrieval(
+            args.workdir,
+            tasks=args.tasks,
+            lengths=args.lengths,
+            overrides=overrides,
+            qa_data=args.qa_data,
+        )
     kind = kinds.kind_of(config)
     print(kind.announce_evaluation(config, args.workdir))
     report = evaluate_workdir(args.workdir, overrides=config, output=args.output)
@@ -167,7 +173,12 @@ def _eval_retrieval(args, overrides, report_name: str) -> None:
 
     print(f"retrieval: {', '.join(args.tasks)}")
     record = retrieval_workdir(
-        args.workdir, tasks=args.tasks, lengths=args.lengths, overrides=overrides, progress=True
+        args.workdir,
+        tasks=args.tasks,
+        lengths=args.lengths,
+        overrides=overrides,
+        progress=True,
+        qa_data=args.qa_data,
     )
     attach_to_eval(args.workdir, report_name, record)
     print("\n".join(summary_lines(record, args.workdir)))
@@ -209,6 +220,7 @@ def _cmd_retrieval(args, overrides) -> int:
         threshold=args.threshold,
         overrides=overrides,
         progress=True,
+        qa_data=args.qa_data,
     )
     print("\n".join(summary_lines(record, args.workdir)))
     return 0
@@ -216,6 +228,22 @@ def _cmd_retrieval(args, overrides) -> int:
 
 def _names(text: str) -> tuple[str, ...]:
     return tuple(x for x in text.replace(" ", "").split(",") if x)
+
+
+def _qa_data(text: str) -> dict[str, str]:
+    """``--qa-data squad=<file or tfds:name>,hotpotqa=<file>``."""
+    pairs = [x.split("=", 1) for x in text.split(",") if x.strip()]
+    if not pairs or any(len(p) != 2 or not p[1].strip() for p in pairs):
+        raise argparse.ArgumentTypeError(
+            f"expected squad=<file or tfds:name>,hotpotqa=<file>, got {text!r}"
+        )
+    return {k.strip(): v.strip() for k, v in pairs}
+
+
+_QA_HELP = (
+    "the QA tasks' data (qa_1, qa_2): squad=<SQuAD json or tfds:squad/v2.0>,hotpotqa=<HotpotQA "
+    "distractor json> (default SQuAD from a prepared tfds:squad/v2.0; see docs/retrieval.md)"
+)
 
 
 def _cmd_data_prepare(args, overrides) -> int:
@@ -494,6 +522,7 @@ def build_parser() -> argparse.ArgumentParser:
         "retrieval.json / retrieval.jsonl (retrieval-<settings>.* for other tasks, lengths or "
         "evaluation settings)",
     )
+    p.add_argument("--qa-data", type=_qa_data, default=None, help=_QA_HELP)
     p.add_argument(
         "--output",
         default=None,
@@ -545,8 +574,9 @@ def build_parser() -> argparse.ArgumentParser:
         "run (trained, or imported from Hugging Face) with its own tokenizer: Landmark "
         "Attention's passkey prompt and RULER's needle-in-a-haystack tasks (niah_single_1..3, "
         "niah_multikey_1..3, niah_multivalue, niah_multiquery; vt, variable tracking; cwe and "
-        "fwe, common and frequent words extraction), prompts of exactly each length in the "
-        "model's tokens with the needle at each depth. "
+        "fwe, common and frequent words extraction; qa_1 and qa_2, SQuAD and HotpotQA "
+        "question answering), prompts of exactly each length in the model's tokens with the "
+        "needle at each depth. "
         "Evaluation-time overrides apply "
         "(e.g. --config.encoding.hparams.scaling=yarn). Writes retrieval.json, retrieval.jsonl "
         "(every trial: prompt, answer, output), retrieval.md, retrieval.png (heat map) and "
@@ -586,6 +616,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=85.6,
         help="effective length threshold in percent, in [0, 100] (default RULER's 85.6)",
     )
+    p.add_argument("--qa-data", type=_qa_data, default=None, help=_QA_HELP)
     p.set_defaults(func=_cmd_retrieval)
 
     _add_kind_commands(sub)

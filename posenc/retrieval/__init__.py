@@ -1,8 +1,10 @@
-"""Long-context retrieval: passkey (Landmark Attention) and RULER's needle-in-a-haystack tasks.
+"""Long-context retrieval: passkey (Landmark Attention) and RULER's tasks (needles, variable
+tracking, word extraction, question answering).
 
     posenc retrieval --workdir runs/rope --tasks passkey,niah_single_1 --lengths 256,1024
 
 - :mod:`posenc.retrieval.tasks`: the tasks as data and the draw of one trial's texts.
+- :mod:`posenc.retrieval.qa`: RULER's QA tasks' data (SQuAD, HotpotQA) and documents.
 - :mod:`posenc.retrieval.prompt`: prompts of an exact length in the model's tokens, needles at
   exact depths.
 - :mod:`posenc.retrieval.score`: Landmark's and RULER's scoring; RULER's effective length.

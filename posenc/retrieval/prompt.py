@@ -18,6 +18,13 @@ cwe and fwe have no needle and no filler: their context is a list of drawn items
 the item count, each candidate tokenised whole), completed to exactly ``L`` tokens by space
 tokens after it.
 
+RULER's QA tasks have documents instead of filler: the question's own documents and distractors,
+``"Document {i}:\n{text}"`` joined by blank lines, as many whole documents as fit ``L`` (the
+same search over their count), the answering document after ``round(depth * (n - g))`` of the
+``n - g`` distractors; the context is completed to exactly ``L`` tokens by the next distractor
+document (its ``"Document {n+1}:"`` line and text, continued by the following ones if it is
+short), cut at a token.
+
 ``prefix`` holds the tokenizer's beginning-of-text id where it has one (``bos_id``; counted in
 ``L``), ``suffix`` the separator a run trained on the ``synthetic:`` retrieval tasks reads
 between prompt and answer (counted in ``L`` too).
@@ -32,6 +39,7 @@ from typing import Any
 
 import numpy as np
 
+from posenc.retrieval import qa as _qa
 from posenc.retrieval import tasks as _tasks
 from posenc.retrieval.tasks import Draw, Task
 
@@ -81,11 +89,19 @@ class Haystack:
       tokenizer: ``encode(text) -> ids`` and ``decode(ids) -> text`` (the run's tokenizer).
       text: ``() -> (name, byte stream)`` giving an ``essay`` haystack's text source (bytes with
         document separators, read lazily), or None when no task needs one.
+      qa: ``dataset -> QAData``, the QA tasks' documents and questions
+        (:func:`posenc.retrieval.qa.loader`), or None when no task needs them.
     """
 
-    def __init__(self, tokenizer: Any, text: Callable[[], tuple[str, np.ndarray]] | None = None):
+    def __init__(
+        self,
+        tokenizer: Any,
+        text: Callable[[], tuple[str, np.ndarray]] | None = None,
+        qa: Callable[[str], _qa.QAData] | None = None,
+    ):
         self.tokenizer = tokenizer
         self._text = text
+        self.qa = qa
         self._cache: dict[str, np.ndarray] = {}
         self._complete: dict[str, bool] = {}
 
@@ -167,6 +183,8 @@ def fixed_tokens(
     fixed = len(head) + len(tail) + sum(len(n) for n in needles)
     if draw.items is not None:  # the shortest list
         fixed += len(_ids(tokenizer, draw.items(draw.min_items)))
+    if draw.documents is not None:  # the question's own documents
+        fixed += len(_ids(tokenizer, _qa.context(draw.documents(draw.min_items, 0.0))))
     return fixed
 
 
@@ -200,6 +218,8 @@ def build(
     head, needles, tail = pieces(haystack.tokenizer, draw, prefix, suffix)
     if draw.items is not None:
         return _build_list(task, draw, length, haystack.tokenizer, head, tail)
+    if draw.documents is not None:
+        return _build_documents(task, draw, length, depth, haystack.tokenizer, head, tail)
     fixed = len(head) + len(tail) + sum(len(n) for n in needles)
     filler = int(length) - fixed
     if filler < 0:
@@ -275,6 +295,71 @@ def _build_list(
             f"{length - pad} tokens in this tokenizer; use lengths <= {length - pad}"
         )
     ids = np.concatenate([head, best, np.repeat(_space(tokenizer), pad), tail]).astype(np.int32)
+    assert len(ids) == length, (len(ids), length)  # the construction above, not input
+    return Prompt(ids, (), len(head), int(length) - len(head) - len(tail), len(head) + len(tail))
+
+
+def _largest(lo: int, most: int, fits: Callable[[int], bool]) -> int:
+    """The largest ``n`` in ``[lo, most]`` with ``fits(n)``, ``fits(lo)`` known true and
+    ``fits`` monotone: doubling steps from ``lo``, then bisection."""
+    hi, step = None, 1  # hi: the smallest n known not to fit
+    while hi is None and lo < most:
+        n = min(lo + step, most)
+        if fits(n):
+            lo, step = n, 2 * step
+        else:
+            hi = n
+    while hi is not None and hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def _build_documents(
+    task: Task,
+    draw: Draw,
+    length: int,
+    depth: float,
+    tokenizer: Any,
+    head: np.ndarray,
+    tail: np.ndarray,
+) -> Prompt:
+    """A QA prompt: ``head``, the most whole documents that fit, the next distractor document
+    cut at a token so that the prompt holds exactly ``length`` tokens, ``tail`` (module
+    docstring). Its ``answer_start`` is the context's first token (the answering document's
+    start is not a token boundary of the whole context in every tokenizer)."""
+    room = int(length) - len(head) - len(tail)
+    sizes: dict[int, int] = {}
+
+    def tokens(n: int) -> np.ndarray:
+        ids = _ids(tokenizer, _qa.context(draw.documents(n, depth)))
+        sizes[n] = len(ids)
+        return ids
+
+    g, most = draw.min_items, draw.max_items
+    if len(tokens(g)) > room:
+        need = len(head) + len(tail) + sizes[g]
+        raise ValueError(
+            f"retrieval length {length} is too short for {task.name}: the question with its own "
+            f"documents takes {need} tokens in this tokenizer; use lengths >= {need}"
+        )
+    n = _largest(g, most, lambda k: len(tokens(k)) <= room)
+    whole = tokens(n)
+    # The rest: the following distractors, "Document {n+1}:" first, cut at the token that fills.
+    rest, k = room - len(whole), 1
+    cut = np.zeros((0,), np.int64)
+    while len(cut) < rest:
+        spare = draw.spare(n, k)
+        if spare:
+            cut = _ids(tokenizer, _qa.DOCUMENT_JOINER + _qa.context(spare, first=n + 1))
+        if len(cut) < rest and len(spare) < k:  # every document is in, the context still short
+            raise ValueError(
+                f"retrieval length {length} is too long for {task.name}: all {most} documents "
+                f"of its data take {length - rest + len(cut)} tokens in this tokenizer; use "
+                f"lengths <= {length - rest + len(cut)} or more data"
+            )
+        k *= 2
+    ids = np.concatenate([head, whole, cut[:rest], tail]).astype(np.int32)
     assert len(ids) == length, (len(ids), length)  # the construction above, not input
     return Prompt(ids, (), len(head), int(length) - len(head) - len(tail), len(head) + len(tail))
 

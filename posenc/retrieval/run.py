@@ -122,7 +122,8 @@ def evaluate_retrieval(
       depths: needle depths in [0, 1].
       trials: trials per (task, length, depth) cell.
       seed: the seed of every draw.
-      haystack: the filler (default: noise only, no text source).
+      haystack: the filler (default: noise only, no text source) and the QA tasks' data
+        (``Haystack(..., qa=posenc.retrieval.qa.loader(...))``).
       batch_size: trials decoded together at most.
       prefix, suffix: token ids before and after every prompt, counted in its length.
       stop_id: the end-of-text id; the output ends before it.
@@ -246,23 +247,34 @@ def _plan(task, tokenizer, haystack, length, seed, trials, prefix, suffix) -> tu
       ValueError: ``length`` is shorter than some trial's prompt without filler, or longer than
         the text haystack can fill.
     """
-    drawn, fixed = _drawn(task, tokenizer, length, seed, trials, prefix, suffix)
-    if task.haystack == "words":  # a pool of words too small for the length: refused now
+    drawn, fixed = _drawn(task, tokenizer, length, seed, trials, prefix, suffix, haystack.qa)
+    if task.haystack in ("words", "documents"):  # a pool too small for the length: refused now
         _trial_prompt(task, drawn[0], length, 0.0, haystack, seed, 0, prefix, suffix)
     if task.needs_text:  # tokenised now, once per length at most, and checked before any trial
         try:
             haystack.tokens(task.haystack, length - min(fixed))
         except ValueError as e:
             raise ValueError(f"retrieval length {length} ({task.name}): {e}") from None
-    longest = max(len(tokenizer.encode(" " + ", ".join(d.answers))) for d in drawn)
+    if task.metric == "part":  # any one answer scores
+        longest = max(len(tokenizer.encode(" " + a)) for d in drawn for a in d.answers)
+    else:
+        longest = max(len(tokenizer.encode(" " + ", ".join(d.answers))) for d in drawn)
     return max(task.tokens_to_generate, longest + 2), drawn
 
 
-def _drawn(task, tokenizer, length, seed, trials, prefix, suffix) -> tuple[list, list[int]]:
+def _drawn(
+    task, tokenizer, length, seed, trials, prefix, suffix, qa=None
+) -> tuple[list, list[int]]:
     """The trials' draws at one length and their prompts' tokens without filler; one-line
-    ``ValueError`` when ``length`` cannot hold one of them."""
+    ``ValueError`` when ``length`` cannot hold one of them. ``qa``: ``dataset -> QAData``."""
+    data = None
+    if task.dataset:
+        if qa is None:
+            raise ValueError(f"{task.name} needs its {task.dataset} data (--qa-data)")
+        data = qa(task.dataset)
     drawn = [
-        _tasks.draw(task, trial_rng(task.name, length, seed, t), length) for t in range(trials)
+        _tasks.draw(task, trial_rng(task.name, length, seed, t), length, qa=data, trial=t)
+        for t in range(trials)
     ]
     fixed = [_prompt.fixed_tokens(tokenizer, d, prefix, suffix) for d in drawn]
     if length < max(fixed):
@@ -282,12 +294,14 @@ def check_prompts(
     trials: int = DEFAULT_TRIALS,
     prefix: Sequence[int] = (),
     suffix: Sequence[int] = (),
+    qa: Callable[[str], Any] | None = None,
 ) -> None:
     """Refuses (one-line ``ValueError``) a length too short for some trial's prompt without
-    filler, before a model is loaded (the tokenizer alone decides it)."""
+    filler, or QA data that is missing or holds fewer questions than trials, before a model is
+    loaded (the tokenizer and the data alone decide it). ``qa``: ``dataset -> QAData``."""
     for name in task_names:
         for length in lengths:
-            _drawn(_tasks.get(name), tokenizer, int(length), seed, trials, prefix, suffix)
+            _drawn(_tasks.get(name), tokenizer, int(length), seed, trials, prefix, suffix, qa)
 
 
 def _trial_prompt(task, draw, length, depth, haystack, seed, t, prefix, suffix):

@@ -17,12 +17,13 @@ from __future__ import annotations
 import functools
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from posenc.retrieval import output as _output
+from posenc.retrieval import qa as _qa
 from posenc.retrieval import run as _run
 from posenc.retrieval import score as _score
 from posenc.retrieval.prompt import Haystack
@@ -67,6 +68,7 @@ def _settings(
     haystack: str,
     own_haystack: str,
     threshold: float,
+    qa_data: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The settings of a retrieval that differ from the command's defaults (its files' names,
     :func:`posenc.workdir.retrieval_names`): a retrieval at other lengths, tasks, depths,
@@ -79,6 +81,7 @@ def _settings(
         "seed": (int(seed), 0),
         "haystack": (haystack, own_haystack),
         "threshold": (float(threshold), float(_score.RULER_THRESHOLD)),
+        "qa_data": (qa_data, ()),
     }
     return {name: value for name, (value, default) in given.items() if value != default}
 
@@ -127,7 +130,7 @@ def _check_layers_length(model: Any, length: int) -> None:
 
 
 def _check_prompt_lengths(
-    config: Any, tasks: Sequence[str], lengths: Sequence[int], seed: int, trials: int
+    config: Any, tasks: Sequence[str], lengths: Sequence[int], seed: int, trials: int, qa: Any
 ) -> None:
     """Refuses a length too short for a task's prompt in the run's tokenizer (as
     :class:`posenc.runs.trained.TrainedRun` makes it), before the checkpoint is read."""
@@ -136,8 +139,13 @@ def _check_prompt_lengths(
     tokenizer = make_tokenizer(config.data.get("tokenizer", "bytes"))
     prefix, suffix = _framing(config, tokenizer)
     _run.check_prompts(
-        tasks, tokenizer, lengths, seed=seed, trials=trials, prefix=prefix, suffix=suffix
+        tasks, tokenizer, lengths, seed=seed, trials=trials, prefix=prefix, suffix=suffix, qa=qa
     )
+
+
+def _qa_sources(qa_data: Mapping[str, str] | None) -> tuple[str, ...]:
+    """The QA data sources given, as ``name=source`` strings (a record's and a file name's)."""
+    return tuple(f"{k}={v}" for k, v in sorted((qa_data or {}).items()))
 
 
 def _framing(config: Any, tokenizer: Any) -> tuple[tuple[int, ...], tuple[int, ...]]:
@@ -161,20 +169,23 @@ def check_retrieval(
     haystack: str | None = None,
     threshold: float = _score.RULER_THRESHOLD,
     overrides: Sequence[str] = (),
-) -> tuple[Any, tuple[int, ...], str]:
+    qa_data: Mapping[str, str] | None = None,
+) -> tuple[Any, tuple[int, ...], str, Any]:
     """Validates a retrieval request against the run's config before any checkpoint is read or
     any other work is done (``posenc eval --tasks`` calls it before perplexity).
 
     Returns:
-      The config to evaluate with, the lengths (default the run's evaluation lengths) and the
-      haystack (default the run's data source when it is text, else ``pystdlib``).
+      The config to evaluate with, the lengths (default the run's evaluation lengths), the
+      haystack (default the run's data source when it is text, else ``pystdlib``) and the QA
+      tasks' data (``dataset -> QAData``, :func:`posenc.retrieval.qa.loader`).
 
     Raises:
       ValueError: an unknown task, a threshold outside [0, 100], a bad length, depth or trial
         count, a run that is not a decoder-only LM, an encoder (or scaling) that cannot be
         decoded with a key/value cache, a synthetic haystack, a length whose
         prompt and answer do not fit the model's positions (a learned table) or that is too
-        short for a task's prompt, naming it.
+        short for a task's prompt, naming it; QA data that is missing (saying how to prepare
+        it), malformed or holds fewer questions than trials.
     """
     from posenc import kinds
     from posenc.runs.config import apply_overrides, eval_lengths, evaluation_changes, validate
@@ -201,8 +212,9 @@ def check_retrieval(
             "or a prepared tfds: corpus"
         )
     _check_model(config, tasks, lengths)
-    _check_prompt_lengths(config, tasks, lengths, seed, trials)
-    return config, lengths, haystack
+    qa = _qa.loader(qa_data, config.data.data_dir)
+    _check_prompt_lengths(config, tasks, lengths, seed, trials, qa)
+    return config, lengths, haystack, qa
 
 
 def retrieval_workdir(
@@ -218,6 +230,7 @@ def retrieval_workdir(
     threshold: float = _score.RULER_THRESHOLD,
     overrides: Sequence[str] = (),
     progress: bool = False,
+    qa_data: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """Scores a run's retrieval and writes ``retrieval.json`` (the record), ``retrieval.jsonl``
     (every trial), ``retrieval.md`` and the plots beside it; under changed evaluation settings,
@@ -238,6 +251,8 @@ def retrieval_workdir(
       threshold: the effective length's threshold in percent (RULER's 85.6), in [0, 100].
       overrides: evaluation-time ``field=value`` changes.
       progress: print one line per task and length.
+      qa_data: the QA tasks' data, ``{"squad" or "hotpotqa": a JSON file or tfds:<name>}``
+        (:mod:`posenc.retrieval.qa`; default SQuAD from ``tfds:squad/v2.0``).
 
     Returns:
       The record written, with the file names under ``"files"``.
@@ -251,7 +266,7 @@ def retrieval_workdir(
     from posenc.runs.trained import load_run
     from posenc.workdir import RunDir, atomic_write_bytes, retrieval_names, to_json, write_json
 
-    _, lengths, haystack = check_retrieval(
+    _, lengths, haystack, qa = check_retrieval(
         workdir,
         tasks=tasks,
         lengths=lengths,
@@ -261,9 +276,11 @@ def retrieval_workdir(
         haystack=haystack,
         threshold=threshold,
         overrides=overrides,
+        qa_data=qa_data,
     )
     run = load_run(workdir, list(overrides))
     config = run.config
+    asks_qa = any(get_task(name).dataset for name in tasks)  # --qa-data names their files
     task_run = task_of(config)
     tokenizer = run.tokenizer
     prefix, suffix = _framing(config, tokenizer)
@@ -277,6 +294,7 @@ def retrieval_workdir(
         haystack,
         _default_haystack(config),
         threshold,
+        _qa_sources(qa_data) if asks_qa else (),
     )
     names = retrieval_names(run.changes, settings)
     lines: list[str] = []
@@ -291,7 +309,7 @@ def retrieval_workdir(
             trials=trials,
             seed=seed,
             haystack=Haystack(
-                tokenizer, _text_source(haystack, config.data.data_dir, "validation")
+                tokenizer, _text_source(haystack, config.data.data_dir, "validation"), qa
             ),
             batch_size=batch_size,
             prefix=prefix,
@@ -312,6 +330,7 @@ def retrieval_workdir(
             "finished": run.finished,
             "tokenizer": config.data.get("tokenizer", "bytes"),
             "haystack": haystack,
+            **({"qa_data": dict(qa_data or {})} if asks_qa else {}),
             "prompt_set": {"tasks": list(tasks), "seed": seed, "version": 1},
             "device": device_description(),
             "seconds": time.time() - start,

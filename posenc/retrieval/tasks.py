@@ -58,6 +58,10 @@ words of ranks 2-4 are expected (``string_match_all``). As RULER, ``n`` is the l
 fits the length, and at least :data:`FWE_MIN_WORDS`, below which the fourth most frequent
 coded word can tie the fifth (the answer would not be unique).
 
+**qa_1**, **qa_2** (RULER's QA over SQuAD and HotpotQA): a question asked of documents, the
+question's own and distractors; their data and documents are :mod:`posenc.retrieval.qa`'s, the
+prompt's exact length :mod:`posenc.retrieval.prompt`'s; scored with ``string_match_part``.
+
 cwe and fwe have no needle: depth leaves their prompt unchanged (:attr:`Task.has_depth`).
 
 Departures, all deliberate: keys are drawn from our own word lists (RULER uses wonderwords'
@@ -79,6 +83,8 @@ import uuid
 from collections.abc import Callable
 
 import numpy as np
+
+from posenc.retrieval import qa as _qa
 
 # -- Landmark Attention's passkey prompt (llama/run_test.py of epfml/landmark-attention) ------
 PASSKEY_DESCRIPTION = (
@@ -141,7 +147,7 @@ FWE_ZETA = np.pi**2 / 6  # zeta(2), the Zipf law's normaliser at alpha = 2
 # floor(x / 16) > floor(x / 25) whenever x (1/16 - 1/25) >= 1, x = n / zeta(2).
 FWE_MIN_WORDS = int(np.ceil(FWE_ZETA / (1 / 16 - 1 / 25)))
 
-HAYSTACKS = ("passkey", "noise", "essay", "needle", "words", "coded")
+HAYSTACKS = ("passkey", "noise", "essay", "needle", "words", "coded", "documents")
 KINDS = ("words", "numbers", "uuids")
 METRICS = ("first_integer", "all", "part")
 
@@ -189,6 +195,8 @@ class Task:
         ``"part"`` (``string_match_part``).
       hops: variable tracking's assignments after the first (RULER's ``num_hops``; 0: a needle
         task).
+      dataset: the QA tasks' data set (``"squad"``, ``"hotpotqa"``; :mod:`posenc.retrieval.qa`),
+        whose documents are the context (``haystack="documents"``); empty for the others.
     """
 
     name: str
@@ -201,6 +209,7 @@ class Task:
     tokens_to_generate: int = 128
     metric: str = "all"
     hops: int = 0
+    dataset: str = ""
 
     @property
     def needs_text(self) -> bool:
@@ -232,6 +241,8 @@ TASKS: dict[str, Task] = {
         Task("vt", "noise", tokens_to_generate=50, hops=4),
         Task("cwe", "words", tokens_to_generate=120),
         Task("fwe", "coded", tokens_to_generate=50),
+        Task("qa_1", "documents", tokens_to_generate=32, metric="part", dataset="squad"),
+        Task("qa_2", "documents", tokens_to_generate=32, metric="part", dataset="hotpotqa"),
     )
 }
 NAMES: tuple[str, ...] = tuple(TASKS)
@@ -267,6 +278,11 @@ class Draw:
         drawn items (cwe: uncommon words beside the common ones; fwe: RULER's ``num_words``);
         :func:`posenc.retrieval.prompt.build` takes the largest ``n`` that fits.
       min_items, max_items: the range of ``n`` (``max_items`` None: no bound).
+      documents: the QA tasks (no needles, no filler): ``(n, depth) -> texts``, the ``n``
+        documents of the context in order, the answering one at ``depth`` (``min_items`` of
+        them are the question's own, ``max_items`` all there are).
+      spare: the QA tasks: ``(n, k) -> texts``, the ``k`` distractors that follow the ``n``
+        documents' (the prompt ends its context with a part of them).
     """
 
     head: str
@@ -281,6 +297,8 @@ class Draw:
     items: Callable[[int], str] | None = None
     min_items: int = 0
     max_items: int | None = None
+    documents: Callable[[int, float], list[str]] | None = None
+    spare: Callable[[int, int], list[str]] | None = None
 
 
 # The longest value of each kind (bounds on a prompt's fixed part).
@@ -306,12 +324,22 @@ def random_value(kind: str, rng: np.random.Generator | None) -> str:
     raise ValueError(f"needle kind must be one of {', '.join(KINDS)}, got {kind!r}")
 
 
-def draw(task: Task, rng: np.random.Generator | None, length: int | None = None) -> Draw:
+def draw(
+    task: Task,
+    rng: np.random.Generator | None,
+    length: int | None = None,
+    *,
+    qa: _qa.QAData | None = None,
+    trial: int = 0,
+) -> Draw:
     """The parts of one trial of ``task`` drawn from ``rng`` (module docstring); with
     ``rng=None`` every key and value is the longest of its kind, the first keys are queried and
     the other needles sit at depth 0 (a bound on the fixed part of the task's prompts).
     ``length`` (the prompt's tokens) sets cwe's repeats (RULER's switch at 4096; None: the
-    short setting)."""
+    short setting). The QA tasks read ``qa`` (their data set) and ask its question ``trial``.
+    """
+    if task.dataset:
+        return _question(task, qa, rng, trial)
     if task.haystack == "words":
         return _common_words(rng, length)
     if task.haystack == "coded":
@@ -461,6 +489,40 @@ def _frequent_words(rng: np.random.Generator | None) -> Draw:
         " ",
         items=items,
         min_items=FWE_MIN_WORDS,
+    )
+
+
+def _question(
+    task: Task, data: _qa.QAData | None, rng: np.random.Generator | None, trial: int
+) -> Draw:
+    """RULER's qa: question ``trial`` of ``data`` (:mod:`posenc.retrieval.qa`)."""
+    if data is None:
+        raise ValueError(f"{task.name} needs its {task.dataset} data (--qa-data)")
+    if not 0 <= trial < len(data.questions):
+        raise ValueError(
+            f"{task.name}: trial {trial} asks question {trial}, but {data.name} holds "
+            f"{len(data.questions)} answerable questions; use --trials <= {len(data.questions)}"
+        )
+    question = data.questions[trial]
+    drawn = _qa.arrangement(data, question, rng or np.random.default_rng(0))
+    head, tail = (_qa.QA_TEMPLATE + _qa.QA_ANSWER_PREFIX).split("{context}")
+    g = len(question.gold)
+
+    def spare(n: int, k: int) -> list[str]:
+        return [data.documents[i] for i in drawn[0][n - g : n - g + k]]
+
+    return Draw(
+        head,
+        (),
+        0,
+        (),
+        tail.format(query=question.query),
+        question.answers,
+        _qa.DOCUMENT_JOINER,
+        min_items=g,
+        max_items=len(data.documents),
+        documents=lambda n, depth: _qa.documents(data, question, drawn, n, depth),
+        spare=spare,
     )
 
 
