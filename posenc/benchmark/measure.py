@@ -26,6 +26,7 @@ from posenc.layers.params import EncoderParam
 from posenc.models import build
 from posenc.models.lm import Transformer
 from posenc.runs.config import open_source
+from posenc.runs.paths import paths_by_backend
 from posenc.runs.train import Trainer
 
 # bf16 dense peak TFLOP/s per device (datasheet figures with sparsity, halved), matched in order
@@ -147,6 +148,9 @@ def measure_train(settings: Settings, encoder: str) -> tuple[dict[str, Any], Tra
     result: dict[str, Any] = {
         "encoder": encoder,
         "path": chosen_path(model, t.seq_len, config.model.attention_impl),
+        # What auto takes on each backend at this length (posenc.runs.paths).
+        "paths": paths_by_backend(model, t.seq_len),
+        "seq_len": int(t.seq_len),
         "num_params": model.num_params(),
         "matmul_params": _matmul_params(model),
         "devices": int(trainer.mesh.devices.size),
@@ -228,6 +232,7 @@ def measure_eval(
             for _, encoding in layer_encodings(model):
                 encoding.check_length(length)
             entry["path"] = chosen_path(model, length, config.model.attention_impl)
+            entry["paths"] = paths_by_backend(model, length)
             _time_one_window(entry, scorer, stream, settings.eval_repeats)
         except Exception as e:  # noqa: BLE001 - reported per length (e.g. out of memory)
             entry["error"] = short_error(e)
