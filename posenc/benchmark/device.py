@@ -1,0 +1,671 @@
+"""The device check: one prepared run on a lent GPU that tests and measures everything.
+
+``experiments/device_check.py OUT`` (docs/devices.md) runs, within a wall-time budget (default
+450 s, for an 8-minute slot), five sections, each in child processes so that a section that
+overruns its time guard is stopped without losing what the others measured:
+
+- ``preflight``: the packages (:data:`REQUIRED`) and the device (a GPU, unless ``dry_run``);
+  a missing one stops the run in one line before anything else starts.
+- ``tests``: every test that skips without a GPU (:data:`GPU_TESTS`: the cuDNN cases of the
+  encoder battery and the cuDNN rounding check), collected by pytest and run in parallel shards
+  (``XLA_PYTHON_CLIENT_PREALLOCATE=false`` so that the shards share the GPU); outcomes per test
+  from JUnit XML.
+- ``peer``: the same network in x-transformers (:mod:`posenc.benchmark.torch_peer`): training
+  for the encoders it has, and one window of each evaluation length for NoPE and RoPE.
+- ``train``: each of :data:`ENCODERS` trained for ``steps`` steps at the size's shape with
+  :func:`posenc.benchmark.measure.measure_train` (GPT-2 small at 2k tokens, bf16, on a GPU).
+- ``eval``: one window at each evaluation length (8k and 32k on a GPU) per encoder with
+  :func:`posenc.benchmark.measure.measure_eval`.
+
+``train`` and ``eval`` run in one JAX child (``python -m posenc.benchmark.device SPEC``) that
+prints one JSON line per measurement; the parent saves ``device_check.json`` and
+``device_check.md`` after every line. Memory: XLA's compiled memory analysis of each program
+(arguments + outputs - aliased + temporaries), exact for that program, and the process's peak
+so far (an upper bound, as the measurements share the process). MFU and FLOPs as in
+:mod:`posenc.benchmark`.
+
+Each section's time guard is its share of the budget (:data:`SHARES`) plus what the sections
+before it left unused; inside a child, a measurement past the guard is a ``skipped`` row, and a
+child still running past it (a compilation cannot be interrupted) is killed after a grace of
+:data:`GRACE_S` seconds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import importlib.util
+import json
+import os
+import pathlib
+import platform
+import selectors
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import xml.etree.ElementTree as ET
+from collections.abc import Callable, Sequence
+from typing import Any
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SECTIONS = ("preflight", "tests", "peer", "train", "eval")
+# The founding eight encoders, then FIRE and KERPLE; in order of priority under the time guard.
+ENCODERS = ("nope", "rope", "alibi", "t5", "fire", "kerple_log", "xl", "shaw", "sinusoidal",
+            "learned")
+# Modules the check imports: posenc's (needed by every run), the tests' and the peer's.
+REQUIRED = ("jax", "flax", "optax", "orbax.checkpoint", "ml_collections", "numpy", "yaml", "absl")
+REQUIRED_GPU = ("pytest", "torch", "x_transformers")
+# The tests that skip without a GPU: (file, pytest -k expression).
+GPU_TESTS = (("tests/test_testing.py", "cudnn"),)
+# Shares of the budget left after the preflight.
+SHARES = {"tests": 0.2, "peer": 0.2, "train": 0.35, "eval": 0.25}
+GRACE_S = 20.0
+TARGETS = (
+    "NoPE and RoPE training: at least 1.25x x-transformers' tokens/s in the same run, "
+    "MFU >= 40 %",
+    "bias encoders within 15 % of NoPE in training and at 32k evaluation; memory linear in "
+    "length",
+)
+
+
+class Missing(SystemExit):
+    """A package or the device is missing: the run stops in one line (its message)."""
+
+
+@dataclasses.dataclass
+class Check:
+    """One device check. ``dry_run``: tiny shapes on any device (the CI test)."""
+
+    out: str
+    dry_run: bool = False
+    budget_s: float = 450.0
+    encoders: tuple[str, ...] = ENCODERS
+    steps: int | None = None
+    warmup: int | None = None
+    eval_lengths: tuple[int, ...] | None = None
+    eval_repeats: int = 2
+    test_shards: int = 4
+    sections: tuple[str, ...] = SECTIONS
+    # Extra entries of PYTHONPATH for the children (the installed wheels' folder).
+    site: str | None = None
+
+    def __post_init__(self):
+        self.size = "dry" if self.dry_run else "gpt2_2k"
+        self.steps = self.steps or (2 if self.dry_run else 10)
+        self.warmup = self.warmup if self.warmup is not None else (1 if self.dry_run else 2)
+        self.eval_lengths = tuple(self.eval_lengths or ((64,) if self.dry_run else (8192, 32768)))
+        unknown = sorted(set(self.sections) - set(SECTIONS) - {"preflight"})
+        if unknown:
+            raise ValueError(f"unknown sections {unknown}; known: {', '.join(SECTIONS)}")
+
+
+# -- the report -------------------------------------------------------------------------------
+
+
+class Report:
+    """The check's results, saved as ``device_check.json`` and ``.md`` after every change."""
+
+    def __init__(self, check: Check):
+        self.out = pathlib.Path(check.out)
+        self.data: dict[str, Any] = {
+            "meta": {
+                "date": datetime.datetime.now(datetime.UTC).isoformat(timespec="seconds"),
+                "host": platform.node(),
+                "python": platform.python_version(),
+                "dry_run": check.dry_run,
+                "budget_s": check.budget_s,
+                "size": check.size,
+                "steps": check.steps,
+                "warmup": check.warmup,
+                "eval_lengths": list(check.eval_lengths),
+                "eval_repeats": check.eval_repeats,
+                "flops_per_token": "6 N + 12 L T D (N: matmul parameters, L: layers, "
+                "T: train length, D: heads x head dim; PaLM App. B)",
+                "targets": list(TARGETS),
+            },
+            "sections": {s: {"status": "not run"} for s in SECTIONS},
+            "tests": [],
+            "peer": {"train": [], "eval": []},
+            "train": [],
+            "eval": [],
+        }
+
+    def section(self, name: str, **fields) -> None:
+        self.data["sections"][name].update(fields)
+        self.save()
+
+    def save(self) -> None:
+        from posenc.workdir import write_json
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        write_json(self.out / "device_check.json", self.data)
+        (self.out / "device_check.md").write_text(markdown(self.data))
+
+
+# -- running ----------------------------------------------------------------------------------
+
+
+def run(check: Check, installed: Sequence[str] = ()) -> dict[str, Any]:
+    """Runs the check's sections, saving after each measurement; returns the report's data.
+    ``installed``: the carried wheels installed before (recorded in the header).
+
+    Raises:
+      Missing: a package of :data:`REQUIRED` (and, on a device, :data:`REQUIRED_GPU`) is not
+        importable, or no GPU is visible (not in a dry run); the report says so first.
+    """
+    start = time.time()
+    end = start + check.budget_s
+    report = Report(check)
+    report.data["meta"]["installed_wheels"] = list(installed)
+    env = _child_env(check.site)
+    report.section("preflight", status="running")
+    preflight(check, report, env)
+    # Cumulative deadlines: a section that finishes early leaves its time to the next ones.
+    t0, left = time.time(), end - time.time()
+    plan = [s for s in ("tests", "peer", "train", "eval") if s in check.sections]
+    shares = [SHARES[s] for s in plan]
+    deadlines = {s: t0 + left * sum(shares[: i + 1]) / sum(shares) for i, s in enumerate(plan)}
+    for name in plan:
+        started = time.time()
+        if name == "tests":
+            run_tests(check, report, deadlines[name], env)
+        elif name == "peer":
+            run_peer(check, report, deadlines[name], env)
+        elif name == "train" or "train" not in plan:  # eval runs in train's JAX child
+            jax_sections = [s for s in ("train", "eval") if s in plan]
+            run_jax(check, report, deadlines, env, jax_sections)
+        else:
+            continue
+        report.section(name, seconds=round(time.time() - started, 1))
+    report.data["meta"]["wall_s"] = round(time.time() - start, 1)
+    report.save()
+    return report.data
+
+
+def _child_env(site: str | None) -> dict[str, str]:
+    env = dict(os.environ)
+    paths = [p for p in (site, str(ROOT), env.get("PYTHONPATH")) if p]
+    env["PYTHONPATH"] = os.pathsep.join(paths)
+    # Measurements run as a user's would: JAX takes its default share of the GPU.
+    env.pop("XLA_PYTHON_CLIENT_PREALLOCATE", None)
+    return env
+
+
+def missing_modules(names: Sequence[str]) -> list[str]:
+    """The names in ``names`` that cannot be imported here (found by spec, not imported)."""
+    out = []
+    for name in names:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            out.append(name)
+    return out
+
+
+def preflight(check: Check, report: Report, env: dict[str, str]) -> None:
+    """Stops the run in one line (:class:`Missing`) on a missing package or device."""
+    required = REQUIRED + (() if check.dry_run else REQUIRED_GPU)
+    missing = missing_modules(required)
+    optional = missing_modules(REQUIRED_GPU) if check.dry_run else []
+    report.section("preflight", required=list(required), missing=missing, optional_missing=optional)
+    if missing:
+        message = (
+            f"device_check: missing package(s) {', '.join(missing)}; run "
+            "experiments/device_wheels.py where a registry is reachable and carry .device_wheels"
+        )
+        report.section("preflight", status="failed", error=message)
+        raise Missing(message)
+    probe = _probe(env)
+    report.data["meta"].update(probe)
+    if "error" in probe or (probe["platform"] != "gpu" and not check.dry_run):
+        what = probe.get("error") or f"JAX sees {probe['device_kind']} ({probe['platform']})"
+        message = f"device_check: no GPU: {what}; --dry-run runs the tiny check on a CPU"
+        report.section("preflight", status="failed", error=message)
+        raise Missing(message)
+    from posenc.benchmark.measure import peak_tflops
+
+    report.data["meta"]["peak_tflops_per_device"] = (
+        None if probe["platform"] == "cpu" else peak_tflops(probe["device_kind"])
+    )
+    report.section("preflight", status="done")
+
+
+_PROBE = (
+    "import json, jax, flax; d = jax.devices(); print(json.dumps({'platform': d[0].platform, "
+    "'device_kind': d[0].device_kind, 'device_count': len(d), 'jax_version': jax.__version__, "
+    "'flax_version': flax.__version__}))"
+)
+
+
+def _probe(env: dict[str, str]) -> dict[str, Any]:
+    env = {**env, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    proc = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env,
+                          timeout=120)
+    if proc.returncode:
+        return {"error": _last_line(proc.stderr)}
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+def _last_line(text: str) -> str:
+    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
+    named = [ln for ln in lines if "Error" in ln]
+    return (named or lines or ["no output"])[-1][:300]
+
+
+def _stream(
+    cmd: list[str], env: dict[str, str], deadline: float, on_line: Callable[[dict], None]
+) -> str:
+    """Runs ``cmd``, passing each JSON line of its stdout to ``on_line`` as it arrives; kills
+    it (its process group) at ``deadline + GRACE_S``. Returns ``"done"``, ``"exit N: <last
+    stderr line>"`` or ``"stopped by the time guard"``."""
+    with tempfile.TemporaryFile("w+") as err:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=err, text=True, env=env,
+                                cwd=ROOT, start_new_session=True)
+        sel = selectors.DefaultSelector()
+        sel.register(proc.stdout, selectors.EVENT_READ)
+        status = None
+        while status is None:
+            wait = deadline + GRACE_S - time.time()
+            if wait <= 0:
+                os.killpg(proc.pid, signal.SIGKILL)
+                status = "stopped by the time guard"
+                break
+            if not sel.select(timeout=min(wait, 5.0)):
+                continue
+            line = proc.stdout.readline()
+            if not line:  # end of output
+                break
+            if line.startswith("{"):
+                on_line(json.loads(line))
+        proc.wait()
+        sel.close()
+        if status:
+            return status
+        if proc.returncode:
+            err.seek(0)
+            return f"exit {proc.returncode}: {_last_line(err.read())}"
+        return "done"
+
+
+# -- the sections -----------------------------------------------------------------------------
+
+
+def run_tests(check: Check, report: Report, deadline: float, env: dict[str, str]) -> None:
+    """The GPU-only tests (collected, then run in ``check.test_shards`` parallel shards); in a
+    dry run only collected (they skip without a GPU)."""
+    report.section("tests", status="collecting")
+    env = {**env, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    ids: list[str] = []
+    for path, expression in GPU_TESTS:
+        cmd = [sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider",
+               path, "-k", expression]
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=ROOT,
+                              timeout=max(10.0, deadline - time.time()))
+        ids += [ln.strip() for ln in proc.stdout.splitlines() if "::" in ln]
+    command = " ".join(f"{p} -k {e}" for p, e in GPU_TESTS)
+    if not ids:
+        report.section("tests", status="failed", error="no GPU-only tests collected", command=command)
+        return
+    if check.dry_run:
+        report.section("tests", status="collected only (dry run: they skip without a GPU)",
+                       command=command, collected=len(ids))
+        return
+    report.section("tests", status="running", command=command, collected=len(ids))
+    shards = [ids[i :: check.test_shards] for i in range(check.test_shards)]
+    procs = []
+    with tempfile.TemporaryDirectory() as tmp:
+        for i, shard in enumerate(shards):
+            if not shard:
+                continue
+            xml = pathlib.Path(tmp) / f"shard{i}.xml"
+            cmd = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
+                   f"--junitxml={xml}", *shard]
+            procs.append((subprocess.Popen(cmd, stdout=subprocess.DEVNULL,
+                                           stderr=subprocess.DEVNULL, env=env, cwd=ROOT,
+                                           start_new_session=True), xml))
+        stopped = False
+        for proc, _ in procs:
+            try:
+                proc.wait(timeout=max(1.0, deadline + GRACE_S - time.time()))
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+                stopped = True
+        for _, xml in procs:
+            report.data["tests"] += _junit(xml) if xml.exists() else []
+    counts: dict[str, int] = {}
+    for row in report.data["tests"]:
+        counts[row["outcome"]] = counts.get(row["outcome"], 0) + 1
+    ran = {row["id"] for row in report.data["tests"]}
+    not_run = [i for i in ids if i.split("::")[-1] not in ran]
+    status = "stopped by the time guard" if stopped else "done"
+    report.section("tests", status=status, counts=counts, not_run=len(not_run))
+
+
+def _junit(path: pathlib.Path) -> list[dict[str, str]]:
+    rows = []
+    for case in ET.parse(path).getroot().iter("testcase"):
+        outcome, message = "passed", ""
+        for tag in ("failure", "error", "skipped"):
+            node = case.find(tag)
+            if node is not None:
+                outcome = {"failure": "failed"}.get(tag, tag)
+                message = (node.get("message") or "").splitlines()[0][:300] if node.get(
+                    "message") else ""
+        rows.append({"id": case.get("name"), "outcome": outcome, "message": message,
+                     "seconds": float(case.get("time") or 0)})
+    return rows
+
+
+def peer_spec(check: Check, deadline: float, device: str) -> dict[str, Any]:
+    """The x-transformers run at the check's shape (:mod:`posenc.benchmark.torch_peer`)."""
+    from posenc.benchmark.settings import SIZES
+    from posenc.benchmark.torch_peer import ENCODERS as PEER
+
+    size = SIZES[check.size]
+    m = size["model"]
+    return {
+        "device": device,
+        "dtype": m["dtype"],
+        "compile": not check.dry_run,
+        "vocab": 257,
+        "dim": m["model_dim"],
+        "layers": m["num_layers"],
+        "heads": m["num_heads"],
+        "mlp_dim": m["mlp_dim"],
+        "seq_len": size["train"]["seq_len"],
+        "batch": size["train"]["batch_size"],
+        "steps": check.steps,
+        "warmup": check.warmup,
+        "repeats": check.eval_repeats,
+        "encoders": [e for e in check.encoders if e in PEER],
+        "eval_encoders": [e for e in ("nope", "rope") if e in check.encoders],
+        "eval_lengths": list(check.eval_lengths),
+        "deadline": deadline,
+    }
+
+
+def run_peer(check: Check, report: Report, deadline: float, env: dict[str, str]) -> None:
+    """x-transformers in its own process; skipped in a dry run without torch or x-transformers."""
+    absent = missing_modules(("torch", "x_transformers"))
+    if absent:  # only in a dry run: the preflight requires them on a device
+        report.section("peer", status=f"skipped: {', '.join(absent)} not importable (dry run)")
+        return
+    device = "cpu" if check.dry_run else "cuda"
+    spec = peer_spec(check, deadline, device)
+    report.section("peer", status="running", spec={k: v for k, v in spec.items() if k != "deadline"})
+
+    def on_line(row: dict) -> None:
+        if "versions" in row:
+            report.data["meta"]["peer_versions"] = row["versions"]
+        else:
+            report.data["peer"][row.pop("section")].append(row)
+        report.save()
+
+    script = str(ROOT / "posenc" / "benchmark" / "torch_peer.py")
+    status = _stream([sys.executable, script, json.dumps(spec)], env, deadline, on_line)
+    report.section("peer", status=status)
+
+
+def run_jax(
+    check: Check,
+    report: Report,
+    deadlines: dict[str, float],
+    env: dict[str, str],
+    sections: Sequence[str] = ("train", "eval"),
+) -> None:
+    """posenc's training and evaluation rows from one JAX child (:func:`child`), each section
+    under its own deadline."""
+    spec = {
+        "size": check.size,
+        "encoders": list(check.encoders),
+        "steps": check.steps,
+        "warmup": check.warmup,
+        "eval_lengths": list(check.eval_lengths),
+        "eval_repeats": check.eval_repeats,
+        "sections": list(sections),
+        "deadlines": {s: deadlines[s] for s in sections},
+    }
+    for name in sections:
+        report.section(name, status="running")
+    peak = report.data["meta"].get("peak_tflops_per_device")
+
+    def on_line(row: dict) -> None:
+        section = row.pop("section")
+        if section == "train" and peak and row.get("model_tflops_per_s"):
+            row["mfu"] = row["model_tflops_per_s"] / (peak * row.get("devices", 1))
+        report.data[section].append(row)
+        if section == "eval" and "train" in sections:
+            report.data["sections"]["train"]["status"] = "done"
+        report.save()
+
+    cmd = [sys.executable, "-m", "posenc.benchmark.device", json.dumps(spec)]
+    status = _stream(cmd, env, deadlines[sections[-1]], on_line)
+    for name in sections:
+        if status != "done" and report.data["sections"][name]["status"] == "running":
+            report.data["sections"][name]["status"] = status
+        elif status == "done":
+            report.data["sections"][name]["status"] = "done"
+    report.save()
+
+
+def child(spec: dict[str, Any]) -> None:
+    """The JAX child: one JSON line per training row, then per evaluation row."""
+    from posenc.benchmark.measure import measure_eval, measure_train, peak_bytes_in_use, short_error
+    from posenc.benchmark.settings import Settings
+
+    settings = Settings(
+        size=spec["size"],
+        encoders=tuple(spec["encoders"]),
+        steps=spec["steps"],
+        warmup=spec["warmup"],
+        eval_lengths=tuple(spec["eval_lengths"]),
+        eval_repeats=spec["eval_repeats"],
+        isolate="never",
+    )
+
+    def emit(section: str, row: dict[str, Any]) -> None:
+        row["process_peak_bytes"] = peak_bytes_in_use()
+        print(json.dumps({"section": section, **row}), flush=True)
+
+    deadlines = spec["deadlines"]
+    for encoder in settings.encoders if "train" in deadlines else ():
+        if time.time() > deadlines["train"]:
+            emit("train", {"encoder": encoder, "skipped": "time guard"})
+            continue
+        try:
+            row, _ = measure_train(settings, encoder)
+        except Exception as e:  # noqa: BLE001 - a row of the table
+            row = {"encoder": encoder, "error": short_error(e)}
+        emit("train", row)
+    for encoder in settings.encoders if "eval" in deadlines else ():
+        if time.time() > deadlines["eval"]:
+            for length in settings.eval_lengths:
+                emit("eval", {"encoder": encoder, "length": length, "skipped": "time guard"})
+            continue
+        for row in measure_eval(settings, encoder, settings.eval_lengths):
+            emit("eval", row)
+
+
+# -- markdown ---------------------------------------------------------------------------------
+
+
+def markdown(data: dict[str, Any]) -> str:
+    """The report as markdown: a header, then one part per section (each present, with its
+    status, even when it did not run)."""
+    m = data["meta"]
+    s = data["sections"]
+    device = (
+        f"{m.get('device_count', '?')} x {m.get('device_kind', '?')} ({m.get('platform', '?')})"
+    )
+    lines = [
+        f"# Device check{' (dry run)' if m['dry_run'] else ''}: {device}",
+        "",
+        f"- date {m['date']}, host {m['host']}, python {m['python']}, jax "
+        f"{m.get('jax_version', '?')}, flax {m.get('flax_version', '?')}; peer "
+        f"{_versions(m.get('peer_versions'))}; wall {m.get('wall_s', '?')} s of {m['budget_s']} s",
+        f"- size `{m['size']}` (posenc.benchmark.settings.SIZES), {m['warmup']} warm-up and "
+        f"{m['steps']} timed steps; evaluation: one window (batch 1) at {m['eval_lengths']}, "
+        f"median of {m['eval_repeats']}",
+        f"- MFU: FLOPs per token {m['flops_per_token']}; peak "
+        + (f"{m['peak_tflops_per_device']} TFLOP/s per device (bf16 dense)"
+           if m.get("peak_tflops_per_device") else "unknown (MFU omitted)"),
+        "- memory: XLA's compiled memory analysis of each program (posenc); "
+        "torch.cuda.max_memory_allocated (x-transformers)",
+        "- targets (issue 35), not results until measured: " + "; ".join(m["targets"]),
+        "",
+        f"## Preflight: {s['preflight']['status']}",
+        "",
+    ]
+    pre = s["preflight"]
+    if pre.get("error"):
+        lines.append(f"- {pre['error']}")
+    if "required" in pre:
+        lines.append(f"- required: {', '.join(pre['required'])}; missing: "
+                     f"{', '.join(pre['missing']) or 'none'}")
+    if pre.get("optional_missing"):
+        lines.append(f"- not importable (the peer is skipped): {', '.join(pre['optional_missing'])}")
+    lines += _tests_part(data) + _train_part(data) + _eval_part(data) + _peer_part(data)
+    from posenc.benchmark.report import paths_table
+
+    lines += ["", "## Attention paths"] + (
+        paths_table(data["train"] + data["eval"]) or ["", "none measured"]
+    )
+    return "\n".join(lines) + "\n"
+
+
+def _versions(v: dict[str, str] | None) -> str:
+    return ", ".join(f"{k} {x}" for k, x in v.items()) if v else "not run"
+
+
+def _status(data: dict[str, Any], name: str) -> str:
+    sec = data["sections"][name]
+    took = f" ({sec['seconds']} s)" if "seconds" in sec else ""
+    return f"{sec['status']}{took}"
+
+
+def _tests_part(data: dict[str, Any]) -> list[str]:
+    sec = data["sections"]["tests"]
+    lines = ["", f"## GPU-only tests: {_status(data, 'tests')}", ""]
+    if sec.get("command"):
+        lines.append(f"- selection: `pytest {sec['command']}`, {sec.get('collected', 0)} collected")
+    if sec.get("counts") is not None:
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(sec["counts"].items())) or "none"
+        lines.append(f"- outcomes: {counts}; not run: {sec.get('not_run', 0)}")
+    for row in data["tests"]:
+        if row["outcome"] not in ("passed",):
+            lines.append(f"- {row['outcome']}: `{row['id']}` {row['message']}")
+    return lines
+
+
+def _ratio(value: float | None, base: float | None) -> str:
+    return f"{value / base:.2f}" if value and base else "-"
+
+
+def _gib(n: int | None) -> str:
+    if n is None:
+        return "-"
+    return f"{n / 2**30:.2f} GiB" if n >= 2**30 else f"{n / 2**20:.1f} MiB"
+
+
+def _train_part(data: dict[str, Any]) -> list[str]:
+    rows = data["train"]
+    nope = next((r for r in rows if r["encoder"] == "nope" and "tokens_per_s" in r), {})
+    lines = [
+        "",
+        f"## Training: {_status(data, 'train')}",
+        "",
+        "| encoder | path | tokens/s | vs NoPE | step (ms) | MFU | model TFLOP/s | memory "
+        "| compile (s) | loss |",
+        "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "tokens_per_s" not in r:
+            lines.append(f"| {r['encoder']} | {_why(r)} |" + " |" * 8)
+            continue
+        mfu = f"{100 * r['mfu']:.1f}%" if r.get("mfu") is not None else "-"
+        lines.append(
+            f"| {r['encoder']} | {r['path']} | {r['tokens_per_s']:,.0f} | "
+            f"{_ratio(r['tokens_per_s'], nope.get('tokens_per_s'))} | "
+            f"{1e3 * r['step_time_s']:.1f} | {mfu} | {r['model_tflops_per_s']:.3g} | "
+            f"{_gib(r.get('compiled_bytes'))} | {r['compile_s']:.1f} | {r['loss']:.3f} |"
+        )
+    return lines
+
+
+def _why(row: dict[str, Any]) -> str:
+    if "skipped" in row:
+        return f"skipped: {row['skipped']}"
+    return "error: " + str(row.get("error", "?")).replace("|", "/")[:200]
+
+
+def _eval_part(data: dict[str, Any]) -> list[str]:
+    rows = data["eval"]
+    base = {r["length"]: r for r in rows if r["encoder"] == "nope" and "seconds" in r}
+    lines = [
+        "",
+        f"## Evaluation, one window: {_status(data, 'eval')}",
+        "",
+        "| encoder | length | path | seconds | vs NoPE | memory | memory vs NoPE | compile (s) |",
+        "|---|---:|---|---:|---:|---:|---:|---:|",
+    ]
+    for r in rows:
+        if "seconds" not in r:
+            lines.append(f"| {r['encoder']} | {r['length']} | {_why(r)} |" + " |" * 5)
+            continue
+        b = base.get(r["length"], {})
+        lines.append(
+            f"| {r['encoder']} | {r['length']} | {r['path']} | {r['seconds']:.3f} | "
+            f"{_ratio(r['seconds'], b.get('seconds'))} | {_gib(r.get('compiled_bytes'))} | "
+            f"{_ratio(r.get('compiled_bytes'), b.get('compiled_bytes'))} | "
+            f"{r['compile_s']:.1f} |"
+        )
+    return lines
+
+
+def _peer_part(data: dict[str, Any]) -> list[str]:
+    peer = data["peer"]
+    ours = {r["encoder"]: r for r in data["train"] if "tokens_per_s" in r}
+    lines = [
+        "",
+        f"## Peer (x-transformers, PyTorch): {_status(data, 'peer')}",
+        "",
+        "| encoder | path | tokens/s | posenc / peer | MFU | memory | compile (s) |",
+        "|---|---|---:|---:|---:|---:|---:|",
+    ]
+    peak = data["meta"].get("peak_tflops_per_device")
+    for r in peer["train"]:
+        if "tokens_per_s" not in r:
+            lines.append(f"| {r['encoder']} | {_why(r)} |" + " |" * 5)
+            continue
+        mine = ours.get(r["encoder"], {})
+        mfu = f"{100 * r['model_tflops_per_s'] / peak:.1f}%" if peak else "-"
+        lines.append(
+            f"| {r['encoder']} | {r['path']} | {r['tokens_per_s']:,.0f} | "
+            f"{_ratio(mine.get('tokens_per_s'), r['tokens_per_s'])} | {mfu} | "
+            f"{_gib(r.get('memory_bytes'))} | {r['compile_s']:.1f} |"
+        )
+    evals = {(r["encoder"], r["length"]): r for r in data["eval"] if "seconds" in r}
+    lines += [
+        "",
+        "| encoder | length | seconds | posenc / peer (time) | memory |",
+        "|---|---:|---:|---:|---:|",
+    ]
+    for r in peer["eval"]:
+        if "seconds" not in r:
+            lines.append(f"| {r['encoder']} | {r['length']} | {_why(r)} |" + " |" * 2)
+            continue
+        mine = evals.get((r["encoder"], r["length"]), {})
+        lines.append(
+            f"| {r['encoder']} | {r['length']} | {r['seconds']:.3f} | "
+            f"{_ratio(mine.get('seconds'), r['seconds'])} | {_gib(r.get('memory_bytes'))} |"
+        )
+    return lines
+
+
+if __name__ == "__main__":
+    child(json.loads(sys.argv[1]))
