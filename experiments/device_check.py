@@ -22,14 +22,16 @@ import os
 import pathlib
 import subprocess
 import sys
+import zipfile
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SITE = ROOT / ".device_site"
 
 
 def _wheels_module():
-    spec = importlib.util.spec_from_file_location("_device_wheels", ROOT / "experiments" /
-                                                  "device_wheels.py")
+    spec = importlib.util.spec_from_file_location(
+        "_device_wheels", ROOT / "experiments" / "device_wheels.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -49,13 +51,18 @@ def install_wheels(folder: pathlib.Path, site: pathlib.Path = SITE) -> list[str]
             path = wheels.wheel_for(requirement, folder)
             if path is not None:
                 todo.append(str(path))
-    if todo:
-        cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps",
-               "--find-links", str(folder), "--target", str(site), "--upgrade", *todo]
+    if todo and importlib.util.find_spec("pip") is not None:
+        cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-index", "--no-deps"]
+        cmd += ["--find-links", str(folder), "--target", str(site), "--upgrade", *todo]
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode:
             tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
             raise SystemExit(f"device_check: installing the carried wheels failed: {tail}")
+    elif todo:  # no pip: a wheel is a zip of its files, laid out as site-packages holds them
+        for path in todo:
+            with zipfile.ZipFile(path) as archive:
+                archive.extractall(site)
+    if todo:
         if str(site) not in sys.path:
             sys.path.insert(0, str(site))
         importlib.invalidate_caches()
@@ -68,12 +75,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes, any device")
     parser.add_argument("--budget", type=float, default=450.0, help="wall-time budget, seconds")
     parser.add_argument("--encoders", default=None, help="comma-separated (default: the ten)")
-    parser.add_argument("--sections", default=None,
-                        help="comma-separated of tests,peer,train,eval (default: all)")
+    parser.add_argument(
+        "--sections", default=None, help="comma-separated of tests,peer,train,eval (default: all)"
+    )
     parser.add_argument("--steps", type=int, default=None, help="timed training steps")
     parser.add_argument("--eval-lengths", default=None, help="comma-separated window lengths")
-    parser.add_argument("--wheels", default=str(ROOT / ".device_wheels"),
-                        help="the carried wheels (experiments/device_wheels.py)")
+    parser.add_argument(
+        "--wheels",
+        default=str(ROOT / ".device_wheels"),
+        help="the carried wheels (experiments/device_wheels.py)",
+    )
     args = parser.parse_args(argv)
     installed = install_wheels(pathlib.Path(args.wheels))
     # This process only orchestrates: if anything it imports touches the GPU, it takes no share.
@@ -82,8 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from posenc.benchmark import device
     except ImportError as e:
-        raise SystemExit(f"device_check: missing package {e.name}: run "
-                         "experiments/device_wheels.py and carry .device_wheels") from None
+        raise SystemExit(
+            f"device_check: missing package {e.name}: run "
+            "experiments/device_wheels.py and carry .device_wheels"
+        ) from None
     kwargs = {}
     if args.encoders:
         kwargs["encoders"] = tuple(e for e in args.encoders.split(",") if e)
@@ -92,9 +105,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.eval_lengths:
         kwargs["eval_lengths"] = tuple(int(n) for n in args.eval_lengths.split(","))
     try:
-        check = device.Check(args.out, dry_run=args.dry_run, budget_s=args.budget,
-                             steps=args.steps, site=str(SITE) if SITE.is_dir() else None,
-                             **kwargs)
+        check = device.Check(
+            args.out,
+            dry_run=args.dry_run,
+            budget_s=args.budget,
+            steps=args.steps,
+            site=str(SITE) if SITE.is_dir() else None,
+            **kwargs,
+        )
     except ValueError as e:
         parser.error(str(e))
     try:

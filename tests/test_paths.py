@@ -40,8 +40,10 @@ def _expected_gpu(hooks: set[str], normalized: bool, long: bool) -> str:
     return "cudnn"
 
 
-@pytest.mark.parametrize("encoder", ["nope", "rope", "sinusoidal", "learned", "alibi", "t5",
-                                     "shaw", "xl", "fire", "kerple_log"])
+@pytest.mark.parametrize(
+    "encoder",
+    ["nope", "rope", "sinusoidal", "learned", "alibi", "t5", "shaw", "xl", "fire", "kerple_log"],
+)
 def test_each_backend_follows_the_rules(encoder):
     model = _model(encoder)
     enc = model.blocks[0].encoding

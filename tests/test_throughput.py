@@ -122,7 +122,9 @@ def _check_markdown(smoke):
     for row in report["eval"]:
         prefix = f"| {row['encoder']} | {row['length']} | {row['path']} | {row['seconds']:.3f} |"
         assert prefix in text
-        assert f"| {row['encoder']} | {row['length']} | " + " | ".join(row["paths"].values()) in text
+        assert (
+            f"| {row['encoder']} | {row['length']} | " + " | ".join(row["paths"].values()) in text
+        )
 
 
 def test_failures_are_reported_not_raised(tmp_path):

@@ -157,7 +157,10 @@ def measure_eval(encoder: str, spec: dict[str, Any], length: int) -> dict[str, A
         torch.cuda.reset_peak_memory_stats()
 
     def run():
-        with torch.inference_mode(), torch.autocast(device, dtype=dtype, enabled=dtype != torch.float32):
+        with (
+            torch.inference_mode(),
+            torch.autocast(device, dtype=dtype, enabled=dtype != torch.float32),
+        ):
             out = model(tokens)
         _sync(torch, device)
         return out
@@ -203,8 +206,11 @@ def main(argv: list[str] | None = None) -> None:
             row["skipped"] = "time guard"
         else:
             try:
-                row.update(measure_train(encoder, spec) if what == "train"
-                           else measure_eval(encoder, spec, length))
+                row.update(
+                    measure_train(encoder, spec)
+                    if what == "train"
+                    else measure_eval(encoder, spec, length)
+                )
             except Exception as e:  # noqa: BLE001 - one line in the table
                 row["error"] = (f"{type(e).__name__}: {e}".splitlines() or ["?"])[0][:300]
             if spec["device"] == "cuda":

@@ -1,0 +1,149 @@
+"""experiments/device_check.py (posenc.benchmark.device), loaded by path: its dry run writes every
+section, a missing package or device stops it in one line after saving, and the time guards
+stop what overruns."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import pathlib
+import sys
+import time
+
+import pytest
+
+from posenc.benchmark import device
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+HEADINGS = (
+    "## Preflight",
+    "## GPU-only tests",
+    "## Training",
+    "## Evaluation",
+    "## Peer",
+    "## Attention paths",
+)
+
+
+def _load(name: str):
+    spec = importlib.util.spec_from_file_location(f"_{name}", ROOT / "experiments" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _saved(out: pathlib.Path) -> tuple[dict, str]:
+    return (
+        json.loads((out / "device_check.json").read_text()),
+        (out / "device_check.md").read_text(),
+    )
+
+
+def test_a_missing_package_stops_the_check_in_one_line_after_saving(tmp_path, monkeypatch, capsys):
+    script = _load("device_check")
+    monkeypatch.setattr(device, "REQUIRED", (*device.REQUIRED, "posenc_fake_missing_module"))
+    out = tmp_path / "out"
+    assert script.main([str(out), "--dry-run", "--wheels", str(tmp_path / "none")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1
+    assert "missing package(s) posenc_fake_missing_module" in err
+    data, text = _saved(out)
+    assert data["sections"]["preflight"]["status"] == "failed"
+    assert data["sections"]["preflight"]["missing"] == ["posenc_fake_missing_module"]
+    for name in ("tests", "peer", "train", "eval"):  # nothing else started
+        assert data["sections"][name]["status"] == "not run"
+    for heading in HEADINGS:
+        assert heading in text
+    assert "posenc_fake_missing_module" in text
+
+
+def test_no_gpu_stops_the_check_in_one_line(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr(device, "REQUIRED_GPU", ())  # past the packages, to the device
+    with pytest.raises(device.Missing, match=r"^device_check: no GPU: JAX sees .*\(cpu\)"):
+        device.run(device.Check(str(tmp_path)))
+    data, _ = _saved(tmp_path)
+    assert data["sections"]["preflight"]["status"] == "failed"
+    assert data["meta"]["platform"] == "cpu"
+
+
+def test_past_its_deadline_the_child_skips_every_measurement(capsys):
+    spec = {
+        "size": "dry",
+        "encoders": ["nope", "alibi"],
+        "steps": 1,
+        "warmup": 0,
+        "eval_lengths": [64, 128],
+        "eval_repeats": 1,
+        "deadlines": {"train": time.time() - 1, "eval": time.time() - 1},
+    }
+    device.child(spec)
+    rows = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    assert [(r["section"], r["encoder"], r.get("length")) for r in rows] == [
+        ("train", "nope", None),
+        ("train", "alibi", None),
+        ("eval", "nope", 64),
+        ("eval", "nope", 128),
+        ("eval", "alibi", 64),
+        ("eval", "alibi", 128),
+    ]
+    assert all(r["skipped"] == "time guard" for r in rows)
+
+
+def test_a_child_past_its_guard_is_killed_keeping_what_it_printed(monkeypatch):
+    monkeypatch.setattr(device, "GRACE_S", 0.0)
+    seen = []
+    code = "import time; print('{\"row\": 1}', flush=True); time.sleep(60)"
+    start = time.time()
+    status = device._stream([sys.executable, "-c", code], {}, time.time() + 2, seen.append)
+    assert status == "stopped by the time guard"
+    assert seen == [{"row": 1}]
+    assert time.time() - start < 30
+
+
+def test_the_wheel_list_names_files_as_pip_names_them(tmp_path):
+    wheels = _load("device_wheels")
+    for name in (
+        "ml_collections-1.1.0-py3-none-any.whl",
+        "PyYAML-6.0.2-cp312-cp312-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+    ):
+        (tmp_path / name).write_bytes(b"x" * 10)
+    assert wheels.wheel_for("ml-collections==1.1.0", tmp_path).name.startswith("ml_collections")
+    assert wheels.wheel_for("PyYAML==6.0.2", tmp_path).name.startswith("PyYAML")
+    assert wheels.wheel_for("PyYAML==6.0.1", tmp_path) is None
+    assert wheels.total_bytes(tmp_path) == 20
+    # Every module the device check requires beyond the machine's packages has a wheel.
+    machine = {"jax", "flax", "optax", "orbax.checkpoint", "numpy", "torch"}
+    assert set(device.REQUIRED + device.REQUIRED_GPU) - machine <= set(wheels.WHEELS)
+
+
+@pytest.mark.slow
+def test_the_dry_run_writes_every_section(tmp_path):
+    from posenc import testing
+
+    out = tmp_path / "dry"
+    script = _load("device_check")
+    assert script.main([str(out), "--dry-run", "--encoders", "nope,alibi"]) == 0
+    data, text = _saved(out)
+    for heading in HEADINGS:
+        assert heading in text
+    s = data["sections"]
+    assert s["preflight"]["status"] == "done" and s["train"]["status"] == "done"
+    assert s["eval"]["status"] == "done"
+    # The GPU-only selection: the battery's cudnn cases and the cuDNN rounding test.
+    cudnn = [n for n, check in testing.cases() if check == "cudnn"]
+    assert s["tests"]["collected"] == len(cudnn) + 1
+    train = {r["encoder"]: r for r in data["train"]}
+    assert set(train) == {"nope", "alibi"}
+    for row in train.values():
+        assert row["tokens_per_step"] == 2 * 32  # the dry size: batch 2 x 32 tokens
+        assert row["tokens_per_s"] > 0 and row["paths"]["cpu"] == row["path"]
+    assert [(r["encoder"], r["length"]) for r in data["eval"]] == [("nope", 64), ("alibi", 64)]
+    assert all(r["seconds"] > 0 for r in data["eval"])
+    peer_importable = not device.missing_modules(("torch", "x_transformers"))
+    if peer_importable:  # run tiny on the CPU
+        assert s["peer"]["status"] == "done"
+        assert [r["encoder"] for r in data["peer"]["train"]] == ["nope", "alibi"]
+    else:
+        assert s["peer"]["status"].startswith("skipped")
+    ratio = train["alibi"]["tokens_per_s"] / train["nope"]["tokens_per_s"]
+    assert f"| alibi | xla | {train['alibi']['tokens_per_s']:,.0f} | {ratio:.2f} |" in text
