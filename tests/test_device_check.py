@@ -147,3 +147,70 @@ def test_the_dry_run_writes_every_section(tmp_path):
         assert s["peer"]["status"].startswith("skipped")
     ratio = train["alibi"]["tokens_per_s"] / train["nope"]["tokens_per_s"]
     assert f"| alibi | xla | {train['alibi']['tokens_per_s']:,.0f} | {ratio:.2f} |" in text
+
+
+def test_the_tables_give_ratios_to_nope_and_to_the_peer(tmp_path):
+    report = device.Report(device.Check(str(tmp_path)))
+    report.data["meta"].update(peak_tflops_per_device=1000.0, device_kind="NVIDIA H100 80GB HBM3")
+
+    def train(encoder, tokens_per_s, tflops):
+        return {
+            "encoder": encoder,
+            "path": "cudnn",
+            "tokens_per_s": tokens_per_s,
+            "step_time_s": 0.1,
+            "model_tflops_per_s": tflops,
+            "compile_s": 1.0,
+            "loss": 5.0,
+            "compiled_bytes": 2**30,
+            "mfu": tflops / 1000.0,
+        }
+
+    report.data["train"] = [train("nope", 400_000.0, 420.0), train("alibi", 300_000.0, 315.0)]
+    report.data["eval"] = [
+        {
+            "encoder": e,
+            "length": 32768,
+            "path": "blocked",
+            "seconds": s,
+            "compiled_bytes": b,
+            "compile_s": 2.0,
+        }
+        for e, s, b in (("nope", 0.5, 2**30), ("alibi", 0.6, 3 * 2**29))
+    ]
+    report.data["peer"]["train"] = [
+        {
+            "encoder": "nope",
+            "path": "sdpa (flash)",
+            "tokens_per_s": 250_000.0,
+            "model_tflops_per_s": 262.5,
+            "compile_s": 30.0,
+            "memory_bytes": 2**31,
+        }
+    ]
+    report.data["train"].append({"encoder": "shaw", "skipped": "time guard"})
+    report.save()
+    text = (tmp_path / "device_check.md").read_text()
+    assert "| alibi | cudnn | 300,000 | 0.75 | 100.0 | 31.5% | 315 | 1.00 GiB |" in text
+    assert "| alibi | 32768 | blocked | 0.600 | 1.20 | 1.50 GiB | 1.50 |" in text
+    # posenc's NoPE over the peer's: 400k / 250k; the peer's MFU 262.5 / 1000.
+    assert "| nope | sdpa (flash) | 250,000 | 1.60 | 26.2% | 2.00 GiB | 30.0 |" in text
+    assert "| shaw | skipped: time guard |" in text
+    assert "not results until measured" in text
+
+
+@pytest.mark.slow
+def test_the_tests_section_runs_its_shards_and_reads_each_outcome(tmp_path):
+    """Off a GPU every selected test skips: the shards ran and each outcome was read."""
+    from posenc import testing
+
+    check = device.Check(str(tmp_path), test_shards=2)
+    report = device.Report(check)
+    env = device._child_env(None)
+    device.run_tests(check, report, time.time() + 600, env)
+    section = report.data["sections"]["tests"]
+    assert section["status"] == "done"
+    cudnn = [n for n, c in testing.cases() if c == "cudnn"]
+    assert section["counts"] == {"skipped": len(cudnn) + 1}
+    assert section["not_run"] == 0
+    assert {r["id"] for r in report.data["tests"]} >= {f"test_contract[{n}-cudnn]" for n in cudnn}

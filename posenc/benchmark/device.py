@@ -251,9 +251,12 @@ _PROBE = (
 
 def _probe(env: dict[str, str]) -> dict[str, Any]:
     env = {**env, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
-    proc = subprocess.run(
-        [sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env, timeout=120
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env, timeout=180
+        )
+    except subprocess.TimeoutExpired:
+        return {"error": "JAX did not start within 180 s"}
     if proc.returncode:
         return {"error": _last_line(proc.stderr)}
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -296,7 +299,11 @@ def _stream(
             if not line:  # end of output
                 break
             if line.startswith("{"):
-                on_line(json.loads(line))
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # not one of ours
+                    continue
+                on_line(row)
         proc.wait()
         sel.close()
         if status:
