@@ -77,3 +77,24 @@ def test_every_registered_encoder_has_an_answer_on_every_backend():
         model = _model(name, **hparams)
         for path in paths_by_backend(model, SHORT).values():
             assert path in ("cudnn", "xla", "einsum", "blocked"), (name, path)
+
+
+def test_plan_states_the_path_of_each_backend_at_its_lengths():
+    from posenc.runs.plan import Plan, _paths
+
+    config = load_config("configs/base.py:tiny")
+    config.model.update(dtype="bfloat16", attention_block_size=BLOCK)
+    config.encoding.name = "alibi"
+    config.train.seq_len = SHORT
+    config.eval.lengths = (SHORT, LONG)
+    paths = _paths(config, ("train", "eval"))
+    # A bias: cuDNN within one block on a GPU, blocked past it; XLA, then blocked elsewhere.
+    assert paths == {
+        str(SHORT): {"cpu": "xla", "gpu": "cudnn", "tpu": "xla"},
+        str(LONG): {"cpu": "blocked", "gpu": "blocked", "tpu": "blocked"},
+    }
+    assert list(_paths(config, ("eval",))) == [str(LONG)]
+    e = {"peak": 2**20, "rows": 1, "length": LONG, "temporaries": 2**19}
+    mesh = {"data": 1, "fsdp": 1, "context": 1, "tensor": 1}
+    plan = Plan(1, mesh, 2**20, None, None, e, paths=paths)
+    assert f"  attention at {LONG} tokens: cpu blocked, gpu blocked, tpu blocked" in plan.table()
