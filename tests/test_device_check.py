@@ -6,7 +6,9 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import pathlib
+import subprocess
 import sys
 import time
 
@@ -214,3 +216,44 @@ def test_the_tests_section_runs_its_shards_and_reads_each_outcome(tmp_path):
     assert section["counts"] == {"skipped": len(cudnn) + 1}
     assert section["not_run"] == 0
     assert {r["id"] for r in report.data["tests"]} >= {f"test_contract[{n}-cudnn]" for n in cudnn}
+
+
+# What the lent machine lacks and the carried wheels do not bring (docs/devices.md).
+ABSENT_ON_DEVICE = ("tensorflow_datasets", "array_record", "tensorflow", "matplotlib")
+_WITHOUT = """
+import sys
+
+class Absent:
+    def find_spec(self, name, path=None, target=None):
+        if name.split(".")[0] in {absent!r}:
+            raise ImportError(f"no module named {{name!r}} (absent on the device)")
+
+sys.meta_path.insert(0, Absent())
+try:
+    import matplotlib
+    raise SystemExit("the blocker let matplotlib through")
+except ImportError:
+    pass
+import posenc.benchmark.device, posenc.benchmark.torch_peer
+import posenc.testing, posenc.testing.checks, posenc.attention.blocked, posenc.attention.linear
+from posenc.benchmark.settings import Settings, make_config, train_windows
+config = make_config(Settings(size="dry", isolate="never"), "nope")
+assert train_windows(config).batch(0)["inputs"].shape == (2, 32)
+print(sorted(set({absent!r}) & {{m.split(".")[0] for m in sys.modules}}))
+"""
+
+
+def test_the_device_checks_imports_need_none_of_what_the_device_lacks():
+    """The check's path (its modules, the battery's, the embedded data) imports no TFDS,
+    array-record, TensorFlow or matplotlib: run where importing them fails."""
+    code = _WITHOUT.format(absent=ABSENT_ON_DEVICE)
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "[]"
