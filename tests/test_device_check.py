@@ -257,3 +257,20 @@ def test_the_device_checks_imports_need_none_of_what_the_device_lacks():
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_a_package_found_but_broken_stops_the_check_in_one_line(tmp_path, monkeypatch):
+    broken = tmp_path / "site"
+    (broken / "posenc_broken_pkg").mkdir(parents=True)
+    (broken / "posenc_broken_pkg" / "__init__.py").write_text("import posenc_absent_dependency\n")
+    monkeypatch.syspath_prepend(str(broken))
+    monkeypatch.setattr(device, "REQUIRED", (*device.REQUIRED, "posenc_broken_pkg"))
+    check = device.Check(str(tmp_path / "out"), dry_run=True, site=str(broken))
+    with pytest.raises(
+        device.Missing,
+        match=r"^device_check: package posenc_broken_pkg does not "
+        r"import: ModuleNotFoundError: .*posenc_absent_dependency",
+    ):
+        device.run(check)
+    data, _ = _saved(tmp_path / "out")
+    assert data["sections"]["preflight"]["status"] == "failed"

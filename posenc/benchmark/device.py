@@ -229,8 +229,14 @@ def preflight(check: Check, report: Report, env: dict[str, str]) -> None:
         )
         report.section("preflight", status="failed", error=message)
         raise Missing(message)
-    probe = _probe(env)
+    probe = _probe(env, [m for m in required if m not in ("jax", "flax")])
+    broken = probe.pop("import_errors", {})
     report.data["meta"].update(probe)
+    if broken:
+        name, error = next(iter(broken.items()))
+        message = f"device_check: package {name} does not import: {error}"
+        report.section("preflight", status="failed", error=message, broken=broken)
+        raise Missing(message)
     if "error" in probe or (probe["platform"] != "gpu" and not check.dry_run):
         what = probe.get("error") or f"JAX sees {probe['device_kind']} ({probe['platform']})"
         message = f"device_check: no GPU: {what}; --dry-run runs the tiny check on a CPU"
@@ -244,19 +250,29 @@ def preflight(check: Check, report: Report, env: dict[str, str]) -> None:
     report.section("preflight", status="done")
 
 
-_PROBE = (
-    "import json, jax, flax; d = jax.devices(); print(json.dumps({'platform': d[0].platform, "
-    "'device_kind': d[0].device_kind, 'device_count': len(d), 'jax_version': jax.__version__, "
-    "'flax_version': flax.__version__}))"
-)
-
-
-def _probe(env: dict[str, str]) -> dict[str, Any]:
-    env = {**env, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+# The device and versions, after importing every required module (a package found but broken,
+# a dependency missing, fails here, early, rather than in its section).
+_PROBE = """
+import importlib, json, sys
+errors = {}
+for name in json.loads(sys.argv[1]):
     try:
-        proc = subprocess.run(
-            [sys.executable, "-c", _PROBE], capture_output=True, text=True, env=env, timeout=180
-        )
+        importlib.import_module(name)
+    except Exception as e:
+        errors[name] = f"{type(e).__name__}: {e}".splitlines()[0][:200]
+import jax, flax
+d = jax.devices()
+print(json.dumps({"platform": d[0].platform, "device_kind": d[0].device_kind,
+                  "device_count": len(d), "jax_version": jax.__version__,
+                  "flax_version": flax.__version__, "import_errors": errors}))
+"""
+
+
+def _probe(env: dict[str, str], modules: Sequence[str] = ()) -> dict[str, Any]:
+    env = {**env, "XLA_PYTHON_CLIENT_PREALLOCATE": "false"}
+    cmd = [sys.executable, "-c", _PROBE, json.dumps(list(modules))]
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
     except subprocess.TimeoutExpired:
         return {"error": "JAX did not start within 180 s"}
     if proc.returncode:
