@@ -274,3 +274,20 @@ def test_a_package_found_but_broken_stops_the_check_in_one_line(tmp_path, monkey
         device.run(check)
     data, _ = _saved(tmp_path / "out")
     assert data["sections"]["preflight"]["status"] == "failed"
+
+
+def test_a_killed_shards_outcomes_come_from_its_verbose_lines():
+    text = "\n".join(
+        [
+            "tests/test_testing.py::test_contract[alibi-cudnn] PASSED                 [ 50%]",
+            "tests/test_testing.py::test_contract[rope-cudnn] FAILED                  [100%]",
+            "tests/test_testing.py::test_contract[t5-cudnn] SKIPPED (cudnn needs a GPU) [ 7%]",
+            "collected 3 items",
+        ]
+    )
+    rows = device._verbose(text)
+    assert [(r["id"], r["outcome"]) for r in rows] == [
+        ("test_contract[alibi-cudnn]", "passed"),
+        ("test_contract[rope-cudnn]", "failed"),
+        ("test_contract[t5-cudnn]", "skipped"),
+    ]

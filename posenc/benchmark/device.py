@@ -39,6 +39,7 @@ import json
 import os
 import pathlib
 import platform
+import re
 import selectors
 import signal
 import subprocess
@@ -380,39 +381,29 @@ def run_tests(check: Check, report: Report, deadline: float, env: dict[str, str]
             if not shard:
                 continue
             xml = pathlib.Path(tmp) / f"shard{i}.xml"
-            cmd = [
-                sys.executable,
-                "-m",
-                "pytest",
-                "-q",
-                "-p",
-                "no:cacheprovider",
-                f"--junitxml={xml}",
-                *shard,
-            ]
-            procs.append(
-                (
-                    subprocess.Popen(
-                        cmd,
-                        stdout=subprocess.DEVNULL,
-                        stderr=subprocess.DEVNULL,
-                        env=env,
-                        cwd=ROOT,
-                        start_new_session=True,
-                    ),
-                    xml,
+            log = pathlib.Path(tmp) / f"shard{i}.log"
+            cmd = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider"]
+            cmd += [f"--junitxml={xml}", *shard]
+            with open(log, "w") as out:  # -v: one line per finished test, kept if killed
+                proc = subprocess.Popen(
+                    cmd,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    cwd=ROOT,
+                    start_new_session=True,
                 )
-            )
+            procs.append((proc, xml, log))
         stopped = False
-        for proc, _ in procs:
+        for proc, _, _ in procs:
             try:
                 proc.wait(timeout=max(1.0, deadline + GRACE_S - time.time()))
             except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
                 proc.wait()
                 stopped = True
-        for _, xml in procs:
-            report.data["tests"] += _junit(xml) if xml.exists() else []
+        for _, xml, log in procs:
+            report.data["tests"] += _junit(xml) if xml.exists() else _verbose(log.read_text())
     counts: dict[str, int] = {}
     for row in report.data["tests"]:
         counts[row["outcome"]] = counts.get(row["outcome"], 0) + 1
@@ -420,6 +411,20 @@ def run_tests(check: Check, report: Report, deadline: float, env: dict[str, str]
     not_run = [i for i in ids if i.split("::")[-1] not in ran]
     status = "stopped by the time guard" if stopped else "done"
     report.section("tests", status=status, counts=counts, not_run=len(not_run))
+
+
+_VERBOSE = re.compile(r"^\S+::(\S+) (PASSED|FAILED|SKIPPED|ERROR)\b")
+
+
+def _verbose(text: str) -> list[dict[str, Any]]:
+    """Outcomes from ``pytest -v`` lines, for a shard killed before its JUnit XML was written."""
+    rows = []
+    for line in text.splitlines():
+        match = _VERBOSE.match(line)
+        if match:
+            outcome = {"FAILED": "failed", "ERROR": "error"}.get(match[2], match[2].lower())
+            rows.append({"id": match[1], "outcome": outcome, "message": "", "seconds": 0.0})
+    return rows
 
 
 def _junit(path: pathlib.Path) -> list[dict[str, str]]:
