@@ -30,6 +30,9 @@ def markdown(data: dict[str, Any]) -> str:
             if m.get("peak_tflops_per_device")
             else "unknown (MFU omitted)"
         ),
+        f"- compile: {m.get('compile_helpers', 0)} helper process(es) compiled the later "
+        "encoders' programs ahead into a shared persistent cache (their autotuning shares the "
+        "GPU with the measurements); posenc's `compile (s)` is then the cache's load",
         "- memory: XLA's compiled memory analysis of each program (posenc); "
         "torch.cuda.max_memory_allocated (x-transformers)",
         "- targets (issue 35), not results until measured: " + "; ".join(m["targets"]),
