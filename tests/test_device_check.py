@@ -291,3 +291,11 @@ def test_a_killed_shards_outcomes_come_from_its_verbose_lines():
         ("test_contract[rope-cudnn]", "failed"),
         ("test_contract[t5-cudnn]", "skipped"),
     ]
+
+
+def test_unknown_encoders_or_sections_are_refused_before_anything_is_written(tmp_path):
+    with pytest.raises(ValueError, match=r"^unknown encoders \['foo'\]; known: alibi, "):
+        device.Check(str(tmp_path / "a"), encoders=("nope", "foo"))
+    with pytest.raises(ValueError, match=r"^unknown sections \['bar'\]; known: preflight, "):
+        device.Check(str(tmp_path / "b"), sections=("preflight", "bar"))
+    assert not list(tmp_path.iterdir())

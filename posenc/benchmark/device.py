@@ -112,6 +112,11 @@ class Check:
         self.steps = self.steps or (2 if self.dry_run else 10)
         self.warmup = self.warmup if self.warmup is not None else (1 if self.dry_run else 2)
         self.eval_lengths = tuple(self.eval_lengths or ((64,) if self.dry_run else (8192, 32768)))
+        from posenc import encodings
+
+        bad = sorted(set(self.encoders) - set(encodings.names()))
+        if bad or not self.encoders:
+            raise ValueError(f"unknown encoders {bad}; known: {', '.join(encodings.names())}")
         unknown = sorted(set(self.sections) - set(SECTIONS) - {"preflight"})
         if unknown:
             raise ValueError(f"unknown sections {unknown}; known: {', '.join(SECTIONS)}")
