@@ -91,6 +91,9 @@ def _check_training(smoke):
     assert rows["rope"]["matmul_params"] == rows["rope"]["num_params"]
     assert rows["shaw"]["matmul_params"] < rows["shaw"]["num_params"]
     assert rows["rope"]["path"] == "xla" and rows["shaw"]["path"] == "einsum"
+    # The path on each backend (float32 here: no cuDNN on a GPU either).
+    assert rows["rope"]["paths"] == {"cpu": "xla", "gpu": "xla", "tpu": "xla"}
+    assert rows["shaw"]["paths"] == dict.fromkeys(("cpu", "gpu", "tpu"), "einsum")
 
 
 def _check_evaluation(smoke):
@@ -119,6 +122,9 @@ def _check_markdown(smoke):
     for row in report["eval"]:
         prefix = f"| {row['encoder']} | {row['length']} | {row['path']} | {row['seconds']:.3f} |"
         assert prefix in text
+        assert (
+            f"| {row['encoder']} | {row['length']} | " + " | ".join(row["paths"].values()) in text
+        )
 
 
 def test_failures_are_reported_not_raised(tmp_path):

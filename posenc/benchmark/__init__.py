@@ -31,8 +31,10 @@ measurements, FLOPs, peak table and memory), ``worker`` (one measurement in a fr
 header), ``report`` (markdown and the files ``throughput_<size>.json`` and ``.md``), ``rounds``
 (the encoders timed in interleaved rounds, with medians, spreads and ratios to NoPE per round,
 for a noisy machine), ``windows`` (the evaluation cost of an attention window and of a layer
-pattern, in rounds). The command
-is ``experiments/throughput.py``.
+pattern, in rounds), ``device`` and ``device_report`` (the prepared device check of a lent GPU:
+tests, training, evaluation and the PyTorch peer ``torch_peer``, x-transformers at the same
+shape, under time guards; ``experiments/device_check.py``). Which attention path each encoder
+takes on each backend: :mod:`posenc.runs.paths`. The command is ``experiments/throughput.py``.
 """
 
 from posenc.benchmark import rounds, windows

@@ -26,6 +26,7 @@ from posenc.layers.params import EncoderParam
 from posenc.models import build
 from posenc.models.lm import Transformer
 from posenc.runs.config import open_source
+from posenc.runs.paths import paths_by_backend
 from posenc.runs.train import Trainer
 
 # bf16 dense peak TFLOP/s per device (datasheet figures with sparsity, halved), matched in order
@@ -138,21 +139,20 @@ def measure_train(settings: Settings, encoder: str) -> tuple[dict[str, Any], Tra
     Returns:
       ``(row, model)``: the measurements and the model holding the trained parameters.
     """
-    config = make_config(settings, encoder)
+    config, windows, trainer, state, batch = prepare_train(settings, encoder)
     t = config.train
-    windows = train_windows(config)
-    trainer = Trainer(config)
-    state = trainer.init_state()
     model = trainer.model(state)
     result: dict[str, Any] = {
         "encoder": encoder,
         "path": chosen_path(model, t.seq_len, config.model.attention_impl),
+        # What auto takes on each backend at this length (posenc.runs.paths).
+        "paths": paths_by_backend(model, t.seq_len),
+        "seq_len": int(t.seq_len),
         "num_params": model.num_params(),
         "matmul_params": _matmul_params(model),
         "devices": int(trainer.mesh.devices.size),
     }
     del model
-    batch = trainer.global_batch(windows.batch(0))
     start = time.perf_counter()
     # The executable Trainer.step runs: compiled and checked here, then cached for the steps.
     compiled = trainer._step.compile(state, batch)
@@ -178,6 +178,40 @@ def measure_train(settings: Settings, encoder: str) -> tuple[dict[str, Any], Tra
     )
     result["model_tflops_per_s"] = result["flops_per_token"] * result["tokens_per_s"] / 1e12
     return result, trainer.model(state)
+
+
+def prepare_train(settings: Settings, encoder: str):
+    """What :func:`measure_train` compiles and times: ``(config, windows, trainer, state,
+    batch)``, the batch step 0's, placed as the trainer places it."""
+    config = make_config(settings, encoder)
+    windows = train_windows(config)
+    trainer = Trainer(config)
+    state = trainer.init_state()
+    return config, windows, trainer, state, trainer.global_batch(windows.batch(0))
+
+
+def compile_train(settings: Settings, encoder: str) -> None:
+    """Compiles :func:`measure_train`'s step and runs nothing: with a persistent compilation
+    cache (``JAX_COMPILATION_CACHE_DIR``), another process's measurement then loads it."""
+    _, _, trainer, state, batch = prepare_train(settings, encoder)
+    trainer._step.compile(state, batch)
+
+
+def compile_eval(settings: Settings, encoder: str, lengths: Sequence[int]) -> None:
+    """Compiles :func:`measure_eval`'s scoring program at each length it can score, running
+    nothing (see :func:`compile_train`)."""
+    config = make_config(settings, encoder)
+    stream = open_source(config).split_stream("validation")
+    model = build(config)
+    scorer = Scorer(model, sharding.make_mesh(devices=jax.local_devices()[:1]))
+    for length in lengths:
+        try:
+            for _, encoding in layer_encodings(model):
+                encoding.check_length(length)
+        except ValueError:
+            continue
+        _, batch = _window_batch(scorer, stream, length)
+        scorer._score.compile(scorer.state, batch)
 
 
 def _timed_steps(trainer: Trainer, state, windows: data_lib.TrainWindows, settings: Settings):
@@ -228,10 +262,23 @@ def measure_eval(
             for _, encoding in layer_encodings(model):
                 encoding.check_length(length)
             entry["path"] = chosen_path(model, length, config.model.attention_impl)
+            entry["paths"] = paths_by_backend(model, length)
             _time_one_window(entry, scorer, stream, settings.eval_repeats)
         except Exception as e:  # noqa: BLE001 - reported per length (e.g. out of memory)
             entry["error"] = short_error(e)
     return results
+
+
+def _window_batch(scorer: Scorer, stream, length: int):
+    """The first window of ``length`` tokens, and its batch of one placed as the scorer reads
+    it: ``(windows, batch)``."""
+    windows = data_lib.eval_windows(stream, length, max_windows=1)
+    local = next(windows.iter_batches(1))
+    batch = {
+        k: jax.make_array_from_process_local_data(scorer.batch_sharding, v)
+        for k, v in local.items()
+    }
+    return windows, batch
 
 
 def _time_one_window(entry: dict[str, Any], scorer: Scorer, stream, repeats: int) -> None:
@@ -239,13 +286,7 @@ def _time_one_window(entry: dict[str, Any], scorer: Scorer, stream, repeats: int
 
     Fills ``entry`` in place, so that what was measured before an error stays in the row.
     """
-    length = entry["length"]
-    windows = data_lib.eval_windows(stream, length, max_windows=1)
-    local = next(windows.iter_batches(1))
-    batch = {
-        k: jax.make_array_from_process_local_data(scorer.batch_sharding, v)
-        for k, v in local.items()
-    }
+    windows, batch = _window_batch(scorer, stream, entry["length"])
     start = time.perf_counter()
     # The executable Scorer.score runs: compiled and checked here, then cached for its calls.
     compiled = scorer._score.compile(scorer.state, batch)
@@ -258,7 +299,7 @@ def _time_one_window(entry: dict[str, Any], scorer: Scorer, stream, repeats: int
         loss_sum, count = scorer.score(windows, 1)  # fetched to the host: synchronous
         times.append(time.perf_counter() - start)
     entry["seconds"] = statistics.median(times)
-    entry["tokens_per_s"] = length / entry["seconds"]
+    entry["tokens_per_s"] = entry["length"] / entry["seconds"]
     entry["loss"] = float(loss_sum.sum() / count.sum())
     if not np.isfinite(entry["loss"]):
         raise FloatingPointError(f"loss is {entry['loss']}")

@@ -33,7 +33,31 @@ def write_report(report: dict[str, Any], out: str | pathlib.Path) -> str:
 
 def markdown(report: dict[str, Any]) -> str:
     """The report as markdown: a header with device and settings, a training and an eval table."""
-    return "\n".join(_header(report["meta"]) + _train_table(report) + _eval_table(report)) + "\n"
+    lines = _header(report["meta"]) + _train_table(report) + _eval_table(report)
+    return "\n".join(lines + paths_table(report["train"] + report["eval"])) + "\n"
+
+
+def paths_table(rows: Sequence[dict[str, Any]]) -> list[str]:
+    """The attention path ``auto`` takes on each backend (``row["paths"]``,
+    :mod:`posenc.runs.paths`), one line per encoder and length; empty when no row has them."""
+    seen: dict[tuple[str, int], dict[str, str]] = {}
+    for row in rows:
+        if row.get("paths"):  # a training row has its seq_len, an evaluation row its length
+            seen.setdefault((row["encoder"], row.get("length", row.get("seq_len"))), row["paths"])
+    if not seen:
+        return []
+    backends = list(next(iter(seen.values())))
+    lines = [
+        "",
+        "Attention path `auto` takes on each backend (the same rules asked for each backend: "
+        "posenc.runs.paths):",
+        "",
+        "| encoder | length | " + " | ".join(backends) + " |",
+        "|---|---:|" + "---|" * len(backends),
+    ]
+    for (encoder, length), paths in seen.items():
+        lines.append(f"| {encoder} | {length} | " + " | ".join(paths[b] for b in backends) + " |")
+    return lines
 
 
 def _header(meta: dict[str, Any]) -> list[str]:

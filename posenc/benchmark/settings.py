@@ -29,6 +29,18 @@ SIZES: dict[str, dict[str, Any]] = {
         "train": dict(seq_len=1024, batch_size=32),
         "eval_lengths": (1024, 4096, 16384, 32768),
     },
+    # The device check's dry run: the smallest model that runs every part.
+    "dry": {
+        "model": dict(num_layers=1, model_dim=32, num_heads=2, mlp_dim=64, dtype="float32"),
+        "train": dict(seq_len=32, batch_size=2),
+        "eval_lengths": (64,),
+    },
+    # GPT-2 small's shape at 2k tokens: the device check's (experiments/device_check.py).
+    "gpt2_2k": {
+        "model": dict(num_layers=12, model_dim=768, num_heads=12, mlp_dim=3072, dtype="bfloat16"),
+        "train": dict(seq_len=2048, batch_size=16),
+        "eval_lengths": (8192, 32768),
+    },
 }
 
 ISOLATE = ("auto", "always", "never")

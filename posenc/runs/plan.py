@@ -80,6 +80,9 @@ class Plan:
         pairs also ``source``, the source length, ``length`` being the target's), or None.
       eval: the same for one evaluation batch (the longest ``eval.lengths``), or None.
       device_memory: the memory one device has (None: not known, no verdict).
+      paths: the attention path ``attention_impl="auto"`` takes on each backend
+        (:func:`posenc.runs.paths.paths_table`, ``{length: {backend: path}}``) at the planned
+        training and evaluation lengths of a decoder-only run; None for other models.
       config: the planned run's config (for the remedies of a plan that does not fit).
     """
 
@@ -90,6 +93,7 @@ class Plan:
     train: dict[str, int] | None
     eval: dict[str, int] | None
     device_memory: int | None = None
+    paths: dict[str, dict[str, str]] | None = None
     config: ml_collections.ConfigDict | None = dataclasses.field(
         default=None, repr=False, compare=False
     )
@@ -129,6 +133,11 @@ class Plan:
                 f"  evaluation ({e['rows']} x {e['length']} tokens{sized}): temporaries "
                 f"{_gib(e['temporaries'])}, peak {_gib(e['peak'])}"
             )
+        if self.paths:
+            from posenc.runs.paths import describe
+
+            for length, by_backend in self.paths.items():
+                lines.append(f"  attention at {length} tokens: {describe(by_backend)}")
         if self.device_memory is None:
             lines.append(f"  peak {_gib(self.peak)} (give --device-memory for a verdict)")
         else:
@@ -482,6 +491,7 @@ def _compile(
         "optimizer": None,
         "train": None,
         "eval": None,
+        "paths": _paths(config, parts),
     }
     if "train" in parts:
         trainer = Trainer(config, mesh)
@@ -524,6 +534,27 @@ def _compile(
             or "posenc plan --only eval: this run has no evaluation to plan; plan its training step"
         )
     return result
+
+
+def _paths(config: ml_collections.ConfigDict, parts: tuple[str, ...]) -> dict | None:
+    """The attention path of each backend at the planned lengths (:class:`Plan`'s ``paths``),
+    from the model's shapes (nothing allocated); None for a model without one stack of blocks
+    (an encoder-decoder)."""
+    from flax import nnx
+
+    from posenc.models import build
+    from posenc.runs.config import eval_lengths
+    from posenc.runs.paths import paths_table
+
+    model = nnx.eval_shape(lambda: build(config))
+    if not hasattr(model, "blocks"):
+        return None
+    lengths = []
+    if "train" in parts and config.get("train") and config.train.get("seq_len"):
+        lengths.append(config.train.seq_len)
+    if "eval" in parts and eval_lengths(config):
+        lengths.append(max(eval_lengths(config)))
+    return paths_table(model, dict.fromkeys(lengths)) or None
 
 
 @contextlib.contextmanager
