@@ -1,4 +1,5 @@
-"""Suite-wide guard: keep a test process under the kernel's limit on memory mappings.
+"""Suite-wide pieces: a guard that keeps a test process under the kernel's limit on memory
+mappings, and the ``no_network`` fixture.
 
 XLA:CPU maps each compiled executable's code and data into memory (three mappings each) and
 keeps it while JAX's caches hold the executable. A pytest-xdist worker compiles many thousands
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import gc
 import os
+import socket
 
 import jax
 import pytest
@@ -38,3 +40,15 @@ def pytest_runtest_teardown(item, nextitem):
     if _mappings() > _CLEAR_ABOVE:
         jax.clear_caches()
         gc.collect()
+
+
+@pytest.fixture
+def no_network(monkeypatch):
+    """Fails the test on any attempt to open a network connection."""
+
+    def refuse(*args, **kwargs):
+        raise AssertionError(f"network access attempted: {args}")
+
+    monkeypatch.setattr(socket.socket, "connect", refuse)
+    monkeypatch.setattr(socket, "create_connection", refuse)
+    monkeypatch.setattr(socket, "getaddrinfo", refuse)

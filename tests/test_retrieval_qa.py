@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import re
-import socket
 
 import _train_helpers as helpers
 import numpy as np
@@ -294,16 +293,6 @@ def test_a_flat_json_of_tfds_fields_reads_as_squads_own(tmp_path, data):
     assert flat_data.questions == data("squad").questions
 
 
-@pytest.fixture
-def no_network(monkeypatch):
-    def refuse(*args, **kwargs):
-        raise AssertionError(f"network access attempted: {args}")
-
-    monkeypatch.setattr(socket.socket, "connect", refuse)
-    monkeypatch.setattr(socket, "create_connection", refuse)
-    monkeypatch.setattr(socket, "getaddrinfo", refuse)
-
-
 def test_an_unprepared_tfds_squad_names_the_command(tmp_path, no_network):
     with pytest.raises(ValueError, match="To prepare it with `tfds build squad/v2.0") as e:
         Q.loader({}, data_dir=str(tmp_path))("squad")
@@ -311,7 +300,8 @@ def test_an_unprepared_tfds_squad_names_the_command(tmp_path, no_network):
 
 
 def test_squad_from_a_prepared_tfds_data_set(tmp_path, data, no_network):
-    tfds = pytest.importorskip("tensorflow_datasets")
+    import tensorflow_datasets as tfds
+
     nested = json.loads((tmp_path / "squad.json").read_text())
     rows = [
         (a["title"], p["context"], qa["question"], [x["text"] for x in qa["answers"]],
