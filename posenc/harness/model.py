@@ -85,6 +85,19 @@ class PosencLM(TemplateLM):
 
     backend = "causal"
 
+    @classmethod
+    def create_from_arg_obj(cls, arg_dict, additional_config=None):
+        """The model from ``--model_args`` (a dict), which win over the harness's own
+        ``--batch_size`` (always given on its command line, 1 by default)."""
+        extra = {k: v for k, v in (additional_config or {}).items() if v is not None}
+        return cls(**{**extra, **dict(arg_dict)})
+
+    @classmethod
+    def create_from_arg_string(cls, arg_string, additional_config=None):
+        from lm_eval.utils import simple_parse_args_string
+
+        return cls.create_from_arg_obj(simple_parse_args_string(arg_string), additional_config)
+
     def __init__(self, **args: Any):
         super().__init__()
         from posenc.runs.trained import load_run
