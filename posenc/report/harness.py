@@ -4,8 +4,8 @@
 results file under ``<run>/harness/`` (:data:`posenc.workdir.HARNESS_DIR`; the default output
 path for a posenc run). This section reads every run's results files (the folder itself and its
 subdirectories, one level, as :func:`posenc.report.find_runs` looks) and tables them: one row per
-run and set of evaluation changes (the ``model_args`` with a dot, ``encoding.hparams.scaling=yarn``:
-a different evaluation of the run), one column per task and metric, the newest result of each
+run and set of evaluation changes (the ``model_args`` with a dot, ``encoding.hparams.scaling=yarn``,
+and ``max_length``: a different evaluation of the run), one column per task and metric, the newest result of each
 task kept, its standard error beside it where the harness gives one. Nothing here imports the
 harness.
 """
@@ -35,7 +35,10 @@ def _changes(results: dict[str, Any]) -> dict[str, Any]:
     args = (results.get("config") or {}).get("model_args") or {}
     if isinstance(args, str):  # the Python API keeps the string it was given
         args = dict(item.split("=", 1) for item in args.split(",") if "=" in item)
-    return {k: v for k, v in sorted(args.items()) if "." in k}
+    changes = {k: v for k, v in sorted(args.items()) if "." in k}
+    if args.get("max_length") is not None:  # the scoring window, when not the training length
+        changes["max_length"] = args["max_length"]
+    return changes
 
 
 def find_harness_results(folder: str) -> list[dict[str, Any]]:
@@ -79,13 +82,16 @@ def _label(entry: dict[str, Any], folder: str) -> str:
     from posenc.report.retrieval import evaluation_label
 
     config = entry["config"]
+    changes = dict(entry["changes"])
+    window = changes.pop("max_length", None)
     record = {
         "encoding": config.get("encoding.name", "?"),
-        "changes": entry["changes"],
+        "changes": changes,
         "train_seq_len": config.get("train.seq_len"),
     }
     where = os.path.relpath(entry["dir"], folder)
-    return f"{evaluation_label(record)} [train {record['train_seq_len']}; {where}]"
+    window = f"; max_length {window}" if window is not None else ""
+    return f"{evaluation_label(record)} [train {record['train_seq_len']}{window}; {where}]"
 
 
 def _cell(metrics: dict[str, Any] | None, column: str) -> str:
