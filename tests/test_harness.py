@@ -20,17 +20,14 @@ from pathlib import Path
 import _train_helpers as helpers
 import numpy as np
 import pytest
+from lm_eval.api.instance import Instance
+from lm_eval.api.registry import get_model
 
-pytest.importorskip  # the harness extra is installed wherever these tests run (.ci/run)
-import lm_eval  # noqa: E402,F401
-from lm_eval.api.instance import Instance  # noqa: E402
-from lm_eval.api.registry import get_model  # noqa: E402
-
-import posenc.harness  # noqa: E402,F401  (registers "posenc")
-from posenc.decoding.lm import greedy_generate  # noqa: E402
-from posenc.harness.scoring import HarnessScorer, check_max_length, check_run  # noqa: E402
-from posenc.kinds import stream as stream_lib  # noqa: E402
-from posenc.runs.trained import load_run  # noqa: E402
+import posenc.harness  # noqa: F401  (registers "posenc"; the harness extra is installed in CI)
+from posenc.decoding.lm import greedy_generate
+from posenc.harness.scoring import HarnessScorer, check_max_length, check_run
+from posenc.kinds import stream as stream_lib
+from posenc.runs.trained import load_run
 
 SEQ_LEN = 16
 SEP = 256  # the byte tokenizer's document separator: the prefix of a document
@@ -96,17 +93,11 @@ def test_loglikelihood_is_the_sum_of_posenc_log_probs(lm, run_dir):
         assert logp == pytest.approx(want, abs=1e-4, rel=1e-5), pair
         assert greedy == want_greedy
     # The greedy flag is true for a continuation that is the model's own arg max.
-    tokens = np.asarray(list(b"def f"), np.int32)
-    best = int(np.asarray(run.logits(tokens))[-1].argmax())
-    if best < 256:
-        ((logp, greedy),) = (
-            lm.loglikelihood(
-                [Instance("loglikelihood", {}, ("def f", bytes([best]).decode("latin-1")), 0)]
-            )
-            if best < 128
-            else [(0.0, True)]
-        )
-        assert greedy
+    context = np.asarray(list(b"def f"), np.int32)
+    best = int(np.asarray(run.logits(context))[-1].argmax())
+    scorer = HarnessScorer(run, SEQ_LEN, batch_size=2)
+    ((logp, greedy),) = scorer.continuations([(list(context), [best])])
+    assert greedy and logp == pytest.approx(_log_probs(run, np.append(context, best))[0][-1])
 
 
 def _posenc_eval_loss(run, stream: np.ndarray, length: int, mode: str, stride: int) -> float:

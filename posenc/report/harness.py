@@ -4,10 +4,10 @@
 results file under ``<run>/harness/`` (:data:`posenc.workdir.HARNESS_DIR`; the default output
 path for a posenc run). This section reads every run's results files (the folder itself and its
 subdirectories, one level, as :func:`posenc.report.find_runs` looks) and tables them: one row per
-run and set of evaluation changes (the ``model_args`` with a dot, ``encoding.hparams.scaling=yarn``,
-and ``max_length``: a different evaluation of the run), one column per task and metric, the newest result of each
-task kept, its standard error beside it where the harness gives one. Nothing here imports the
-harness.
+run and set of evaluation changes (the ``model_args`` with a dot, such as
+``encoding.hparams.scaling=yarn``, and ``max_length``: a different evaluation of the run), one
+column per task and metric, the newest result of each task kept, its standard error beside it
+where the harness gives one. Nothing here imports the harness.
 """
 
 from __future__ import annotations
