@@ -57,6 +57,11 @@ def lm(run_dir):
     return get_model("posenc").create_from_arg_string(f"workdir={run_dir},batch_size=4")
 
 
+@pytest.fixture(scope="session")
+def run(lm):
+    return lm.run  # the run the harness model loaded (posenc.load_run)
+
+
 def _log_probs(run, tokens: np.ndarray) -> np.ndarray:
     """float64 log-probability of each ``tokens[t + 1]`` given ``tokens[:t + 1]`` (``[T - 1]``)."""
     logits = np.asarray(run.logits(tokens), np.float64)[:-1]
@@ -78,17 +83,18 @@ def _expected_loglikelihood(run, context: str, continuation: str, max_length: in
     return float(logp[-n:].sum()), bool(hits.all())
 
 
-def test_loglikelihood_is_the_sum_of_posenc_log_probs(lm, run_dir):
-    run = load_run(run_dir)
-    pairs = [
-        ("def add(a, b):", " return a + b"),
-        ("import os ", "path"),  # a trailing space moves to the continuation
-        ("", "class A:"),  # an empty context: the document separator
+@pytest.mark.slow
+def test_loglikelihood_is_the_sum_of_posenc_log_probs(lm, run):
+    pairs = [  # 12 tokens each (the reference compiles once), and one cut to the last 17
+        ("def add(a,", " b): pass"),
+        ("import os ", "sys"),  # a trailing space moves to the continuation
+        ("", "class A(B):"),  # an empty context: the document separator
         ("x = 1\n" * 5, "y = 2"),  # longer than max_length + 1: the last 17 tokens kept
     ]
     requests = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
     got = lm.loglikelihood(requests, disable_tqdm=True)
     for pair, (logp, greedy) in zip(pairs, got, strict=True):
+        assert len(pair[0] + pair[1]) in (11, 30)
         want, want_greedy = _expected_loglikelihood(run, *pair, SEQ_LEN)
         assert logp == pytest.approx(want, abs=1e-4, rel=1e-5), pair
         assert greedy == want_greedy
@@ -109,8 +115,9 @@ def _posenc_eval_loss(run, stream: np.ndarray, length: int, mode: str, stride: i
     return result["loss"] * result["tokens"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["nonoverlapping", "sliding"])
-def test_loglikelihood_rolling_is_posenc_eval_on_the_same_document(lm, run_dir, mode):
+def test_loglikelihood_rolling_is_posenc_eval_on_the_same_document(lm, run, run_dir, mode):
     stride = SEQ_LEN if mode == "nonoverlapping" else 4
     # 32 = 2 * 16 = 16 + 4 * 4 targets: posenc eval scores every one at either stride.
     text = "def f(x):\n    return x * 2  # ok\n"[:32]
@@ -122,16 +129,16 @@ def test_loglikelihood_rolling_is_posenc_eval_on_the_same_document(lm, run_dir, 
             {"workdir": run_dir, "eval.mode": "sliding", "eval.stride": stride}
         )
     else:
-        run, harness = load_run(run_dir), lm
+        harness = lm
     want = _posenc_eval_loss(run, stream, SEQ_LEN, mode, stride)
     (got,) = harness.loglikelihood_rolling([Instance("loglikelihood_rolling", {}, (text,), 0)])
     assert -got == pytest.approx(want, rel=1e-5)
 
 
-def test_rolling_tail_scores_as_a_longer_stream_would(run_dir):
+@pytest.mark.slow
+def test_rolling_tail_scores_as_a_longer_stream_would(run):
     """A document whose tail does not fill a window: each token's loss is the one posenc eval
     gives it on a longer stream (the padded last window reads no padding)."""
-    run = load_run(run_dir)
     scorer = HarnessScorer(run, SEQ_LEN, batch_size=2)
     tokens = list(b"for i in range(10):\n    pass")  # 28 tokens: one window and 12
     (losses,) = scorer.rolling([tokens])
@@ -144,8 +151,8 @@ def test_rolling_tail_scores_as_a_longer_stream_would(run_dir):
     np.testing.assert_allclose(losses, want, rtol=1e-5, atol=1e-5)
 
 
-def test_generate_until_is_greedy_generate_cut_at_the_stop_sequence(lm, run_dir):
-    run = load_run(run_dir)
+@pytest.mark.slow
+def test_generate_until_is_greedy_generate_cut_at_the_stop_sequence(lm, run):
     prompt = "import os\n"
     ids = np.asarray([list(prompt.encode())], np.int32)
     full = np.asarray(greedy_generate(run.model, ids, 10))[0]
@@ -163,31 +170,94 @@ def test_generate_until_is_greedy_generate_cut_at_the_stop_sequence(lm, run_dir)
     assert got == [want, text]
 
 
-def test_harness_refusals(run_dir, tmp_path, data_dir):
+def test_refusals_before_anything_loads(tmp_path, data_dir):
+    from flax import nnx
+
+    from posenc.models.build import build
+
     # Not a run directory.
-    with pytest.raises(Exception, match="config.json|not a|work directory"):
+    with pytest.raises(Exception, match=str(tmp_path)):
         get_model("posenc").create_from_arg_string(f"workdir={tmp_path}")
-    # A model argument posenc does not know.
-    with pytest.raises(ValueError, match="model argument 'pretrained'"):
-        get_model("posenc").create_from_arg_string(f"workdir={run_dir},pretrained=gpt2")
-    # An override evaluation may not change.
-    with pytest.raises(ValueError, match="model.num_layers"):
-        get_model("posenc").create_from_arg_obj({"workdir": run_dir, "model.num_layers": 3})
-    # Sampling.
-    lm = get_model("posenc").create_from_arg_string(f"workdir={run_dir}")
-    with pytest.raises(ValueError, match="greedily"):
-        lm.generate_until([Instance("generate_until", {}, ("a", {"do_sample": True}), 0)])
-    # max_length past a learned position table.
+    # A model argument posenc does not know; no workdir.
+    with pytest.raises(ValueError, match="model argument 'pretrained' is not one posenc knows"):
+        get_model("posenc").create_from_arg_string(f"workdir={tmp_path},pretrained=gpt2")
+    with pytest.raises(ValueError, match="workdir is required"):
+        get_model("posenc").create_from_arg_string("max_length=64")
+    # max_length past a learned position table (the model's shapes are enough).
     config = helpers.tiny_config(data_dir, "encoding.name=learned", "encoding.hparams.max_len=32")
-    learned = types.SimpleNamespace(model=helpers.initial_model(config), workdir="runs/learned")
+    model = nnx.eval_shape(lambda: build(config))
+    learned = types.SimpleNamespace(model=model, workdir="runs/learned")
     check_max_length(learned, 32)
     with pytest.raises(ValueError, match=r"max_length=64 is beyond what runs/learned can score"):
         check_max_length(learned, 64)
-    # A masked-LM run (its kind predicts no next token).
+    # A masked-LM run: its kind predicts no next token.
     masked = helpers.tiny_config(data_dir, "train.objective=masked_lm", "model.causal=False")
     fake = types.SimpleNamespace(config=masked, model=None, workdir="runs/mlm")
     with pytest.raises(ValueError, match="runs/mlm is a masked_lm run .* causal language models"):
         check_run(fake)
+
+
+@pytest.mark.slow
+def test_refusals_of_a_loaded_run(lm, run_dir):
+    # An override evaluation may not change.
+    with pytest.raises(ValueError, match="model.num_layers"):
+        get_model("posenc").create_from_arg_obj({"workdir": run_dir, "model.num_layers": 3})
+    # Sampling.
+    with pytest.raises(ValueError, match="greedily"):
+        lm.generate_until([Instance("generate_until", {}, ("a", {"do_sample": True}), 0)])
+
+
+def test_rolling_windows_are_posenc_evals():
+    """The windows over ``[prefix] + document`` are ``posenc eval``'s (posenc.data.eval_windows)
+    where the document fills them, and continue them past its end otherwise."""
+    from posenc import data as data_lib
+
+    for length, stride in [(16, 16), (16, 4), (8, 3), (5, 5)]:
+        scorer = types.SimpleNamespace(max_length=length, stride=stride)
+        for n in range(1, 60):
+            windows = HarnessScorer.windows(scorer, list(range(n)))
+            scored = np.zeros(n, int)
+            for start, first in windows:
+                scored[start + first : min(start + length, n)] += 1
+            assert (scored == 1).all(), (length, stride, n)  # every token once
+            if n >= length and (n - length) % stride == 0:  # posenc eval scores it whole
+                ev = data_lib.eval_windows(np.zeros(n + 1), length, stride=stride)
+                assert ev.dropped_tokens == 0 and ev.num_windows == len(windows)
+                assert [s for s, _ in windows] == [k * stride for k in range(ev.num_windows)]
+
+
+def test_stop_sequences_cut_the_text():
+    from posenc.data.tokenizer import ByteTokenizer
+    from posenc.harness.model import cut_at_stop
+
+    tok = ByteTokenizer()
+    ids = list(b"abc\ndef;ghi") + [SEP] + list(b"jkl")
+    assert cut_at_stop(tok, ids, ()) == "abc\ndef;ghi"  # the separator ends a document
+    assert cut_at_stop(tok, ids, (";", "\n")) == "abc"  # the first stop in the text wins
+    assert cut_at_stop(tok, ids, ("jkl",)) == "abc\ndef;ghi"
+
+
+def test_report_section_reads_results_under_the_runs(tmp_path):
+    """A results file as the harness writes it, under two runs of a sweep folder."""
+    from posenc.report.harness import harness_section
+
+    for name, acc in (("rope", 0.25), ("alibi", 0.75)):
+        run = tmp_path / name
+        (run / "harness" / "model").mkdir(parents=True)
+        config = {"encoding": {"name": name}, "train": {"seq_len": 16}}
+        (run / "config.json").write_text(json.dumps(config))
+        results = {
+            "results": {"t": {"alias": "t", "acc,none": acc, "acc_stderr,none": 0.1}},
+            "config": {"model": "posenc", "model_args": {"workdir": str(run)}},
+        }
+        path = run / "harness" / "model" / "results_2026-01-01T00-00-00.json"
+        path.write_text(json.dumps(results))
+        newer = dict(results, results={"u": {"alias": "u", "bits_per_byte,none": 2 * acc}})
+        (path.parent / "results_2026-01-02T00-00-00.json").write_text(json.dumps(newer))
+    md = harness_section(str(tmp_path))
+    assert "| run | t: acc | u: bits_per_byte |" in md
+    assert "| alibi [train 16; alibi] | 0.75 ± 0.1 | 1.5 |" in md
+    assert "| rope [train 16; rope] | 0.25 ± 0.1 | 0.5 |" in md
 
 
 # -- the command line and the report (slow: the harness's own run of a task)
