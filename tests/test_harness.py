@@ -86,15 +86,15 @@ def _expected_loglikelihood(run, context: str, continuation: str, max_length: in
 @pytest.mark.slow
 def test_loglikelihood_is_the_sum_of_posenc_log_probs(lm, run):
     pairs = [  # 12 tokens each (the reference compiles once), and one cut to the last 17
-        ("def add(a,", " b): pass"),
-        ("import os ", "sys"),  # a trailing space moves to the continuation
+        ("def f(a,", " b):"),
+        ("import os ", "sy"),  # a trailing space moves to the continuation
         ("", "class A(B):"),  # an empty context: the document separator
         ("x = 1\n" * 5, "y = 2"),  # longer than max_length + 1: the last 17 tokens kept
     ]
     requests = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
     got = lm.loglikelihood(requests, disable_tqdm=True)
     for pair, (logp, greedy) in zip(pairs, got, strict=True):
-        assert len(pair[0] + pair[1]) in (11, 30)
+        assert len(pair[0] + pair[1]) + (pair[0] == "") in (12, 35)
         want, want_greedy = _expected_loglikelihood(run, *pair, SEQ_LEN)
         assert logp == pytest.approx(want, abs=1e-4, rel=1e-5), pair
         assert greedy == want_greedy
