@@ -108,6 +108,8 @@ class PosencLM(TemplateLM):
         RunDir(workdir).read_config()  # a folder that is not a run: one line, nothing loaded
         self.run = load_run(workdir, overrides)
         max_length = own.get("max_length", self.run.config.train.seq_len)
+        if isinstance(max_length, str) and max_length.strip().isdigit():  # JSON's "256"
+            max_length = int(max_length)
         self.scorer = HarnessScorer(self.run, max_length, _batch_size(own.get("batch_size")))
         self.max_gen_toks = int(own.get("max_gen_toks", DEFAULT_MAX_GEN_TOKS))
         if self.max_gen_toks < 1:
