@@ -43,8 +43,16 @@ def run_cli(argv: Sequence[str]) -> int:
     """Runs lm_eval's command line with ``argv`` and posenc's model registered (module
     docstring); returns the exit status. Raises a one-line ``ValueError`` for a task whose data
     is not available offline."""
-    os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
-    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    unset = [k for k in ("HF_DATASETS_OFFLINE", "HF_HUB_OFFLINE") if k not in os.environ]
+    os.environ.update(dict.fromkeys(unset, "1"))
+    try:
+        return _run(argv)
+    finally:
+        for key in unset:  # the caller's environment as it was (a test's process goes on)
+            os.environ.pop(key, None)
+
+
+def _run(argv: Sequence[str]) -> int:
     try:
         import posenc.harness  # noqa: F401 - registers the model
     except ImportError as e:
