@@ -195,6 +195,14 @@ def test_refusals_before_anything_loads(tmp_path, data_dir):
     fake = types.SimpleNamespace(config=masked, model=None, workdir="runs/mlm")
     with pytest.raises(ValueError, match="runs/mlm is a masked_lm run .* causal language models"):
         check_run(fake)
+    # Translation and classification runs, by their kind.
+    from posenc.runs.config import load_config
+
+    for spec, kind in (("translation.py:tiny", "translation"), ("classify.py:tiny", "classif")):
+        config = load_config(str(helpers.REPO / "configs" / spec))
+        fake = types.SimpleNamespace(config=config, model=None, workdir="runs/x")
+        with pytest.raises(ValueError, match=f"runs/x is a {kind}"):
+            check_run(fake)
 
 
 @pytest.mark.slow
@@ -205,6 +213,9 @@ def test_refusals_of_a_loaded_run(lm, run_dir):
     # Sampling.
     with pytest.raises(ValueError, match="greedily"):
         lm.generate_until([Instance("generate_until", {}, ("a", {"do_sample": True}), 0)])
+    # Ids the model's vocabulary does not have (a tokenizer that is not the model's).
+    with pytest.raises(ValueError, match=r"token id 300, outside .* \[0, 257\)"):
+        lm.scorer.continuations([([1, 2], [300])])
 
 
 def test_rolling_windows_are_posenc_evals():

@@ -152,6 +152,13 @@ class HarnessScorer:
     ) -> tuple[np.ndarray, np.ndarray]:
         """Losses (float64) and arg-max hits of ``[N, L]`` windows, in batches of fixed shape."""
         n, length = inputs.shape
+        vocab = self.run.model.config.vocab_size
+        if n and max(int(inputs.max()), int(targets.max())) >= vocab:
+            raise ValueError(
+                f"the text holds token id {max(int(inputs.max()), int(targets.max()))}, outside "
+                f"the model's vocabulary [0, {vocab}) (model.vocab_size): {self.run.workdir}'s "
+                "tokenizer (data.tokenizer) does not spell this text"
+            )
         rows = max(1, min(self.rows(length), n))
         losses, hits = [], []
         for start in range(0, n, rows):
