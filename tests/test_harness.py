@@ -389,3 +389,28 @@ def test_harness_cli_without_cached_data_is_one_line(run_dir, tmp_path, monkeypa
     line = helpers.one_line_error(err, "harness")
     assert "posenc_remote is not available offline" in line and "--include_path" in line
     assert not os.path.exists(tmp_path / "out")
+
+
+@pytest.mark.slow
+def test_an_imported_run_with_its_own_tokenizer(tmp_path):
+    """``posenc import-hf`` of the tiny golden GPT-2 (a learned table of 64 positions): the
+    harness tokenizes with the model's tokenizer, an empty context is its beginning of text, and
+    a window past the table is refused."""
+    workdir = str(tmp_path / "gpt2")
+    golden = helpers.REPO / "tests" / "hf" / "golden" / "gpt2"
+    code, _, err = helpers.run_cli("import-hf", str(golden), "--workdir", workdir)
+    assert code == 0, err
+    lm = get_model("posenc").create_from_arg_string(f"workdir={workdir}")
+    run, tok = lm.run, lm.run.tokenizer
+    assert lm.max_length == 64 and lm.prefix_token_id == tok.bos_id
+    pairs = [("hello", " world"), ("", "hello world")]
+    got = lm.loglikelihood([Instance("loglikelihood", {}, p, i) for i, p in enumerate(pairs)])
+    for (context, continuation), (logp, _) in zip(pairs, got, strict=True):
+        whole = list(tok.encode(context + continuation))
+        ctx = list(tok.encode(context)) if context else []
+        n = len(whole) - len(ctx)
+        tokens = np.asarray(([tok.bos_id] if not context else []) + whole, np.int32)
+        want = _log_probs(run, tokens)[0][-n:].sum()
+        assert logp == pytest.approx(want, abs=1e-4)
+    with pytest.raises(ValueError, match="max_length=65 is beyond what .* can score: .*max_len=64"):
+        get_model("posenc").create_from_arg_string(f"workdir={workdir},max_length=65")
