@@ -8,6 +8,7 @@
     posenc analyze --workdir runs/alibi --lengths 64,1024
     posenc retrieval --workdir runs/alibi --tasks passkey,niah_single_1 --lengths 256,1024
     posenc plan --config configs/base.py --devices 8 --device-memory 80GB --config.mesh.fsdp=8
+    posenc harness run --model posenc --model_args workdir=runs/alibi --tasks my_task
 
 Config overrides are given as ``--config.<field>=<value>`` (any number, applied in order).
 Errors are one line on stderr (exit status 2; 3 when training diverged; 130 when interrupted);
