@@ -8,6 +8,7 @@
     posenc analyze --workdir runs/alibi --lengths 64,1024
     posenc retrieval --workdir runs/alibi --tasks passkey,niah_single_1 --lengths 256,1024
     posenc plan --config configs/base.py --devices 8 --device-memory 80GB --config.mesh.fsdp=8
+    posenc harness run --model posenc --model_args workdir=runs/alibi --tasks my_task
 
 Config overrides are given as ``--config.<field>=<value>`` (any number, applied in order).
 Errors are one line on stderr (exit status 2; 3 when training diverged; 130 when interrupted);
@@ -412,6 +413,15 @@ def _add_kind_commands(sub) -> None:
             )
 
 
+_HARNESS = "harness"
+
+
+def _cmd_harness(args, overrides) -> int:
+    from posenc.harness.cli import run_cli
+
+    return run_cli(args.lm_eval_args)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="posenc",
@@ -683,6 +693,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dtype", choices=dtypes, default="float32", help="dtype of the tensors")
     p.set_defaults(func=_cmd_export_hf)
 
+    p = sub.add_parser(
+        _HARNESS,
+        add_help=False,
+        help="run EleutherAI's lm-evaluation-harness with the posenc model registered",
+        description="posenc harness <lm_eval arguments>: lm_eval's own command line (run, ls, "
+        "validate; run when none is given) with --model posenc known; --model_args "
+        "workdir=<run>[,max_length=N,batch_size=N,max_gen_toks=N,<config field>=<value>]. "
+        "Results go to <workdir>/harness/ unless --output_path is given. Needs the harness "
+        "extra (pip install 'posenc[harness]').",
+    )
+    p.add_argument("lm_eval_args", nargs=argparse.REMAINDER, help="lm_eval's arguments")
+    p.set_defaults(func=_cmd_harness)
+
     p = sub.add_parser("data", help="prepare or inspect data sources")
     data_sub = p.add_subparsers(dest="data_command", required=True, metavar="ACTION")
     splits = (
@@ -887,10 +910,14 @@ def _first_line(error: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    rest, overrides = _split_overrides(argv)
+    argv = sys.argv[1:] if argv is None else list(argv)
     parser = build_parser()
-    args = parser.parse_args(rest)
+    if argv[:1] == [_HARNESS]:  # lm_eval's arguments, passed on as they are
+        rest, overrides = [], []
+        args = argparse.Namespace(command=_HARNESS, func=_cmd_harness, lm_eval_args=argv[1:])
+    else:
+        rest, overrides = _split_overrides(argv)
+        args = parser.parse_args(rest)
     if overrides and not getattr(args, "takes_overrides", args.command in _TAKE_OVERRIDES):
         parser.error(f"--config.* overrides do not apply to `posenc {args.command}`")
     if not os.environ.get("POSENC_TRACEBACK"):

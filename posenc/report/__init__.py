@@ -21,6 +21,8 @@ listed in ``sweep.json``, or every evaluated subdirectory, or the directory itse
 - a retrieval section (``posenc retrieval`` records: passkey and needle-in-a-haystack accuracy by
   length, effective lengths, ``retrieval_vs_length.png`` across runs and each run's heat map by
   length x depth, :mod:`posenc.report.retrieval`);
+- a harness section (``posenc harness`` results kept under each run's ``harness/`` folder:
+  each lm-evaluation-harness task's metric per run, :mod:`posenc.report.harness`);
 - an attention section for models whose layers differ (``posenc analyze`` records of a pattern
   of layer kinds: attention entropy and far weight per kind by length,
   :mod:`posenc.report.attention`).
@@ -65,6 +67,7 @@ from posenc.kinds.base import RunKind
 from posenc.kinds.registry import kinds
 from posenc.report import evidence
 from posenc.report.attention import attention_section
+from posenc.report.harness import harness_section
 from posenc.report.plots import bucket, line_colors, plot_metric, plot_positions, position_curve
 from posenc.report.retrieval import retrieval_section
 from posenc.report.runs import METRICS, Cell, Column, Run, cell, find_runs, group_runs
@@ -143,7 +146,8 @@ DEFAULT_METRIC = "perplexity"
 def write_report(sweep_dir: str, metric: str = DEFAULT_METRIC) -> list[str]:
     """Writes the tables and plots of ``sweep_dir`` (see the module docstring), and the
     retrieval section (:mod:`posenc.report.retrieval`) where runs have ``posenc retrieval``
-    records and the attention section (:mod:`posenc.report.attention`) where models with a
+    records, the harness section (:mod:`posenc.report.harness`) where runs have ``posenc
+    harness`` results and the attention section (:mod:`posenc.report.attention`) where models with a
     pattern of layer kinds have ``posenc analyze`` records; a folder with such records only
     gets those sections alone.
 
@@ -152,8 +156,10 @@ def write_report(sweep_dir: str, metric: str = DEFAULT_METRIC) -> list[str]:
     """
     section, files = retrieval_section(sweep_dir)
     attention = attention_section(sweep_dir)
-    what = " and ".join(n for n, part in (("retrieval", section), ("attention", attention)) if part)
-    section += attention
+    harness = harness_section(sweep_dir)
+    parts = (("retrieval", section), ("attention", attention), ("harness", harness))
+    what = " and ".join(n for n, part in parts if part)
+    section += attention + harness
     try:
         paths = _write_report(sweep_dir, metric)
     except FileNotFoundError:

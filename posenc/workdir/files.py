@@ -68,6 +68,9 @@ RETRIEVAL_SUFFIXES = {
     "heatmap": ".png",  # accuracy by length x depth, one panel per task
     "curve": "_length.png",  # accuracy against length, one line per task
 }
+# posenc harness (lm-evaluation-harness): its results files (``results_<time>.json``) under this
+# folder, as the harness writes them for --output_path <workdir>/harness.
+HARNESS_DIR = "harness"
 # Every name above: what posenc keeps in a run or sweep directory, never written over by a file
 # a user names (an evaluation's --output).
 OWNED_NAMES = (
@@ -86,6 +89,7 @@ OWNED_NAMES = (
     VOCAB_FILE,
     PRETRAINED_FILE,
     TOKENIZER_DIR,
+    HARNESS_DIR,
     *(ANALYSIS_STEM + suffix for suffix in ANALYSIS_SUFFIXES.values()),
     *(RETRIEVAL_STEM + suffix for suffix in RETRIEVAL_SUFFIXES.values()),
 )

@@ -48,6 +48,7 @@ from posenc.workdir.files import (
     DATA_FILE,
     EVAL_FILE,
     EVAL_PREFIX,
+    HARNESS_DIR,
     HYPOTHESES_SUFFIX,
     INIT_FILE,
     METRICS_FILE,
@@ -377,6 +378,20 @@ class RunDir:
         for name in names:
             if name.startswith(RETRIEVAL_STEM + "-") and name.endswith(RETRIEVAL_SUFFIXES["json"]):
                 yield name
+
+    def harness_files(self) -> list[str]:
+        """The paths of the lm-evaluation-harness results files under the run's
+        :data:`~posenc.workdir.files.HARNESS_DIR` (``results_<time>.json``, at any depth: the
+        harness adds a folder named after the model), oldest first by their name's time."""
+        root = self.file(HARNESS_DIR)
+        found = []
+        for folder, _, names in os.walk(root):
+            found += [
+                os.path.join(folder, n)
+                for n in names
+                if n.startswith("results_") and n.endswith(".json")
+            ]
+        return sorted(found, key=os.path.basename)
 
     def eval_files(self) -> Iterator[str]:
         """The names of the evaluation reports in the directory: ``eval.json`` first."""
