@@ -308,7 +308,7 @@ def _kernel(
     out_ref = refs[-1]
     table_ref = refs[0] if has_table else None
     leaf_refs = refs[int(has_table) : len(refs) - 1]
-    enc, terms, tile, causal = static.encoding, static.terms, static.tile, static.causal
+    terms, tile, causal = static.terms, static.tile, static.causal
     window = terms.window
     head, qi = pl.program_id(1), pl.program_id(2)
     sp = k_ref.shape[0]

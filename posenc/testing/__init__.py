@@ -60,9 +60,10 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 A check that does not apply to an encoder (``carry`` without ``contextual_logits``,
 ``unnormalized`` for one that normalises, ``householder`` without that hook, ``augment``
 without continuous positions, ``bias_by_distance``, ``reach`` and ``carry_limit`` without the
-declaration, ``cudnn`` and ``pallas`` for an encoder the path refuses) or cannot run here (``cudnn`` without an
-NVIDIA GPU, ``context_parallel`` on one device) raises :class:`NotApplicable` rather than passing:
-:func:`applicable` and :func:`cases` leave the first kind out, and the second is a skip.
+declaration, ``cudnn`` and ``pallas`` for an encoder the path refuses) or cannot run here
+(``cudnn`` without an NVIDIA GPU, ``context_parallel`` on one device) raises
+:class:`NotApplicable` rather than passing: :func:`applicable` and :func:`cases` leave the first
+kind out, and the second is a skip.
 
 Sizes are tiny (one layer, width 32, two heads, float32, 12 tokens) and configurable through
 :class:`Settings`; :data:`HPARAMS` holds the battery's hyperparameters for the founding encoders
