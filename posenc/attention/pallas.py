@@ -13,11 +13,13 @@ FlashAttention, Dao et al. 2022). It is our own code, and it adds what posenc's 
   per-distance table (:func:`~posenc.attention.terms.distance_table`, ``[B|1, H, T + S]``,
   computed once per window outside: ``T + S`` calls of the bias instead of ``T x S``); each tile
   reads its band by index (the bias of query ``i``, key ``j`` sits at column ``j - i + T - 1``),
-  the same band the ``blocked`` path reads. Any other ``bias`` (FIRE, whose normaliser reads the
-  query's position; a ``bias_by_distance`` encoder at randomized positions) is called inside the
-  kernel on each tile's positions, with the encoder's parameters passed in whole, and the
-  program's head picked from its ``[1, H, tq, tk]`` result. ``lax.cond`` on the positions picks
-  one of the two kernels per window, as the ``blocked`` path does.
+  the same band the ``blocked`` path reads; at non-contiguous positions (randomized positions,
+  ``lax.cond`` per window) such an encoder runs on the ``blocked`` path instead, since the
+  hooks' own per-pair code (T5's bucket gather, KERPLE's ``custom_vjp``, slices) does not lower
+  to Triton. Any other ``bias`` (FIRE, whose normaliser reads the query's position) is traced
+  into the kernel as a jaxpr of the parameters and the tile's positions (its constants passed
+  in as inputs) and called on each tile, the program's head picked from its ``[1, H, tq, tk]``
+  result.
 - **Masks by index**: the causal mask (key ``j`` visible to query ``i`` when
   ``j <= i + S - T``) and the layer's window (sliding, banded, chunked:
   :func:`~posenc.attention.options.visible`); key tiles wholly outside them are not visited
@@ -44,7 +46,10 @@ interpret mode (``interpret=True``), which runs the same kernel body as ordinary
 one program at a time: slow, and meant for tests. **Verified in interpret mode only**: on CPU it
 equals the ``einsum`` path (forward and gradients) for every bias encoder, causal and
 bidirectional, with windows (``tests/test_attention_pallas.py`` and the battery's ``pallas``
-check). Its GPU lowering and its speed have not been run on a GPU yet; ``attention_impl="auto"``
+check). Without a GPU, ``jax.export`` for ``cuda`` runs Pallas's Triton lowering: NoPE/RoPE and
+every ``bias_by_distance`` encoder lower to XLA's Triton custom call (a test); FIRE's hook (a 4-D
+einsum) does not lower today. Triton's compilation, the numerics on a GPU and the speed have not
+been run; ``attention_impl="auto"``
 never picks it until the device check (``experiments/device_check.py``) has measured it faster.
 """
 
@@ -163,19 +168,7 @@ def _attention(static: _Static, q, k, v, params, q_pos, k_pos):
         q, k, v, params, q_pos, k_pos = residuals
 
         def recompute(q, k, v, params):  # the blocked path: exact, memory-linear, remat'd
-            return blocked(
-                q,
-                k,
-                v,
-                static.encoding,
-                params,
-                q_pos,
-                k_pos,
-                static.causal,
-                static.terms,
-                None,
-                static.block_size,
-            )
+            return _blocked(static, q, k, v, params, q_pos, k_pos)
 
         _, vjp = jax.vjp(recompute, q, k, v, params)
         return (*vjp(g), None, None)
@@ -192,6 +185,7 @@ def _forward(static: _Static, q, k, v, params, q_pos, k_pos):
     s, dv = k.shape[1], v.shape[-1]
     tile = static.tile
     tp, sp = -(-t // tile) * tile, -(-s // tile) * tile
+    q_in, k_in, v_in, q_pos_in, k_pos_in = q, k, v, q_pos, k_pos
     width = pl.next_power_of_2(max(q.shape[-1], dv))
     q = _pad(q, tp, width)
     k, v = _pad(k, sp, width), _pad(v, sp, width)
@@ -202,12 +196,34 @@ def _forward(static: _Static, q, k, v, params, q_pos, k_pos):
     elif not enc.bias_by_distance:
         out = call(q_pos, k_pos, None, params)
     else:
-        out = jax.lax.cond(
+        # Elsewhere (randomized positions) the blocked path: the hooks' own per-pair code
+        # (T5's bucket gather, KERPLE's custom_vjp, slices) does not lower to Triton.
+        return jax.lax.cond(
             is_contiguous(q_pos, k_pos),
-            lambda: call(q_pos, k_pos, distance_table(enc, params, q_pos, k_pos), None),
-            lambda: call(q_pos, k_pos, None, params),
+            lambda: call(q_pos, k_pos, distance_table(enc, params, q_pos, k_pos), None)[
+                :, :t, :, :dv
+            ],
+            lambda: _blocked(static, q_in, k_in, v_in, params, q_pos_in, k_pos_in),
         )
     return out[:, :t, :, :dv]
+
+
+def _blocked(static: _Static, q, k, v, params, q_pos, k_pos):
+    """The window on the ``blocked`` path (the backward pass's recomputation, and a
+    ``bias_by_distance`` encoder at non-contiguous positions)."""
+    return blocked(
+        q,
+        k,
+        v,
+        static.encoding,
+        params,
+        q_pos,
+        k_pos,
+        static.causal,
+        static.terms,
+        None,
+        static.block_size,
+    )
 
 
 def _call(static: _Static, q, k, v, t, s, q_pos, k_pos, table, params):
