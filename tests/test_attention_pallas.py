@@ -236,3 +236,40 @@ def test_the_kernel_lowers_to_triton_for_cuda_without_a_gpu(name):
     it uses exists there) and becomes XLA's Triton custom call. FIRE's bias hook (a 4-D einsum
     for its MLP) does not lower today: docs/attention.md says so."""
     assert "xla.gpu.triton" in _lowers_for_cuda(name)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("causal", [True, False])
+def test_soft_capping_and_a_logit_scale_inside_the_kernel(causal):
+    """Soft-capping and a logit scale, which the kernel applies per tile, against the ``einsum``
+    path (forward and gradients), on the first bias encoder the kernel takes."""
+    enc, params = _setup(_kernel_bias_encoders()[0], causal)
+    q, k, v, q_pos, k_pos = _inputs(20)
+    options = AttentionOptions(softcap=1.5, logit_scale=0.7, window="sliding:9")
+    weights = jnp.asarray(np.random.default_rng(6).standard_normal(q.shape), jnp.float32)
+
+    @jax.jit
+    def run(q, k, v):
+        def loss(impl, q, k, v):
+            out = attend(
+                q,
+                k,
+                v,
+                encoding=enc,
+                params=params,
+                q_pos=q_pos,
+                k_pos=k_pos,
+                causal=causal,
+                implementation=impl,
+                block_size=TILE,
+                options=options,
+            )
+            return jnp.sum(out * weights), out
+
+        grad = jax.grad(loss, argnums=(1, 2, 3), has_aux=True)
+        return [grad(impl, q, k, v) for impl in ("einsum", "pallas")]
+
+    (ref_grads, ref_out), (got_grads, got_out) = run(q, k, v)
+    np.testing.assert_allclose(np.asarray(got_out), np.asarray(ref_out), rtol=2e-5, atol=2e-5)
+    for r, g in zip(ref_grads, got_grads, strict=True):
+        np.testing.assert_allclose(np.asarray(g), np.asarray(r), rtol=1e-4, atol=1e-4)
