@@ -41,21 +41,26 @@ hooks, unnormalised weights (``normalized = False``), and attention sinks; ``att
 with zero channels. Grouped-query attention arrives with its keys repeated, as on every path.
 
 Where it runs: on a GPU through Pallas's Triton lowering (tiles of 16 to 64 rows, channels
-padded to a power of two, as Triton's ``dot`` wants); on every other backend in Pallas's
-interpret mode (``interpret=True``), which runs the same kernel body as ordinary JAX operations,
-one program at a time: slow, and meant for tests. **Verified in interpret mode only**: on CPU it
-equals the ``einsum`` path (forward and gradients) for every bias encoder, causal and
-bidirectional, with windows (``tests/test_attention_pallas.py`` and the battery's ``pallas``
-check). Without a GPU, ``jax.export`` for ``cuda`` runs Pallas's Triton lowering: NoPE/RoPE and
-every ``bias_by_distance`` encoder lower to XLA's Triton custom call (a test); FIRE's hook (a 4-D
-einsum) does not lower today. Triton's compilation, the numerics on a GPU and the speed have not
-been run; ``attention_impl="auto"``
-never picks it until the device check (``experiments/device_check.py``) has measured it faster.
+padded to a power of two, as Triton's ``dot`` wants); on every other backend, TPUs included (the
+Mosaic TPU lowering has not been tried), in Pallas's interpret mode (``interpret=True``), which
+runs the same kernel body as ordinary JAX operations, one program at a time: slow, and meant for
+tests.
+
+**Verified in interpret mode only**: on CPU it equals the ``einsum`` path (forward and
+gradients) for every bias encoder, causal and bidirectional, with windows
+(``tests/test_attention_pallas.py`` and the battery's ``pallas`` check; KERPLE's parameter
+gradient at randomized positions is a known exception, from KERPLE's projected gradient on the
+``blocked`` path the backward recomputes on). Without a GPU, ``jax.export`` for ``cuda`` runs
+Pallas's Triton lowering: NoPE/RoPE and every ``bias_by_distance`` encoder lower to XLA's Triton
+custom call (a test); FIRE's hook (a 4-D einsum) does not lower today. Triton's compilation, the
+numerics on a GPU and the speed have not been run; ``attention_impl="auto"`` never picks the
+kernel until the device check (``experiments/device_check.py``) has measured it faster.
 """
 
 from __future__ import annotations
 
 import functools
+from typing import NamedTuple
 
 import jax
 import jax.extend as jex
@@ -148,12 +153,15 @@ def flash(
     return _attention(static, q, k, v, params, q_pos, k_pos)
 
 
-class _Static:
-    """The call's facts that are not arrays (hashable by identity is enough: one call)."""
+class _Static(NamedTuple):
+    """The call's facts that are not arrays."""
 
-    def __init__(self, encoding, causal, terms, tile, interpret, block_size):
-        self.encoding, self.causal, self.terms = encoding, causal, terms
-        self.tile, self.interpret, self.block_size = tile, interpret, block_size
+    encoding: Encoding
+    causal: bool
+    terms: LayerTerms
+    tile: int
+    interpret: bool
+    block_size: int
 
 
 def _attention(static: _Static, q, k, v, params, q_pos, k_pos):
@@ -242,7 +250,7 @@ def _call(static: _Static, q, k, v, t, s, q_pos, k_pos, table, params):
         flat, treedef = jax.tree.flatten(params)
         tile_pos = jax.ShapeDtypeStruct((1, tile), jnp.int32)
         bias_jaxpr = jax.make_jaxpr(
-            lambda flat, qp, kp: enc_bias(static.encoding, treedef, flat, qp, kp)
+            lambda flat, qp, kp: _enc_bias(static.encoding, treedef, flat, qp, kp)
         )(flat, tile_pos, tile_pos)
         leaves = [*flat, *bias_jaxpr.consts]
         n_params = len(flat)
@@ -292,7 +300,7 @@ def _call(static: _Static, q, k, v, t, s, q_pos, k_pos, table, params):
     )(*args)
 
 
-def enc_bias(encoding: Encoding, treedef, flat, q_pos, k_pos) -> jax.Array:
+def _enc_bias(encoding: Encoding, treedef, flat, q_pos, k_pos) -> jax.Array:
     """The encoder's ``bias`` on its parameters as a flat list of leaves."""
     return encoding.bias(jax.tree.unflatten(treedef, flat), q_pos, k_pos)
 
