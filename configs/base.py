@@ -43,7 +43,8 @@ def get_config(variant: str = "base") -> ml_collections.ConfigDict:
     config.model.dtype = "bfloat16"
     # Reuse the token embedding as the output projection.
     config.model.tie_embeddings = True
-    # Attention path: "auto", "einsum", "blocked", "xla" or "cudnn" (see posenc/attention/core.py);
+    # Attention path: "auto", "einsum", "blocked", "xla" or "cudnn" (see posenc/attention/core.py),
+    # "pallas" (our flash kernel with the bias computed inside; explicit only, unmeasured on GPU);
     # "linear" (elu + 1) or "linear_performer" (FAVOR+) is linear attention, another model.
     config.model.attention_impl = "auto"
     # Queries per block of the "blocked" path; longer windows are evaluated block by block. Also

@@ -38,15 +38,33 @@ SLOW_EXCEPT = {
     "classifier": CLASSIFIER_DEFAULT,
     "patterns": PATTERNS_DEFAULT,
     "pattern_trains": (),
+    # The pallas kernel runs in Pallas's interpret mode off a GPU (10-15 s a case to compile):
+    # tests/test_attention_pallas.py has one default case, the battery's in the slow step.
+    "pallas": (),
 }
 # Where the cudnn cases (which skip without an NVIDIA GPU, so on every CI machine) do run.
 CUDNN_ELSEWHERE = "runs in the prepared device check, experiments/device_check.py (issue 35)"
 
 
+# Known bugs a check finds, each with a strict xfail (it must fail until fixed): KERPLE's
+# projected gradient (kerple.project) zeroes outward gradients by their sign, so the blocked
+# path's per-tile bias calls (which the pallas backward recomputes on, at randomized positions)
+# project each tile's partial gradient, not the sum: the battery's r2 starts below eps there.
+KNOWN_FAILURES = {
+    ("kerple_log", "pallas"): "KERPLE's projection is not linear in its gradient (see "
+    "tests/encodings/test_kerple.py::test_blocked_parameter_gradient_equals_einsum_with_a_"
+    "coefficient_below_eps)",
+}
+
+
 def _contract_cases():
     for name, check in testing.cases():
         slow = name not in SLOW_EXCEPT.get(check, (name,))
-        yield pytest.param(name, check, marks=pytest.mark.slow) if slow else (name, check)
+        marks = [pytest.mark.slow] if slow else []
+        if (name, check) in KNOWN_FAILURES:
+            reason = KNOWN_FAILURES[name, check]
+            marks.append(pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
+        yield pytest.param(name, check, marks=marks)
 
 
 @pytest.mark.parametrize("name,check", _contract_cases())
@@ -67,6 +85,11 @@ def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
     # Contextual logits, values, unnormalised weights, Householder products: the fused kernels
     # refuse them.
     assert on_cudnn == set(encodings.names()) - {"cope", "shaw", "stick_breaking", "path"}
+    on_pallas = {name for name, check in cases if check == "pallas"}
+    # The kernel computes content-free terms from positions only: content logits (Shaw, XL,
+    # DAPE, DeBERTa, ...), values, decays, contextual logits and Householder products it refuses.
+    assert {"alibi", "t5", "kerple_log", "fire", "dynamic_bias", "rope", "nope"} <= on_pallas
+    assert not {"shaw", "xl", "cope", "stick_breaking", "path", "forgetting"} & on_pallas
     by_distance = {name for name, check in cases if check == "bias_by_distance"}
     assert by_distance == {"alibi", "t5", "kerple_log", "kerple_power", "dynamic_bias"}
     assert {name for name, check in cases if check == "reach"} == {"shaw", "t5"}
@@ -81,6 +104,7 @@ def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
         "householder",
         "augment",
         "cudnn",
+        "pallas",
         "key_lookback",
     }
     every_other -= cheaper_tiles
@@ -96,6 +120,8 @@ def test_checks_that_do_not_apply_are_not_cases_and_refuse_to_pass():
         testing.check_augment("rope")
     with pytest.raises(testing.NotApplicable, match=r"cudnn does not apply.*'shaw'.*value term"):
         testing.check_cudnn("shaw")
+    with pytest.raises(testing.NotApplicable, match=r"pallas does not apply.*'shaw'.*content"):
+        testing.check_pallas("shaw")
     with pytest.raises(testing.NotApplicable, match=r"bias_by_distance does not apply.*'fire'"):
         testing.check_bias_by_distance("fire")
     with pytest.raises(testing.NotApplicable, match=r"reach does not apply.*'alibi'"):

@@ -16,6 +16,11 @@ decide what enters the computation and, with the device and the lengths, which p
   softmax (queries by ``lax.map``, keys by ``lax.scan``, from the last key tile to the first for
   ``contextual_logits``, which carry a running sum), so memory grows as ``T x block`` instead of
   ``T x S``; used for long evaluation windows.
+- ``"pallas"``: our flash-attention kernel in Pallas (:mod:`posenc.attention.pallas`), with a
+  content-free bias computed inside the kernel per tile (a per-distance table's band, or the
+  encoder's ``bias`` on the tile's positions), the causal mask and windows by index, and a
+  backward pass that recomputes on ``blocked``; Pallas's interpret mode off a GPU (slow: for
+  tests). Explicit only: ``auto`` does not pick it until it is measured faster on a GPU.
 - ``"auto"``: :func:`choose_implementation`.
 - ``"linear"``, ``"linear_performer"``: linear attention (:mod:`posenc.attention.linear`), a
   different model rather than a faster path, so ``auto`` never picks one: kernel feature maps
@@ -60,7 +65,7 @@ import math
 import jax
 import jax.numpy as jnp
 
-from posenc.attention import householder
+from posenc.attention import householder, pallas
 from posenc.attention import linear as linear_attention
 from posenc.attention.blocked import blocked
 from posenc.attention.options import AttentionOptions, Window, qk_normalize, query_factor
@@ -77,7 +82,15 @@ from posenc.attention.terms import (
 )
 from posenc.encodings.base import Encoding, Params
 
-IMPLEMENTATIONS = ("auto", "einsum", "blocked", "xla", "cudnn", *linear_attention.PATHS)
+IMPLEMENTATIONS = (
+    "auto",
+    "einsum",
+    "blocked",
+    "xla",
+    "cudnn",
+    "pallas",
+    *linear_attention.PATHS,
+)
 _FUSED = ("xla", "cudnn")
 _PLAIN = AttentionOptions()
 
@@ -180,6 +193,8 @@ def check_implementation(
             f"{inside[0]}: the fused kernels do not expose the softmax; use 'auto', 'einsum' or "
             "'blocked'"
         )
+    if implementation == "pallas":
+        _check_pallas(encoding, options)
     if implementation in linear_attention.PATHS:
         reason = linear_attention.refusal(encoding)
         if reason:
@@ -198,6 +213,22 @@ def check_implementation(
                 f"softmax over keys); got {options.prefix}.{changed[0]}="
                 f"{getattr(options, changed[0])!r}"
             )
+
+
+def _check_pallas(encoding: Encoding, options: AttentionOptions) -> None:
+    """The refusals of the ``pallas`` kernel: hooks it cannot compute from positions
+    (:func:`posenc.attention.pallas.refusal`) and attention sinks (soft-capping it takes)."""
+    reason = pallas.refusal(encoding)
+    if reason:
+        raise ValueError(
+            f"model.attention_impl='pallas' cannot run encoding {encoding.name!r}: {reason}; "
+            "use 'auto', 'einsum' or 'blocked'"
+        )
+    if options.sinks:
+        raise ValueError(
+            f"model.attention_impl='pallas' cannot take {options.prefix}.sinks: the kernel has "
+            "no sink logit in its softmax; use 'auto', 'einsum' or 'blocked'"
+        )
 
 
 def _check_unnormalized(encoding: Encoding, implementation: str, options: AttentionOptions):
@@ -330,6 +361,8 @@ def attend(
     args = (encoding, params, q_pos, k_pos, causal, terms, decay)
     if implementation in _FUSED:
         return _fused(q, k, v, *args, implementation)
+    if implementation == "pallas":
+        return pallas.flash(q, k, v, encoding, params, q_pos, k_pos, causal, terms, block_size)
     if implementation == "blocked" and t > block_size:
         return blocked(q, k, v, *args, block_size, k_valid, factors=moves)
     return _reference(q, k, v, *args, k_valid, first, moves)

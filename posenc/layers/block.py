@@ -240,8 +240,8 @@ class Block(nnx.Module):
             q, q_pos = q[:, memory.shape[1] :], positions[:, memory.shape[1] :]
         config = self.config
         implementation = config.attention_impl
-        if k_valid is not None and implementation in ("xla", "cudnn"):
-            implementation = "auto"  # the fused kernels take no key mask; auto picks a path
+        if k_valid is not None and implementation in ("xla", "cudnn", "pallas"):
+            implementation = "auto"  # the kernels take no key mask; auto picks a path
         attn = self.attn(
             q,
             k,

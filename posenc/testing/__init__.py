@@ -20,6 +20,8 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 ``declarations``    the class declarations (``name``, ``paper``, ``relative``, ...) well formed
 ``paths_agree``     every float32 softmax path that takes the encoder equals the ``einsum`` one
 ``cudnn``           cuDNN's fused kernel equals the ``einsum`` reference in bfloat16 (NVIDIA GPUs)
+``pallas``          the Pallas flash kernel (interpret mode off a GPU) equals ``einsum``, forward
+                    and gradients of ``q``, ``k``, ``v`` and the encoder's parameters
 ``carry``           ``contextual_logits`` on key tiles, last to first with the carry, equal one call
 ``unnormalized``    ``normalized = False``: every row's weights ``exp(logits)`` sum to at most 1,
                     masked pairs weigh 0
@@ -58,9 +60,10 @@ The checks (each ``check(encoder, settings=None)``, see :mod:`posenc.testing.che
 A check that does not apply to an encoder (``carry`` without ``contextual_logits``,
 ``unnormalized`` for one that normalises, ``householder`` without that hook, ``augment``
 without continuous positions, ``bias_by_distance``, ``reach`` and ``carry_limit`` without the
-declaration, ``cudnn`` for an encoder the path refuses) or cannot run here (``cudnn`` without an
-NVIDIA GPU, ``context_parallel`` on one device) raises :class:`NotApplicable` rather than passing:
-:func:`applicable` and :func:`cases` leave the first kind out, and the second is a skip.
+declaration, ``cudnn`` and ``pallas`` for an encoder the path refuses) or cannot run here
+(``cudnn`` without an NVIDIA GPU, ``context_parallel`` on one device) raises
+:class:`NotApplicable` rather than passing: :func:`applicable` and :func:`cases` leave the first
+kind out, and the second is a skip.
 
 Sizes are tiny (one layer, width 32, two heads, float32, 12 tokens) and configurable through
 :class:`Settings`; :data:`HPARAMS` holds the battery's hyperparameters for the founding encoders
@@ -103,6 +106,7 @@ from posenc.testing.classifier import check_classifier
 from posenc.testing.context import check_context_parallel
 from posenc.testing.encdec import check_encoder_decoder
 from posenc.testing.linear import check_linear
+from posenc.testing.pallas import check_pallas
 from posenc.testing.patterns import check_pattern_trains, check_patterns
 from posenc.testing.tiling import check_bias_by_distance, check_carry_limit, check_reach
 
@@ -112,6 +116,7 @@ CHECKS: dict[str, Check] = {
     "declarations": check_declarations,
     "paths_agree": check_paths_agree,
     "cudnn": check_cudnn,
+    "pallas": check_pallas,
     "carry": check_carry,
     "unnormalized": check_unnormalized,
     "householder": check_householder,
@@ -213,6 +218,7 @@ __all__ = [
     "check_cudnn",
     "check_declarations",
     "check_encoder",
+    "check_pallas",
     "check_extrapolates",
     "check_householder",
     "check_linear",

@@ -19,7 +19,7 @@ from posenc.attention import linear as linear_attention
 from posenc.attention.options import AttentionOptions
 from posenc.encodings.base import Encoding
 from posenc.layers.params import EncoderParam
-from posenc.testing import context, tiling
+from posenc.testing import context, pallas, tiling
 from posenc.testing._harness import (
     NotApplicable,
     Settings,
@@ -110,6 +110,7 @@ _INAPPLICABLE = {
     "reach": tiling.without_reach,
     "carry_limit": tiling.without_carry_limit,
     "context_parallel": context.refused_by_blocked,
+    "pallas": pallas.refused_by_pallas,
     "key_lookback": _without_rotate,
 }
 
@@ -291,13 +292,14 @@ def _causal_only(enc: Encoding) -> bool:
 
 
 # The float32 paths ``paths_agree`` compares with the reference (``auto`` last, so that a
-# failure names the path itself); cudnn and the linear paths have checks of their own.
+# failure names the path itself); cudnn, pallas (slow in interpret mode: posenc.testing.pallas)
+# and the linear paths have checks of their own.
 _FLOAT32_PATHS = tuple(
     sorted(
         (
             impl
             for impl in attention.IMPLEMENTATIONS
-            if impl not in ("einsum", "cudnn", *linear_attention.PATHS)
+            if impl not in ("einsum", "cudnn", "pallas", *linear_attention.PATHS)
         ),
         key=lambda impl: impl == "auto",
     )
