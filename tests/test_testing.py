@@ -46,25 +46,10 @@ SLOW_EXCEPT = {
 CUDNN_ELSEWHERE = "runs in the prepared device check, experiments/device_check.py (issue 35)"
 
 
-# Known bugs a check finds, each with a strict xfail (it must fail until fixed): KERPLE's
-# projected gradient (kerple.project) zeroes outward gradients by their sign, so the blocked
-# path's per-tile bias calls (which the pallas backward recomputes on, at randomized positions)
-# project each tile's partial gradient, not the sum: the battery's r2 starts below eps there.
-KNOWN_FAILURES = {
-    ("kerple_log", "pallas"): "KERPLE's projection is not linear in its gradient (see "
-    "tests/encodings/test_kerple.py::test_blocked_parameter_gradient_equals_einsum_with_a_"
-    "coefficient_below_eps)",
-}
-
-
 def _contract_cases():
     for name, check in testing.cases():
         slow = name not in SLOW_EXCEPT.get(check, (name,))
-        marks = [pytest.mark.slow] if slow else []
-        if (name, check) in KNOWN_FAILURES:
-            reason = KNOWN_FAILURES[name, check]
-            marks.append(pytest.mark.xfail(strict=True, raises=AssertionError, reason=reason))
-        yield pytest.param(name, check, marks=marks)
+        yield pytest.param(name, check, marks=[pytest.mark.slow] if slow else [])
 
 
 @pytest.mark.parametrize("name,check", _contract_cases())

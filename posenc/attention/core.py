@@ -318,6 +318,7 @@ def attend(
             )
     if k_valid is not None:
         k, v, k_pos, inputs, k_valid = _remove_invalid(k, v, k_pos, inputs, k_valid)
+    params = encoding.window_params(params)  # once per call, before any path tiles the window
     if implementation in linear_attention.PATHS:  # `rotate` applies to the features there
         return linear_attention.attend_linear(
             q,

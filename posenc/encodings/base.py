@@ -121,6 +121,11 @@ Learned parameters are created by ``init(rng, dims)`` as a flat ``dict`` of floa
 passed back into the hooks; nothing lives in hidden module state. ``param_scope`` says where the
 model keeps them: ``"layer"`` (one set per attention layer) or ``"shared"`` (one set for the whole
 model, e.g. T5's bias table, or a learned absolute table used once at the input).
+``window_params(params)`` (default: unchanged) is what the hooks of one attention call read:
+attention computes it once per call, before a path splits the window into tiles, so that a
+transform whose gradient is not linear in its cotangent (KERPLE's projection onto its bounds)
+sees the gradient of the whole window and not each tile's share; the hooks give the same values
+on its result as on ``params``.
 
 Declarations (class attributes and methods that describe the encoder; :mod:`posenc.testing`
 checks each one against what the encoder does):
@@ -283,6 +288,19 @@ class Encoding:
     def qk_head_dim(self, head_dim: int) -> int:
         """The per-head width of ``q`` and ``k`` after ``rotate``. Default: unchanged."""
         return head_dim
+
+    def window_params(self, params: Params) -> Params:
+        """The parameters as the hooks of one attention call read them; attention calls this
+        once per call, before any path splits the window into tiles, and passes the result to
+        every hook. Default: ``params`` unchanged.
+
+        For a transform whose gradient is not linear in its cotangent (KERPLE's projection,
+        which drops an outward gradient by its sign): a path that calls a hook once per tile
+        would apply it to each tile's share of the gradient instead of the window's total. The
+        hooks must give the same values on the result as on ``params`` (the transform is
+        idempotent), since tests and other callers may pass either.
+        """
+        return params
 
     @property
     def reach(self) -> int | None:

@@ -162,6 +162,11 @@ class DAPE(Encoding):
             params[name] = torch_linear_init(key, shapes[name], fan_in.get(name, self.mlp_width))
         return params
 
+    def window_params(self, params: Params) -> Params:
+        """The base's :meth:`~posenc.encodings.base.Encoding.window_params` on its share."""
+        base = self.base_encoding().window_params(self._base_params(params))
+        return {**params, **{f"base_{k}": v for k, v in base.items()}}
+
     def _base_params(self, params: Params) -> Params:
         return {k[len("base_") :]: v for k, v in params.items() if k.startswith("base_")}
 

@@ -116,6 +116,13 @@ class _Kerple(Encoding):
             "r2": self._r2_init * jax.random.uniform(rng_r2, (h,), jnp.float32),
         }
 
+    def window_params(self, params: Params) -> Params:
+        """``r1`` and ``r2`` projected once per attention call: the per-tile calls of ``bias``
+        then project values already inside the interval (an identity, gradient included), so
+        the projection's sign rule sees the window's whole gradient on every path."""
+        r1, r2 = self.coefficients(params)
+        return {**params, "r1": r1, "r2": r2}
+
     def coefficients(self, params: Params) -> tuple[jax.Array, jax.Array]:
         """The clamped ``(r1, r2)`` the bias uses, ``[H]`` float32 each."""
         r1 = project(jnp.asarray(params["r1"], jnp.float32), self.eps, math.inf)
