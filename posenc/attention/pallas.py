@@ -46,13 +46,13 @@ Mosaic TPU lowering has not been tried), in Pallas's interpret mode (``interpret
 runs the same kernel body as ordinary JAX operations, one program at a time: slow, and meant for
 tests.
 
-**Verified in interpret mode only**: on CPU it equals the ``einsum`` path (forward and
-gradients) for every bias encoder, causal and bidirectional, with windows
-(``tests/test_attention_pallas.py`` and the battery's ``pallas`` check). Without a GPU,
-``jax.export`` for ``cuda`` runs Pallas's Triton lowering: NoPE/RoPE and every
-``bias_by_distance`` encoder lower to XLA's Triton custom call (a test); FIRE's hook (a 4-D einsum) does not lower today. Triton's compilation, the
-numerics on a GPU and the speed have not been run; ``attention_impl="auto"`` never picks the
-kernel until the device check (``experiments/device_check.py``) has measured it faster.
+**Verified in interpret mode only**: on CPU it equals the ``einsum`` path (forward and gradients)
+for every bias encoder, causal and bidirectional, with windows (``tests/test_attention_pallas.py``
+and the battery's ``pallas`` check). Without a GPU, ``jax.export`` for ``cuda`` runs Pallas's Triton
+lowering: NoPE/RoPE and every ``bias_by_distance`` encoder lower to XLA's Triton custom call (a
+test); FIRE's hook (a 4-D einsum) does not lower today. Triton's compilation, the numerics on a GPU
+and the speed have not been run; ``attention_impl="auto"`` never picks the kernel until the device
+check (``experiments/device_check.py``) has measured it faster.
 """
 
 from __future__ import annotations
