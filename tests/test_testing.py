@@ -242,6 +242,27 @@ class HalfPrecisionInit(BrokenPromise):
 
 
 @dataclasses.dataclass(frozen=True)
+class DoublesPerWindow(BrokenPromise):
+    """``window_params`` doubles the weights: applied twice, it doubles them again."""
+
+    name = "doubles-per-window"
+
+    def init(self, rng, dims):
+        return {"w": jnp.ones((dims.num_heads, 4), jnp.float32)}
+
+    def window_params(self, params):
+        return {"w": 2 * params["w"]}
+
+
+@dataclasses.dataclass(frozen=True)
+class ReshapesPerWindow(DoublesPerWindow):
+    name = "reshapes-per-window"
+
+    def window_params(self, params):
+        return {"w": params["w"].reshape(-1)}
+
+
+@dataclasses.dataclass(frozen=True)
 class IndexBias(Encoding):
     """Biases by the key's index within the call, not its position: tiles see other indices."""
 
@@ -271,6 +292,13 @@ def test_init_that_breaks_param_shapes_fails_the_shape_check():
         testing.check_param_shapes(BrokenPromise())
     with pytest.raises(AssertionError, match="float32.*bfloat16"):
         testing.check_param_shapes(HalfPrecisionInit())
+
+
+def test_window_params_that_change_shapes_or_are_not_idempotent_fail_the_shape_check():
+    with pytest.raises(AssertionError, match="window_params must keep the parameters' names"):
+        testing.check_param_shapes(ReshapesPerWindow())
+    with pytest.raises(AssertionError, match="window_params must be idempotent"):
+        testing.check_param_shapes(DoublesPerWindow())
 
 
 @dataclasses.dataclass(frozen=True)

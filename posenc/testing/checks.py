@@ -695,7 +695,7 @@ def check_param_shapes(encoder: str | Encoding, settings: Settings | None = None
     """``init`` returns exactly what ``param_shapes`` promises, in float32, and a two-layer model
     holds them as :class:`~posenc.layers.params.EncoderParam` where ``param_scope`` says: one copy
     per block (``blocks/<i>/pos_params/<name>``) or one at the model
-    (``shared_pos_params/<name>``).
+    (``shared_pos_params/<name>``); ``window_params`` keeps names and shapes and is idempotent.
     """
     settings = settings or Settings()
     enc = resolve(encoder)
@@ -708,6 +708,12 @@ def check_param_shapes(encoder: str | Encoding, settings: Settings | None = None
     wrong = {n: str(jnp.asarray(x).dtype) for n, x in params.items() if x.dtype != jnp.float32}
     if wrong:
         raise _fail(enc, "param_shapes", f"init must return float32 arrays, got {wrong}")
+    window = enc.bind(dims).window_params(params)
+    if {n: tuple(jnp.shape(x)) for n, x in window.items()} != promised:
+        raise _fail(enc, "param_shapes", "window_params must keep the parameters' names and shapes")
+    again = enc.bind(dims).window_params(window)
+    if any(not np.array_equal(np.asarray(again[n]), np.asarray(window[n])) for n in window):
+        raise _fail(enc, "param_shapes", "window_params must be idempotent (docstring of base.py)")
 
     layers = 2
     model = build(enc, settings, num_layers=layers)
