@@ -74,7 +74,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("out", help="folder for device_check.json and device_check.md")
     parser.add_argument("--dry-run", action="store_true", help="tiny shapes, any device")
     parser.add_argument("--budget", type=float, default=450.0, help="wall-time budget, seconds")
-    parser.add_argument("--encoders", default=None, help="comma-separated (default: the ten)")
+    parser.add_argument(
+        "--encoders",
+        default=None,
+        help="comma-separated; encoder@path forces model.attention_impl (default: the ten, then "
+        "alibi@pallas, t5@pallas, kerple_log@pallas)",
+    )
     parser.add_argument(
         "--sections", default=None, help="comma-separated of tests,peer,train,eval (default: all)"
     )

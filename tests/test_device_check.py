@@ -124,7 +124,7 @@ def test_the_dry_run_writes_every_section(tmp_path):
 
     out = tmp_path / "dry"
     script = _load("device_check")
-    assert script.main([str(out), "--dry-run", "--encoders", "nope,alibi"]) == 0
+    assert script.main([str(out), "--dry-run", "--encoders", "nope,alibi,alibi@pallas"]) == 0
     data, text = _saved(out)
     for heading in HEADINGS:
         assert heading in text
@@ -135,11 +135,19 @@ def test_the_dry_run_writes_every_section(tmp_path):
     cudnn = [n for n, check in testing.cases() if check == "cudnn"]
     assert s["tests"]["collected"] == len(cudnn) + 1
     train = {r["encoder"]: r for r in data["train"]}
-    assert set(train) == {"nope", "alibi"}
+    assert set(train) == {"nope", "alibi", "alibi@pallas"}
+    # An encoder@path entry forces the path (the kernel in interpret mode off a GPU) and trains
+    # the same model on the same data: the same losses as `auto`'s path, to float32 rounding.
+    assert train["alibi@pallas"]["path"] == "pallas" and train["alibi"]["path"] == "xla"
+    assert abs(train["alibi@pallas"]["loss"] - train["alibi"]["loss"]) < 1e-4
     for row in train.values():
         assert row["tokens_per_step"] == 2 * 32  # the dry size: batch 2 x 32 tokens
         assert row["tokens_per_s"] > 0 and row["paths"]["cpu"] == row["path"]
-    assert [(r["encoder"], r["length"]) for r in data["eval"]] == [("nope", 64), ("alibi", 64)]
+    assert [(r["encoder"], r["length"]) for r in data["eval"]] == [
+        ("nope", 64),
+        ("alibi", 64),
+        ("alibi@pallas", 64),
+    ]
     assert all(r["seconds"] > 0 for r in data["eval"])
     peer_importable = not device.missing_modules(("torch", "x_transformers"))
     if peer_importable:  # run tiny on the CPU
@@ -296,6 +304,12 @@ def test_a_killed_shards_outcomes_come_from_its_verbose_lines():
 def test_unknown_encoders_or_sections_are_refused_before_anything_is_written(tmp_path):
     with pytest.raises(ValueError, match=r"^unknown encoders \['foo'\]; known: alibi, "):
         device.Check(str(tmp_path / "a"), encoders=("nope", "foo"))
+    with pytest.raises(ValueError, match=r"^unknown attention paths \['fast'\] \(encoder@path\)"):
+        device.Check(str(tmp_path / "c"), encoders=("nope", "alibi@fast"))
+    with pytest.raises(ValueError, match=r"^unknown encoders \['foo'\]"):
+        device.Check(str(tmp_path / "d"), encoders=("foo@pallas",))
+    assert device.split_entry("alibi@pallas") == ("alibi", "pallas")
+    assert device.split_entry("alibi") == ("alibi", "auto")
     with pytest.raises(ValueError, match=r"^unknown sections \['bar'\]; known: preflight, "):
         device.Check(str(tmp_path / "b"), sections=("preflight", "bar"))
     assert not list(tmp_path.iterdir())

@@ -12,8 +12,10 @@ overruns its time guard is stopped without losing what the others measured:
   from JUnit XML.
 - ``peer``: the same network in x-transformers (:mod:`posenc.benchmark.torch_peer`): training
   for the encoders it has, and one window of each evaluation length for NoPE and RoPE.
-- ``train``: each of :data:`ENCODERS` trained for ``steps`` steps at the size's shape with
-  :func:`posenc.benchmark.measure.measure_train` (GPT-2 small at 2k tokens, bf16, on a GPU).
+- ``train``: each of :data:`ENCODERS`, then the :data:`PALLAS` entries (``encoder@path``: the
+  bias encoders forced onto the Pallas kernel), trained for ``steps`` steps at the size's shape
+  with :func:`posenc.benchmark.measure.measure_train` (GPT-2 small at 2k tokens, bf16, on a
+  GPU).
 - ``eval``: one window at each evaluation length (8k and 32k on a GPU) per encoder with
   :func:`posenc.benchmark.measure.measure_eval`.
 
@@ -67,6 +69,18 @@ ENCODERS = (
     "sinusoidal",
     "learned",
 )
+# Entries ``encoder@path`` force model.attention_impl (any other entry runs what `auto` picks):
+# the bias encoders on the Pallas kernel, measured beside their `auto` rows, since `auto` may
+# choose the kernel only once a GPU has measured it faster (issue 35).
+PALLAS = ("alibi@pallas", "t5@pallas", "kerple_log@pallas")
+
+
+def split_entry(entry: str) -> tuple[str, str]:
+    """``"alibi@pallas"`` -> ``("alibi", "pallas")``; ``"alibi"`` -> ``("alibi", "auto")``."""
+    name, _, impl = entry.partition("@")
+    return name, impl or "auto"
+
+
 # Modules the check imports: posenc's (needed by every run), the tests' and the peer's.
 REQUIRED = ("jax", "flax", "optax", "orbax.checkpoint", "ml_collections", "numpy", "yaml", "absl")
 REQUIRED_GPU = ("pytest", "torch", "x_transformers")
@@ -92,7 +106,7 @@ class Check:
     out: str
     dry_run: bool = False
     budget_s: float = 450.0
-    encoders: tuple[str, ...] = ENCODERS
+    encoders: tuple[str, ...] = ENCODERS + PALLAS
     steps: int | None = None
     warmup: int | None = None
     eval_lengths: tuple[int, ...] | None = None
@@ -113,10 +127,17 @@ class Check:
         self.warmup = self.warmup if self.warmup is not None else (1 if self.dry_run else 2)
         self.eval_lengths = tuple(self.eval_lengths or ((64,) if self.dry_run else (8192, 32768)))
         from posenc import encodings
+        from posenc.attention.core import IMPLEMENTATIONS
 
-        bad = sorted(set(self.encoders) - set(encodings.names()))
+        bad = sorted({split_entry(e)[0] for e in self.encoders} - set(encodings.names()))
         if bad or not self.encoders:
             raise ValueError(f"unknown encoders {bad}; known: {', '.join(encodings.names())}")
+        paths = sorted({split_entry(e)[1] for e in self.encoders} - set(IMPLEMENTATIONS))
+        if paths:
+            raise ValueError(
+                f"unknown attention paths {paths} (encoder@path); known: "
+                f"{', '.join(IMPLEMENTATIONS)}"
+            )
         unknown = sorted(set(self.sections) - set(SECTIONS) - {"preflight"})
         if unknown:
             raise ValueError(f"unknown sections {unknown}; known: {', '.join(SECTIONS)}")
@@ -603,18 +624,28 @@ def _warm(settings, spec: dict[str, Any]) -> None:
     from posenc.benchmark.measure import compile_eval, compile_train
 
     deadlines = spec["deadlines"]
-    for encoder in spec["warm"]["train"]:
+    for entry in spec["warm"]["train"]:
         if time.time() < deadlines.get("train", 0):
             try:
-                compile_train(settings, encoder)
+                compile_train(*_entry_settings(settings, entry))
             except Exception:  # noqa: BLE001, S112
                 continue
-    for encoder in spec["warm"]["eval"]:
+    for entry in spec["warm"]["eval"]:
         if time.time() < deadlines.get("eval", 0):
             try:
-                compile_eval(settings, encoder, settings.eval_lengths)
+                compile_eval(*_entry_settings(settings, entry), settings.eval_lengths)
             except Exception:  # noqa: BLE001, S112
                 continue
+
+
+def _entry_settings(settings, entry: str):
+    """``(settings with the entry's attention path, encoder name)`` for an ``encoder@path``."""
+    name, impl = split_entry(entry)
+    return dataclasses.replace(settings, attention_impl=impl, encoders=(name,)), name
+
+
+def _labelled(row: dict[str, Any], entry: str) -> dict[str, Any]:
+    return {**row, "encoder": entry}
 
 
 def child(spec: dict[str, Any]) -> None:
@@ -624,7 +655,7 @@ def child(spec: dict[str, Any]) -> None:
 
     settings = Settings(
         size=spec["size"],
-        encoders=tuple(spec["encoders"]),
+        encoders=tuple(dict.fromkeys(split_entry(e)[0] for e in spec["encoders"])),
         steps=spec["steps"],
         warmup=spec["warmup"],
         eval_lengths=tuple(spec["eval_lengths"]),
@@ -641,29 +672,30 @@ def child(spec: dict[str, Any]) -> None:
         print(json.dumps({"section": section, **row}), flush=True)
 
     deadlines = spec["deadlines"]
-    for encoder in settings.encoders if "train" in deadlines else ():
+    entries = spec["encoders"]
+    for encoder in entries if "train" in deadlines else ():
         if time.time() > deadlines["train"]:
             emit("train", {"encoder": encoder, "skipped": "time guard"})
             continue
         try:
-            row, _ = measure_train(settings, encoder)
+            row, _ = measure_train(*_entry_settings(settings, encoder))
         except Exception as e:  # noqa: BLE001 - a row of the table
             row = {"encoder": encoder, "error": short_error(e)}
-        emit("train", row)
-    for encoder in settings.encoders if "eval" in deadlines else ():
+        emit("train", _labelled(row, encoder))
+    for encoder in entries if "eval" in deadlines else ():
         if time.time() > deadlines["eval"]:
             for length in settings.eval_lengths:
                 emit("eval", {"encoder": encoder, "length": length, "skipped": "time guard"})
             continue
         try:
-            rows = measure_eval(settings, encoder, settings.eval_lengths)
+            rows = measure_eval(*_entry_settings(settings, encoder), settings.eval_lengths)
         except Exception as e:  # noqa: BLE001 - building the model or the data failed
             rows = [
                 {"encoder": encoder, "length": n, "error": short_error(e)}
                 for n in settings.eval_lengths
             ]
         for row in rows:
-            emit("eval", row)
+            emit("eval", _labelled(row, encoder))
 
 
 if __name__ == "__main__":
