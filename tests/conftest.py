@@ -1,5 +1,6 @@
 """Suite-wide pieces: a guard that keeps a test process under the kernel's limit on memory
-mappings, and the ``no_network`` fixture.
+mappings, the ``no_network`` fixture, and ``data_dir`` (the embedded corpus, built once per
+module, for the tests that train tiny runs).
 
 XLA:CPU maps each compiled executable's code and data into memory (three mappings each) and
 keeps it while JAX's caches hold the executable. A pytest-xdist worker compiles many thousands
@@ -17,6 +18,7 @@ import gc
 import os
 import socket
 
+import _train_helpers as helpers
 import jax
 import pytest
 
@@ -52,3 +54,9 @@ def no_network(monkeypatch):
     monkeypatch.setattr(socket.socket, "connect", refuse)
     monkeypatch.setattr(socket, "create_connection", refuse)
     monkeypatch.setattr(socket, "getaddrinfo", refuse)
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    """A data dir with the embedded ``pystdlib`` corpus prepared (one per test module)."""
+    return helpers.build_pystdlib(tmp_path_factory.mktemp("pystdlib"))

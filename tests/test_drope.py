@@ -22,11 +22,6 @@ from posenc.workdir.metrics import read_metrics
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return helpers.build_pystdlib(tmp_path_factory.mktemp("pystdlib"))
-
-
-@pytest.fixture(scope="module")
 def source(data_dir, tmp_path_factory):
     """A tiny RoPE run (the source whose positions are dropped)."""
     workdir = str(tmp_path_factory.mktemp("source") / "rope")

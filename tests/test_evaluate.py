@@ -22,11 +22,6 @@ from posenc.workdir import EVAL_FILE
 SEQ_LEN = 16
 
 
-@pytest.fixture(scope="session")
-def data_dir(tmp_path_factory):
-    return helpers.build_pystdlib(tmp_path_factory.mktemp("pystdlib"))
-
-
 @pytest.fixture(scope="module")
 def trained(data_dir, tmp_path_factory):
     """A RoPE model trained for 400 steps at length 16 (enough that context clearly helps)."""

@@ -13,11 +13,6 @@ from posenc.studies import rope_extension as extension
 from posenc.workdir import RunDir, read_json
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return helpers.build_pystdlib(tmp_path_factory.mktemp("pystdlib"))
-
-
 @pytest.mark.slow
 def test_zero_shot_and_fine_tuned_columns(data_dir, tmp_path):
     config = helpers.tiny_config(data_dir, "train.steps=4", "eval.lengths=16,64")

@@ -33,11 +33,6 @@ SEQ_LEN = 16
 SEP = 256  # the byte tokenizer's document separator: the prefix of a document
 
 
-@pytest.fixture(scope="session")
-def data_dir(tmp_path_factory):
-    return helpers.build_pystdlib(tmp_path_factory.mktemp("harness_data"))
-
-
 def _train(data_dir, workdir, *overrides):
     from posenc.runs.train import train
 
@@ -46,18 +41,18 @@ def _train(data_dir, workdir, *overrides):
     return str(workdir)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def run_dir(data_dir, tmp_path_factory):
     """One tiny RoPE run (length 16), shared by every test here."""
     return _train(data_dir, tmp_path_factory.mktemp("harness_run") / "rope")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def lm(run_dir):
     return get_model("posenc").create_from_arg_string(f"workdir={run_dir},batch_size=4")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def run(lm):
     return lm.run  # the run the harness model loaded (posenc.load_run)
 

@@ -18,11 +18,6 @@ from posenc.workdir.metrics import read_metrics
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return helpers.build_pystdlib(tmp_path_factory.mktemp("pystdlib"))
-
-
-@pytest.fixture(scope="module")
 def source(data_dir, tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("source") / "run")
     train(helpers.tiny_config(data_dir, "train.steps=4"), workdir)

@@ -13,11 +13,6 @@ from posenc.runs.config import load_config, validate
 from posenc.runs.train import train
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return helpers.build_pystdlib(tmp_path_factory.mktemp("pystdlib"))
-
-
 def _config(pattern=(), kinds=None, model=None, data_dir="unused"):
     """The shrunken tiny config (1 layer unless ``model`` says otherwise, train.seq_len 16) with
     ``config.layers`` and ``config.model`` fields set."""

@@ -31,11 +31,6 @@ MAX_POSITION = 64
 MASKED_LM = ("train.objective=masked_lm", "model.causal=False", "model.vocab_size=258")
 
 
-@pytest.fixture(scope="session")
-def data_dir(tmp_path_factory):
-    return helpers.build_pystdlib(tmp_path_factory.mktemp("pystdlib"))
-
-
 @pytest.fixture(scope="module")
 def run(data_dir, tmp_path_factory):
     """A masked-LM RoPE model, 60 steps at length 16 with randomized positions."""

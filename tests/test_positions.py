@@ -23,11 +23,6 @@ from posenc.workdir.metrics import read_metrics
 RANDOMIZED = ("train.positions=randomized", "train.max_position=64")
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return helpers.build_pystdlib(tmp_path_factory.mktemp("pystdlib"))
-
-
 def _forward(model):
     """``(tokens [B, T], positions [B, T]) -> logits``: the model itself, jitted."""
     graphdef, state = nnx.split(model)

@@ -26,11 +26,6 @@ STEPS = ("train.steps=4", "train.checkpoint_every=2")
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return helpers.build_pystdlib(tmp_path_factory.mktemp("pystdlib"))
-
-
-@pytest.fixture(scope="module")
 def trained(data_dir, tmp_path_factory):
     """A finished RoPE run (checkpoints at steps 2 and 4) with its eval.json."""
     workdir = str(tmp_path_factory.mktemp("trained") / "run")

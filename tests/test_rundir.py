@@ -35,11 +35,6 @@ STEPS = ("train.steps=8", "train.checkpoint_every=4", "train.keep_checkpoints=3"
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return helpers.build_pystdlib(tmp_path_factory.mktemp("pystdlib"))
-
-
-@pytest.fixture(scope="module")
 def trained(data_dir, tmp_path_factory):
     """A finished RoPE run (checkpoints at steps 4 and 8) with its eval.json."""
     workdir = str(tmp_path_factory.mktemp("trained") / "run")

@@ -28,11 +28,6 @@ from posenc.workdir import RunDir
 from posenc.workdir.metrics import read_metrics
 
 
-@pytest.fixture(scope="session")
-def data_dir(tmp_path_factory):
-    return helpers.build_pystdlib(tmp_path_factory.mktemp("pystdlib"))
-
-
 @pytest.fixture
 def no_compile(monkeypatch):
     """Makes building the jitted trainer fail, to prove that an error came before it."""

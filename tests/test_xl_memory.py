@@ -32,11 +32,6 @@ T = 4  # segment length
 SEGMENTS = 3
 
 
-@pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return helpers.build_pystdlib(tmp_path_factory.mktemp("pystdlib"))
-
-
 def _model(name: str, mem_len: int, **config) -> Transformer:
     hparams = {"max_len": 64} if name == "learned" else {}
     cfg = ModelConfig(
